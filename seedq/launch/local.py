@@ -1,0 +1,340 @@
+"""Single-machine training: learner + broker in this process, actors as subprocesses or threads.
+
+This is the one place that wires the roles together; the roles talk only through
+``seedq.messages``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import zmq
+
+from seedq.actor.envs import make_env_batch
+from seedq.broker.batcher import Batcher
+from seedq.broker.router import Broker
+from seedq.config import ConfigError, SeedqConfig
+from seedq.launch.actors import ActorPool
+from seedq.learner.checkpoint import save_checkpoint
+from seedq.learner.inference import InferenceEngine
+from seedq.learner.models import build_model
+from seedq.learner.server import CentralInference
+from seedq.learner.train import VTraceLearner, run_training
+from seedq.messages import EnvSpec
+from seedq.metrics import MetricsWriter
+
+log = logging.getLogger(__name__)
+
+METRIC_COLUMNS = [
+    "episodes",
+    "return_max",
+    "episode_length_mean",
+    "updates",
+    "updates_per_s",
+    "batch_fill",
+    "learner_wait_frac",
+    "bad_messages",
+    "loss/total",
+    "loss/pg",
+    "loss/baseline",
+    "loss/entropy",
+    "grad_norm",
+    "lr",
+]
+
+
+@dataclass
+class RunSummary:
+    env_steps: int
+    wall_time_s: float
+    steps_per_s: float
+    return_mean: float | None
+    episodes: int
+    updates: int
+    time_to_target_s: float | None
+    stop_reason: str
+
+
+def resolve_device(name: str) -> torch.device:
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"hardware.device={name!r} but this machine has no usable CUDA device "
+            f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); "
+            "use hardware=cpu, or install a CUDA build of torch on a GPU machine"
+        )
+    return torch.device(name)
+
+
+def probe_env_spec(cfg: SeedqConfig) -> EnvSpec:
+    """Build one env to learn its spec; fails fast on a bad id or a missing package."""
+    env = make_env_batch(cfg.env, 1, seed=cfg.seed)
+    try:
+        return EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
+    finally:
+        env.close()
+
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class LocalRun:
+    """Everything one training run owns; ``run()`` blocks until a stop condition."""
+
+    def __init__(self, cfg: SeedqConfig, run_dir: str, *, context: zmq.Context | None = None):
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.device = resolve_device(cfg.hardware.device)
+        # The broker and trainer threads share the GIL; torch releases it inside ops, and at
+        # the default 5 ms switch interval the trainer then waits up to 5 ms to get it back,
+        # many times per update. A short interval keeps both threads moving.
+        sys.setswitchinterval(cfg.hardware.gil_switch_interval_s)
+        if cfg.hardware.num_threads:
+            torch.set_num_threads(cfg.hardware.num_threads)
+        torch.manual_seed(cfg.seed)
+        self.spec = probe_env_spec(cfg)
+        alg, hw = cfg.algorithm, cfg.hardware
+        self.model = build_model(
+            self.spec.obs_shape, self.spec.num_actions, alg.model, channels_last=hw.channels_last
+        ).to(self.device)
+        amp = AMP_DTYPES[hw.amp]
+        self.stop = threading.Event()
+        self.weights_lock = threading.Lock()
+        self.train_queue: queue.Queue = queue.Queue(maxsize=alg.train_queue_batches)
+        self.engine = InferenceEngine(
+            self.model,
+            self.device,
+            self.weights_lock,
+            seed=cfg.seed,
+            pin_memory=hw.pin_memory,
+            amp_dtype=amp,
+        )
+        self.learner = VTraceLearner(
+            self.model,
+            alg,
+            self.device,
+            self.weights_lock,
+            total_env_steps=cfg.total_env_steps,
+            pin_memory=hw.pin_memory,
+            amp_dtype=amp,
+        )
+        self.consumer = CentralInference(
+            self.engine, alg.unroll_length, alg.batch_size, self.train_queue, self.stop
+        )
+        self.ctx = context or zmq.Context()
+        self._own_context = context is None
+        self.socket = self.ctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, cfg.broker.max_message_bytes)
+        self.endpoint = self._bind()
+        batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
+        self.broker = Broker(self.socket, self.spec, batcher, self.consumer)
+        self.errors: list[BaseException] = []
+        self.actors = ActorPool(
+            endpoint=self.endpoint,
+            env=cfg.env,
+            num_actors=cfg.actor.num_actors,
+            batches_per_actor=cfg.actor.batches_per_actor,
+            envs_per_batch=cfg.actor.envs_per_batch,
+            seed=cfg.seed,
+            run_dir=run_dir,
+            python=cfg.launcher.python,
+            inproc_context=self.ctx if cfg.actor.transport == "inproc" else None,
+        )
+
+    def _bind(self) -> str:
+        broker = self.cfg.broker
+        if self.cfg.actor.transport == "inproc":
+            endpoint = f"inproc://seedq-{os.getpid()}-{id(self)}"
+            self.socket.bind(endpoint)
+            return endpoint
+        if broker.port == 0:
+            port = self.socket.bind_to_random_port(f"tcp://{broker.host}")
+        else:
+            port = broker.port
+            try:
+                self.socket.bind(f"tcp://{broker.host}:{port}")
+            except zmq.ZMQError as exc:
+                raise ConfigError(
+                    f"broker.port={port}: cannot bind {broker.host}:{port} ({exc}); "
+                    "choose another port or broker.port=0 for a free one"
+                ) from None
+        return f"tcp://{broker.host}:{port}"
+
+    def _thread(self, name: str, target, *args) -> threading.Thread:  # noqa: ANN001
+        def body() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:  # noqa: BLE001 - reported by the run loop
+                log.exception("%s thread failed", name)
+                self.errors.append(exc)
+                self.stop.set()
+
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def run(self) -> RunSummary:
+        cfg = self.cfg
+        writer = MetricsWriter(self.run_dir, METRIC_COLUMNS)
+        threads = [
+            self._thread("broker", self.broker.serve, self.stop),
+            self._thread(
+                "train",
+                run_training,
+                self.learner,
+                self.train_queue,
+                self.stop,
+                lambda: self.broker.stats.env_steps,
+                self.errors,
+            ),
+        ]
+        self.actors.start()
+        log.info(
+            "training %s on %s (%s) at %s; run dir %s",
+            cfg.algorithm.name,
+            cfg.env.id,
+            self.device,
+            self.endpoint,
+            self.run_dir,
+        )
+        start = time.monotonic()
+        monitor = _Monitor(self, writer, start)
+        reason = "interrupted"
+        try:
+            while True:
+                self.stop.wait(timeout=cfg.log_interval_s)
+                reason = monitor.tick()
+                if self.errors:
+                    raise self.errors[0]
+                self.actors.check()
+                if reason:
+                    break
+        except KeyboardInterrupt:
+            log.warning("interrupted; saving and stopping")
+        finally:
+            self.stop.set()
+            self.actors.stop()
+            for thread in threads:
+                thread.join(timeout=10)
+            monitor.tick(final=True)
+            writer.close()
+            save_checkpoint(
+                self.run_dir,
+                self.model,
+                self.learner.optimizer,
+                cfg,
+                env_steps=self.broker.stats.env_steps,
+                updates=self.learner.stats.updates,
+            )
+            self.socket.close(linger=0)
+            if self._own_context:
+                self.ctx.term()
+        summary = monitor.summary(reason)
+        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
+            json.dump(summary.__dict__, f, indent=2)
+        log.info("run finished (%s): %s", reason, summary)
+        return summary
+
+
+class _Monitor:
+    """Turns counters into one metrics row per interval and decides when to stop."""
+
+    def __init__(self, run: LocalRun, writer: MetricsWriter, start: float) -> None:
+        self.run, self.writer, self.start = run, writer, start
+        self.last_time, self.last_steps, self.last_updates = start, 0, 0
+        self.last_batches, self.last_batch_envs = 0, 0
+        self.last_wait, self.last_busy = 0.0, 0.0
+        self.time_to_target: float | None = None
+        self.return_mean: float | None = None
+
+    def tick(self, final: bool = False) -> str:
+        run, cfg = self.run, self.run.cfg
+        stats, learner_stats = run.broker.stats, run.learner.stats
+        now = time.monotonic()
+        elapsed = now - self.start
+        steps, updates = stats.env_steps, learner_stats.updates
+        dt = max(now - self.last_time, 1e-9)
+        with stats.lock:
+            returns = list(stats.recent_returns)
+            lengths = list(stats.recent_lengths)
+            episodes = stats.episodes
+        self.return_mean = float(np.mean(returns)) if returns else None
+        batches = stats.batches - self.last_batches
+        fill = (
+            (stats.batch_envs - self.last_batch_envs) / (batches * cfg.broker.max_batch)
+            if batches
+            else None
+        )
+        wait = learner_stats.wait_s - self.last_wait
+        busy = learner_stats.busy_s - self.last_busy
+        row = {
+            "wall_time": round(elapsed, 3),
+            "env_steps": steps,
+            "return_mean": self.return_mean,
+            "steps_per_s": (steps - self.last_steps) / dt,
+            "episodes": episodes,
+            "return_max": float(np.max(returns)) if returns else None,
+            "episode_length_mean": float(np.mean(lengths)) if lengths else None,
+            "updates": updates,
+            "updates_per_s": (updates - self.last_updates) / dt,
+            "batch_fill": fill,
+            "learner_wait_frac": wait / (wait + busy) if wait + busy > 0 else None,
+            "bad_messages": sum(stats.bad_messages.values()),
+            **learner_stats.pop_means(),
+        }
+        self.writer.write(row)
+        log.info(
+            "steps %d | %.0f steps/s | return %s (%d ep) | updates %d | loss pg %.3g "
+            "baseline %.3g entropy %.3g",
+            steps,
+            row["steps_per_s"],
+            "n/a" if self.return_mean is None else f"{self.return_mean:.1f}",
+            episodes,
+            updates,
+            row.get("loss/pg", float("nan")),
+            row.get("loss/baseline", float("nan")),
+            row.get("loss/entropy", float("nan")),
+        )
+        self.last_time, self.last_steps, self.last_updates = now, steps, updates
+        self.last_batches, self.last_batch_envs = stats.batches, stats.batch_envs
+        self.last_wait, self.last_busy = learner_stats.wait_s, learner_stats.busy_s
+        target = cfg.stop_at_return
+        if (
+            target is not None
+            and self.time_to_target is None
+            and len(returns) >= 100
+            and self.return_mean is not None
+            and self.return_mean >= target
+        ):
+            self.time_to_target = elapsed
+            return "target_return"
+        if final:
+            return ""
+        if steps >= cfg.total_env_steps:
+            return "total_env_steps"
+        if cfg.max_minutes and elapsed >= cfg.max_minutes * 60:
+            return "max_minutes"
+        return ""
+
+    def summary(self, reason: str) -> RunSummary:
+        elapsed = time.monotonic() - self.start
+        steps = self.run.broker.stats.env_steps
+        return RunSummary(
+            env_steps=steps,
+            wall_time_s=round(elapsed, 2),
+            steps_per_s=round(steps / max(elapsed, 1e-9), 1),
+            return_mean=self.return_mean,
+            episodes=self.run.broker.stats.episodes,
+            updates=self.run.learner.stats.updates,
+            time_to_target_s=None if self.time_to_target is None else round(self.time_to_target, 1),
+            stop_reason=reason,
+        )

@@ -1,0 +1,187 @@
+"""Turns the stream of inference requests into fixed-length unrolls.
+
+The learner sees every env step of every actor as an inference request, so it writes each one
+into a per-actor, time-major buffer ``[T+1, N, ...]`` as it answers it. All N envs of an actor
+step in lockstep (they share one vector env and one message), so a whole actor is written with
+one slice per field: no per-env Python work on the hot path.
+
+Time convention (SEED RL): row t holds what *arrived* with observation t (the reward of the
+previous action, whether obs t starts a new episode) and what the agent did at obs t (action,
+policy logits). When an unroll of T+1 rows is full it is emitted and its last row becomes row 0
+of the next one (one-step overlap), so every transition t -> t+1 is trained on exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+
+@dataclass
+class Unroll:
+    """A time-major trajectory of T+1 steps for B env columns.
+
+    obs: [T+1, B, *obs_shape]; reward: float32 [T+1, B] (arrived with obs[t]);
+    done: bool [T+1, B] (obs[t] is the first obs of an episode); truncated: bool [T+1, B];
+    truncation_value: float32 [T+1, B] (value of the true last obs where truncated, else 0);
+    action: int32 [T+1, B]; logits: float32 [T+1, B, A] (behaviour policy);
+    core_state: tuple of [B, H] arrays, the recurrent state before obs[0];
+    env_id: int64 [B] global env ids.
+    """
+
+    obs: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    truncated: np.ndarray
+    truncation_value: np.ndarray
+    action: np.ndarray
+    logits: np.ndarray
+    core_state: tuple[np.ndarray, ...]
+    env_id: np.ndarray
+
+    @property
+    def num_columns(self) -> int:
+        return int(self.env_id.shape[0])
+
+    def columns(self, start: int, stop: int) -> Unroll:
+        """Env columns [start, stop) as a new Unroll (views)."""
+        sliced = {
+            f.name: getattr(self, f.name)[:, start:stop]
+            for f in fields(self)
+            if f.name not in ("core_state", "env_id")
+        }
+        return Unroll(
+            **sliced,
+            core_state=tuple(s[start:stop] for s in self.core_state),
+            env_id=self.env_id[start:stop],
+        )
+
+
+def concat_unrolls(unrolls: list[Unroll]) -> Unroll:
+    """Concatenate along the env (column) axis."""
+    if len(unrolls) == 1:
+        return unrolls[0]
+    joined = {
+        f.name: np.concatenate([getattr(u, f.name) for u in unrolls], axis=1)
+        for f in fields(Unroll)
+        if f.name not in ("core_state", "env_id")
+    }
+    states = tuple(
+        np.concatenate([u.core_state[i] for u in unrolls], axis=0)
+        for i in range(len(unrolls[0].core_state))
+    )
+    env_id = np.concatenate([u.env_id for u in unrolls])
+    return Unroll(**joined, core_state=states, env_id=env_id)
+
+
+@dataclass
+class StepRecord:
+    """What the learner knows about one actor's batch step after answering it.
+
+    All arrays have leading dim N (the actor's envs); core_state is the state the inference
+    used as input for this step (before any reset), each [N, H].
+    """
+
+    obs: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    truncated: np.ndarray
+    truncation_value: np.ndarray
+    action: np.ndarray
+    logits: np.ndarray
+    core_state: tuple[np.ndarray, ...]
+
+
+_TIME_FIELDS = ("obs", "reward", "done", "truncated", "truncation_value", "action", "logits")
+
+
+class _ActorTrack:
+    def __init__(self, unroll_length: int, env_id: np.ndarray, first: StepRecord) -> None:
+        rows = unroll_length + 1
+        self.buffers = {
+            name: np.empty((rows, *getattr(first, name).shape), getattr(first, name).dtype)
+            for name in _TIME_FIELDS
+        }
+        self.env_id = env_id
+        self.cursor = 0
+        self.initial_state: tuple[np.ndarray, ...] = ()
+        self.last_row_state: tuple[np.ndarray, ...] = ()
+
+
+class UnrollStore:
+    """Per-actor unroll buffers; calls ``on_unroll`` with each completed Unroll (a copy)."""
+
+    def __init__(self, unroll_length: int, on_unroll: Callable[[Unroll], None]) -> None:
+        if unroll_length <= 0:
+            raise ValueError(f"unroll_length must be > 0, got {unroll_length}")
+        self.unroll_length = unroll_length
+        self._on_unroll = on_unroll
+        self._tracks: dict[Hashable, _ActorTrack] = {}
+        self._env_ids: dict[Hashable, np.ndarray] = {}
+        self.unrolls_emitted = 0
+
+    def register(self, key: Hashable, env_id: np.ndarray) -> None:
+        """(Re)start the stream of ``key``; any partial unroll it had is dropped."""
+        self._tracks.pop(key, None)
+        self._env_ids[key] = np.asarray(env_id, dtype=np.int64)
+
+    def drop(self, key: Hashable) -> None:
+        self._tracks.pop(key, None)
+        self._env_ids.pop(key, None)
+
+    def append(self, key: Hashable, record: StepRecord) -> None:
+        track = self._tracks.get(key)
+        if track is None:
+            track = _ActorTrack(self.unroll_length, self._env_ids[key], record)
+            self._tracks[key] = track
+        row = track.cursor
+        for name in _TIME_FIELDS:
+            track.buffers[name][row] = getattr(record, name)
+        if row == 0:
+            track.initial_state = tuple(np.array(s, copy=True) for s in record.core_state)
+        if row == self.unroll_length:
+            track.last_row_state = tuple(np.array(s, copy=True) for s in record.core_state)
+            self._emit(track)
+        else:
+            track.cursor = row + 1
+
+    def _emit(self, track: _ActorTrack) -> None:
+        unroll = Unroll(
+            **{name: buf.copy() for name, buf in track.buffers.items()},
+            core_state=track.initial_state,
+            env_id=track.env_id,
+        )
+        # The last row is the first row of the next unroll: its bootstrap value comes from
+        # the same observation the next unroll starts at.
+        for buf in track.buffers.values():
+            buf[0] = buf[self.unroll_length]
+        track.initial_state = track.last_row_state
+        track.cursor = 1
+        self.unrolls_emitted += 1
+        self._on_unroll(unroll)
+
+
+class BatchAssembler:
+    """Collects unrolls until exactly ``batch_size`` env columns, splitting the remainder."""
+
+    def __init__(self, batch_size: int) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be > 0, got {batch_size}")
+        self.batch_size = batch_size
+        self._pending: list[Unroll] = []
+        self._pending_columns = 0
+
+    def add(self, unroll: Unroll) -> list[Unroll]:
+        """Add an unroll; return the batches it completed (often none, sometimes several)."""
+        self._pending.append(unroll)
+        self._pending_columns += unroll.num_columns
+        batches = []
+        while self._pending_columns >= self.batch_size:
+            joined = concat_unrolls(self._pending)
+            batches.append(joined.columns(0, self.batch_size))
+            rest = joined.num_columns - self.batch_size
+            self._pending = [joined.columns(self.batch_size, joined.num_columns)] if rest else []
+            self._pending_columns = rest
+        return batches

@@ -1,0 +1,183 @@
+"""The broker on a real socket: bad messages get an Error and a count; the broker lives on."""
+
+import threading
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from seedq.broker.batcher import Batcher
+from seedq.broker.router import Broker
+from seedq.messages import (
+    PROTOCOL_VERSION,
+    EnvSpec,
+    Hello,
+    Step,
+    decode_actions,
+    decode_error,
+    decode_header,
+    encode,
+)
+
+SPEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
+
+
+class ZeroPolicy:
+    """Answers every env with action 1 and remembers what it recorded."""
+
+    def __init__(self) -> None:
+        self.recorded = 0
+        self.started = []
+
+    def act(self, batch):
+        return np.ones(sum(step.obs.shape[0] for _, step in batch), np.int32)
+
+    def record(self, batch):
+        self.recorded += len(batch)
+
+    def actor_started(self, slot):
+        self.started.append(slot.hello.actor_id)
+
+    def actor_left(self, slot):
+        pass
+
+
+@pytest.fixture()
+def broker():
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    policy = ZeroPolicy()
+    broker = Broker(sock, SPEC, Batcher(max_batch=8, deadline_s=0.001), policy)
+    stop = threading.Event()
+    thread = threading.Thread(target=broker.serve, args=(stop,), daemon=True)
+    thread.start()
+    yield broker, f"tcp://127.0.0.1:{port}", ctx
+    stop.set()
+    thread.join(timeout=5)
+    sock.close(linger=0)
+    ctx.term()
+
+
+def dealer(ctx, endpoint):
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(endpoint)
+    return sock
+
+
+def hello(actor_id=0, run_id="r", n_envs=2, spec=SPEC, first_env=None):
+    first_env = actor_id * n_envs if first_env is None else first_env
+    return Hello(actor_id, run_id, n_envs, spec, first_env=first_env)
+
+
+def step(seq=0, actor_id=0, run_id="r", n=2):
+    return Step(
+        actor_id=actor_id, run_id=run_id, seq=seq,
+        obs=np.zeros((n, 4), np.float32), reward=np.zeros(n, np.float32),
+        terminated=np.zeros(n, bool), truncated=np.zeros(n, bool),
+        final_obs=np.zeros((0, 4), np.float32),
+    )
+
+
+def reply(sock):
+    frames = sock.recv_multipart(copy=False)
+    header = decode_header(frames[0])
+    if header["kind"] == "error":
+        return decode_error(header)
+    return decode_actions(header, frames[1:], n_envs=2)
+
+
+def error_code(sock, frames):
+    sock.send_multipart(frames)
+    return reply(sock).code
+
+
+def test_well_formed_actor_gets_actions_in_lockstep(broker):
+    _, endpoint, ctx = broker
+    with dealer(ctx, endpoint) as sock:
+        sock.send_multipart(encode(hello()))
+        seqs = []
+        for seq in range(3):
+            sock.send_multipart(encode(step(seq)), copy=False)
+            seqs.append(reply(sock).seq)
+    assert seqs == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        ([b"\xc1garbage"], "bad_header"),
+        ([msgpack.packb({"v": PROTOCOL_VERSION + 9, "kind": "step"})], "bad_version"),
+        ([msgpack.packb({"v": PROTOCOL_VERSION, "kind": "teleport"})], "bad_kind"),
+        ([msgpack.packb({"v": PROTOCOL_VERSION, "kind": "actions"})], "bad_kind"),
+        (encode(step(0, actor_id=42)), "unknown_actor"),
+    ],
+    ids=["garbage", "version", "kind", "wrong-direction", "no-hello"],
+)
+def test_malformed_message_gets_an_error_reply(broker, frames, code):
+    _, endpoint, ctx = broker
+    with dealer(ctx, endpoint) as sock:
+        assert error_code(sock, frames) == code
+
+
+def test_actor_with_another_env_spec_is_refused(broker):
+    _, endpoint, ctx = broker
+    other = EnvSpec(obs_shape=(4, 84, 84), obs_dtype="uint8", num_actions=6)
+    with dealer(ctx, endpoint) as sock:
+        assert error_code(sock, encode(hello(spec=other))) == "spec_mismatch"
+
+
+def test_truncated_frames_and_bad_sequence_are_refused_without_harm(broker):
+    broker_obj, endpoint, ctx = broker
+    with dealer(ctx, endpoint) as sock:
+        sock.send_multipart(encode(hello()))
+        good = [np.asarray(f).tobytes() if not isinstance(f, bytes) else f
+                for f in encode(step(0))]
+        codes = [error_code(sock, [good[0], good[1][:-3], *good[2:]])]
+        codes.append(error_code(sock, encode(step(5))))
+        sock.send_multipart(encode(step(0)), copy=False)
+        after = reply(sock)
+    assert (codes, after.seq, sum(broker_obj.stats.bad_messages.values())) == (
+        ["truncated", "bad_seq"], 0, 2,
+    )
+
+
+def test_broker_survives_a_flood_of_garbage_and_keeps_serving(broker):
+    broker_obj, endpoint, ctx = broker
+    rng = np.random.default_rng(0)
+    with dealer(ctx, endpoint) as bad, dealer(ctx, endpoint) as good:
+        for _ in range(200):
+            bad.send_multipart([rng.bytes(int(rng.integers(0, 64)))
+                                for _ in range(int(rng.integers(1, 5)))])
+        good.send_multipart(encode(hello(actor_id=1)))
+        good.send_multipart(encode(step(0, actor_id=1)), copy=False)
+        answer = reply(good)
+    assert answer.actions.tolist() == [1, 1]
+
+
+def test_reconnect_with_a_new_run_restarts_the_actor_stream(broker):
+    broker_obj, endpoint, ctx = broker
+    with dealer(ctx, endpoint) as sock:
+        sock.send_multipart(encode(hello(run_id="first")))
+        sock.send_multipart(encode(step(0, run_id="first")), copy=False)
+        reply(sock)
+        sock.send_multipart(encode(hello(run_id="second")))
+        sock.send_multipart(encode(step(0, run_id="second")), copy=False)
+        answer = reply(sock)
+    assert (answer.seq, broker_obj.consumer.started) == (0, [0, 0])
+
+
+def test_actors_claiming_the_same_env_ids_are_refused(broker):
+    broker_obj, endpoint, ctx = broker
+    with dealer(ctx, endpoint) as first, dealer(ctx, endpoint) as second:
+        first.send_multipart(encode(hello(actor_id=0, first_env=10)))
+        first.send_multipart(encode(step(0)), copy=False)
+        reply(first)
+        code = error_code(second, encode(hello(actor_id=1, first_env=11)))
+    slot = broker_obj.actors[0]
+    assert (code, slot.env_ids.tolist(), list(broker_obj.actors)) == (
+        "env_id_conflict", [10, 11], [0],
+    )

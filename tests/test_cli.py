@@ -1,0 +1,41 @@
+"""seedq-train as a user runs it: start-up failures are clear and happen before any process."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from seedq.config import ConfigError
+from seedq.launch.local import resolve_device
+
+
+def train(*overrides: str, tmp_path) -> tuple[int, str]:
+    """Exit code and everything printed (Hydra logs to stdout)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", *overrides, f"hydra.run.dir={tmp_path}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+    )
+    return result.returncode, result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_device_without_cuda_is_a_config_error():
+    with pytest.raises(ConfigError, match="no usable CUDA device"):
+        resolve_device("cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_hardware_gpu_without_cuda_fails_at_start_up(tmp_path):
+    code, output = train("hardware=gpu", tmp_path=tmp_path)
+    assert (code, "no usable CUDA device" in output) == (2, True)
+
+
+def test_unknown_env_id_fails_before_any_actor_starts(tmp_path):
+    code, output = train("env=gym", "env.id=NoSuchEnv-v0", tmp_path=tmp_path)
+    assert (code, "NoSuchEnv-v0" in output, list(tmp_path.glob("actor_*.log"))) == (2, True, [])
+
+
+def test_negative_batch_size_names_the_key(tmp_path):
+    code, output = train("algorithm.batch_size=-1", tmp_path=tmp_path)
+    assert (code, "algorithm.batch_size=-1" in output) == (2, True)

@@ -1,0 +1,106 @@
+"""Hydra composition of every config group combination, and validation of bad values."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+import seedq
+from seedq.cli import to_config
+from seedq.config import ConfigError, SeedqConfig, register_configs
+
+CONF_DIR = str(Path(seedq.__file__).parent / "conf")
+GROUPS = {
+    "algorithm": ["vtrace"],
+    "env": ["cartpole", "atari", "gym"],
+    "hardware": ["cpu", "gpu"],
+    "launcher": ["local"],
+}
+
+register_configs()
+
+
+def compose_config(*overrides: str):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["run_dir=/tmp/seedq-test", *overrides])
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [dict(zip(GROUPS, combo, strict=True)) for combo in itertools.product(*GROUPS.values())],
+    ids=lambda c: "-".join(c.values()),
+)
+def test_every_group_combination_composes_and_validates(choice):
+    cfg = compose_config(*(f"{group}={option}" for group, option in choice.items()))
+    config = to_config(cfg)
+    assert isinstance(config, SeedqConfig)
+
+
+def test_defaults_train_vtrace_on_cartpole_on_the_cpu():
+    config = to_config(compose_config())
+    assert (config.algorithm.name, config.env.id, config.hardware.device) == (
+        "vtrace",
+        "CartPole-v1",
+        "cpu",
+    )
+
+
+def test_atari_group_sets_deepmind_preprocessing():
+    env = to_config(compose_config("env=atari", "env.id=ALE/Breakout-v5")).env
+    assert (env.id, env.frame_skip, env.frame_stack, env.screen_size, env.episodic_life) == (
+        "ALE/Breakout-v5",
+        4,
+        4,
+        84,
+        False,
+    )
+
+
+def test_gpu_group_uses_pinned_memory_on_cuda():
+    hw = to_config(compose_config("hardware=gpu")).hardware
+    assert (hw.device, hw.pin_memory) == ("cuda", True)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("algorithm.batch_size=-4", "algorithm.batch_size"),
+        ("algorithm.unroll_length=0", "algorithm.unroll_length"),
+        ("algorithm.gamma=1.5", "algorithm.gamma"),
+        ("algorithm.optimizer=sgd", "algorithm.optimizer"),
+        ("algorithm.model.torso=transformer", "algorithm.model.torso"),
+        ("env.kind=mujoco", "env.kind"),
+        ("broker.max_batch=0", "broker.max_batch"),
+        ("hardware.device=tpu", "hardware.device"),
+        ("hardware.amp=int8", "hardware.amp"),
+        ("actor.num_actors=0", "actor.num_actors"),
+    ],
+)
+def test_bad_value_fails_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        to_config(compose_config(override))
+
+
+def test_bad_choice_lists_the_allowed_values():
+    with pytest.raises(ConfigError, match=r"choose one of \['adam', 'rmsprop'\]"):
+        to_config(compose_config("algorithm.optimizer=sgd"))
+
+
+def test_wrong_type_fails_at_composition():
+    with pytest.raises(ConfigCompositionException, match="batch_size"):
+        compose_config("algorithm.batch_size=lots")
+
+
+def test_unknown_key_fails_at_composition():
+    with pytest.raises(Exception, match="no_such_key"):
+        compose_config("algorithm.no_such_key=1")
+
+
+def test_resolved_config_round_trips_through_yaml():
+    cfg = compose_config("env=atari")
+    again = OmegaConf.create(OmegaConf.to_yaml(cfg))
+    assert again.env.id == "ALE/Pong-v5"

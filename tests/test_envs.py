@@ -1,0 +1,346 @@
+"""Env batches: same-step autoreset, terminated vs truncated, final_obs rows, errors."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from seedq.actor.envs import (
+    CartPoleNativeBatch,
+    EnvBatch,
+    EnvError,
+    FakeEnvBatch,
+    GymVectorBatch,
+    StepBatch,
+    _obs_transform,
+    make_env_batch,
+)
+from seedq.config import EnvConfig
+
+
+def _check_batch(out: StepBatch, env: EnvBatch) -> None:
+    """Shapes and dtypes every backend must honour."""
+    n = env.num_envs
+    assert out.obs.shape == (n, *env.obs_shape) and out.obs.dtype == env.obs_dtype
+    assert out.reward.shape == (n,) and out.reward.dtype == np.float32
+    assert out.terminated.shape == (n,) and out.terminated.dtype == bool
+    assert out.truncated.shape == (n,) and out.truncated.dtype == bool
+    assert not (out.terminated & out.truncated).any()
+    k = int(out.truncated.sum())
+    assert out.final_obs.shape == (k, *env.obs_shape) and out.final_obs.dtype == env.obs_dtype
+
+
+def _balance(obs: np.ndarray) -> np.ndarray:
+    """A linear CartPole controller that keeps the pole up for 500 steps."""
+    return (obs @ np.array([0.0, 0.1, 1.0, 0.5], np.float32) > 0).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------- fake
+
+
+def test_fake_reset_encoding() -> None:
+    cfg = EnvConfig(kind="fake", obs_shape=[2, 3], obs_dtype="float32", num_actions=3)
+    env = make_env_batch(cfg, 5, seed=0, env_offset=10)
+    assert isinstance(env, FakeEnvBatch) and isinstance(env, EnvBatch)
+    assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((2, 3), np.float32, 3)
+    obs = env.reset()
+    assert obs.shape == (5, 2, 3) and obs.dtype == np.float32
+    flat = obs.reshape(5, -1)
+    np.testing.assert_array_equal(flat[:, 0], np.arange(10, 15))
+    np.testing.assert_array_equal(flat[:, 1:3], 0)
+    np.testing.assert_array_equal(flat[:, 3], -1)  # no action led here: a reset
+    np.testing.assert_array_equal(flat[:, 4:], 0)
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_fake_episodes(truncate: bool) -> None:
+    """Lengths L + (global id) % 3; terminated or truncated ends; final_obs rows in order."""
+    n, length = 5, 3
+    cfg = EnvConfig(
+        kind="fake",
+        obs_shape=[4],
+        obs_dtype="int32",
+        episode_length=length,
+        truncate_episodes=truncate,
+    )
+    env = make_env_batch(cfg, n, seed=0, env_offset=7)
+    np.testing.assert_array_equal(env.episode_lengths, [4, 5, 3, 4, 5])
+    env.reset()
+    lengths = length + (7 + np.arange(n)) % 3
+    t = np.zeros(n, np.int64)
+    episode = np.zeros(n, np.int64)
+    ends = 0
+    for step in range(13):
+        actions = (np.arange(n) + step) % 2
+        out = env.step(actions)
+        _check_batch(out, env)
+        t += 1
+        done = t >= lengths
+        np.testing.assert_array_equal(out.reward, t)
+        np.testing.assert_array_equal(out.truncated if truncate else out.terminated, done)
+        assert not (out.terminated if truncate else out.truncated).any()
+        if truncate:
+            # One row per truncated env, increasing env index, holding the step-L_i observation.
+            expected = np.stack([np.arange(7, 7 + n), t, episode, actions], 1)[done]
+            np.testing.assert_array_equal(out.final_obs, expected)
+        else:
+            assert out.final_obs.shape == (0, 4)
+        ends += done.sum()
+        t[done] = 0
+        episode += done
+        # Same-step autoreset: ended envs already show step 0 of their next episode.
+        # Element 3 is the action that led here, -1 where the env was reset.
+        last_action = np.where(done, -1, actions)
+        np.testing.assert_array_equal(
+            out.obs, np.stack([np.arange(7, 7 + n), t, episode, last_action], 1)
+        )
+    # Different lengths put episode ends on different batch steps.
+    assert ends == sum(13 // L for L in lengths)
+
+
+def test_fake_errors() -> None:
+    with pytest.raises(EnvError, match="at least 3"):
+        make_env_batch(EnvConfig(kind="fake", obs_shape=[2]), 2, seed=0)
+    env = make_env_batch(EnvConfig(kind="fake", num_actions=2), 3, seed=0)
+    env.reset()
+    with pytest.raises(EnvError, match="shape"):
+        env.step(np.zeros(2, np.int64))
+    with pytest.raises(EnvError, match=r"\[0, 2\)"):
+        env.step(np.array([0, 1, 2]))
+    with pytest.raises(EnvError, match="env.kind"):
+        make_env_batch(EnvConfig(kind="nope"), 2, seed=0)
+
+
+def test_fake_is_fast() -> None:
+    """The pipeline benchmark needs well over 100k env steps/s from the fake env."""
+    env = make_env_batch(
+        EnvConfig(kind="fake", episode_length=5, truncate_episodes=True), 64, seed=0
+    )
+    env.reset()
+    actions = np.zeros(64, np.int64)
+    start = time.perf_counter()
+    for _ in range(300):
+        env.step(actions)
+    rate = 300 * 64 / (time.perf_counter() - start)
+    assert rate > 100_000, f"{rate:.0f} env steps/s"
+
+
+# ---------------------------------------------------------------------------------- cartpole
+
+
+def test_cartpole_native_truncation_matches_reference() -> None:
+    """Truncation gives truncated + the true last obs, then a fresh episode on the same step."""
+    import gymnasium as gym
+
+    n, limit = 3, 5
+    env = make_env_batch(EnvConfig(kind="cartpole", max_episode_steps=limit), n, seed=3)
+    assert isinstance(env, CartPoleNativeBatch)
+    # The unmodified next-step env, same seed and actions, shows the last obs of each episode.
+    ref = gym.make_vec(
+        "CartPole-v1", n, vectorization_mode="vector_entry_point", max_episode_steps=limit
+    )
+    obs = env.reset()
+    ref_obs, _ = ref.reset(seed=3)
+    np.testing.assert_array_equal(obs, ref_obs)
+    for step in range(1, 2 * limit + 1):
+        actions = _balance(obs)
+        out = env.step(actions)
+        _check_batch(out, env)
+        ref_obs, *_ = ref.step(actions)
+        assert not out.terminated.any()
+        np.testing.assert_array_equal(out.reward, 1.0)  # no zero-reward reset steps
+        if step % limit:
+            assert not out.truncated.any()
+        else:
+            assert out.truncated.all()
+            if step == limit:
+                np.testing.assert_array_equal(out.final_obs, ref_obs)
+            assert not np.allclose(out.final_obs, out.obs)
+            assert np.abs(out.obs).max() <= 0.05  # reset bounds
+        obs = out.obs
+    ref.close()
+    env.close()
+
+
+def test_cartpole_v1_truncates_at_500() -> None:
+    env = make_env_batch(EnvConfig(kind="cartpole"), 4, seed=0)
+    obs = env.reset()
+    for step in range(1, 501):
+        out = env.step(_balance(obs))
+        assert not out.terminated.any()
+        assert out.truncated.all() == (step == 500) and out.truncated.any() == (step == 500)
+        obs = out.obs
+    _check_batch(out, env)
+    assert out.final_obs.shape == (4, 4)
+    assert np.abs(out.final_obs - out.obs).max() > 0.01
+    env.close()
+
+
+def test_cartpole_terminated_gives_reset_obs() -> None:
+    env = make_env_batch(EnvConfig(kind="cartpole"), 2, seed=1)
+    env.reset()
+    for _ in range(100):
+        out = env.step(np.ones(2, np.int64))  # always push right: the pole falls quickly
+        _check_batch(out, env)
+        if out.terminated.any():
+            break
+    assert out.terminated.any() and not out.truncated.any()
+    assert out.final_obs.shape == (0, 4)
+    np.testing.assert_array_equal(out.reward, 1.0)
+    assert np.abs(out.obs[out.terminated]).max() <= 0.05
+    # The reset env runs on normally: reward 1, not the zero of a next-step reset.
+    nxt = env.step(np.zeros(2, np.int64))
+    np.testing.assert_array_equal(nxt.reward, 1.0)
+    env.close()
+
+
+def test_cartpole_seeding() -> None:
+    cfg = EnvConfig(kind="cartpole")
+    a = make_env_batch(cfg, 2, seed=5).reset()
+    b = make_env_batch(cfg, 2, seed=5).reset()
+    c = make_env_batch(cfg, 2, seed=5, env_offset=2).reset()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_cartpole_kind_falls_back_to_sync() -> None:
+    env = make_env_batch(EnvConfig(kind="cartpole", id="Acrobot-v1"), 2, seed=0)
+    assert isinstance(env, GymVectorBatch)
+    env.close()
+
+
+# ---------------------------------------------------------------------------------- gym
+
+
+@pytest.mark.parametrize(
+    ("env_id", "vectorization"), [("Acrobot-v1", "sync"), ("MountainCar-v0", "async")]
+)
+def test_gym_truncation(env_id: str, vectorization: str) -> None:
+    cfg = EnvConfig(kind="gym", id=env_id, vectorization=vectorization, max_episode_steps=3)
+    env = make_env_batch(cfg, 2, seed=0)
+    try:
+        assert env.obs_dtype == np.float32 and len(env.obs_shape) == 1
+        obs = env.reset()
+        assert obs.shape == (2, *env.obs_shape)
+        for step in range(1, 7):
+            out = env.step(np.full(2, env.num_actions - 1, np.int64))
+            _check_batch(out, env)
+            assert not out.terminated.any()
+            assert out.truncated.all() == (step % 3 == 0)
+            if step % 3 == 0:
+                # The last obs continues from the previous one; the new one is a fresh reset.
+                assert not np.allclose(out.final_obs, out.obs)
+            obs = out.obs
+    finally:
+        env.close()
+
+
+def test_gym_discrete_observations_are_one_hot() -> None:
+    env = make_env_batch(EnvConfig(kind="gym", id="FrozenLake-v1"), 2, seed=0)
+    obs = env.reset()
+    assert env.obs_shape == (16,) and obs.dtype == np.float32
+    np.testing.assert_array_equal(obs.sum(1), 1.0)
+    _check_batch(env.step(np.zeros(2, np.int64)), env)
+    env.close()
+
+
+def test_image_observations_become_channels_first() -> None:
+    from gymnasium import spaces
+
+    fn, shape, dtype = _obs_transform("x", spaces.Box(0, 255, (6, 5, 3), np.uint8))
+    assert shape == (3, 6, 5) and dtype == np.uint8
+    x = np.arange(2 * 6 * 5 * 3, dtype=np.uint8).reshape(2, 6, 5, 3)
+    y = fn(x)
+    assert y.shape == (2, 3, 6, 5) and y.flags.c_contiguous
+    assert y[1, 2, 4, 3] == x[1, 4, 3, 2]
+    fn, shape, _ = _obs_transform("x", spaces.Box(0, 255, (6, 5), np.uint8))
+    assert shape == (1, 6, 5) and fn(x[..., 0]).shape == (2, 1, 6, 5)
+    with pytest.raises(EnvError, match="observation spaces"):
+        _obs_transform("x", spaces.Tuple([spaces.Discrete(2)]))
+
+
+def test_gym_continuous_actions_rejected() -> None:
+    with pytest.raises(EnvError, match="seedq supports discrete action spaces; Pendulum-v1 has"):
+        make_env_batch(EnvConfig(kind="gym", id="Pendulum-v1"), 2, seed=0)
+
+
+def test_gym_unknown_id() -> None:
+    with pytest.raises(EnvError, match=r"NoSuchEnv-v0.*pprint_registry"):
+        make_env_batch(EnvConfig(kind="gym", id="NoSuchEnv-v0"), 2, seed=0)
+
+
+# ---------------------------------------------------------------------------------- atari
+
+
+def test_atari_pong() -> None:
+    pytest.importorskip("ale_py")
+    env = make_env_batch(EnvConfig(kind="atari", id="ALE/Pong-v5"), 4, seed=0)
+    try:
+        assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((4, 84, 84), np.uint8, 6)
+        obs = env.reset()
+        assert obs.shape == (4, 4, 84, 84) and obs.dtype == np.uint8
+        for _ in range(5):
+            out = env.step(np.random.default_rng(0).integers(0, 6, 4))
+            _check_batch(out, env)
+        with pytest.raises(EnvError, match=r"\[0, 6\)"):
+            env.step(np.full(4, 6))  # would deadlock ale_py's C++ threads if let through
+    finally:
+        env.close()
+
+
+def test_atari_truncation_final_obs() -> None:
+    pytest.importorskip("ale_py")
+    cfg = EnvConfig(kind="atari", id="ALE/Pong-v5", max_episode_steps=5, noop_max=0)
+    env = make_env_batch(cfg, 2, seed=0)
+    try:
+        obs = env.reset()
+        for step in range(1, 6):
+            out = env.step(np.zeros(2, np.int64))
+            _check_batch(out, env)
+            assert out.truncated.all() == (step == 5) and not out.terminated.any()
+            if step < 5:
+                obs = out.obs
+        assert out.final_obs.shape == (2, 4, 84, 84)
+        # The true last obs continues the frame stack of the previous one...
+        np.testing.assert_array_equal(out.final_obs[:, :3], obs[:, 1:])
+        # ...while the returned obs starts a new episode.
+        assert not np.array_equal(out.final_obs, out.obs)
+    finally:
+        env.close()
+
+
+def test_atari_unknown_game() -> None:
+    pytest.importorskip("ale_py")
+    with pytest.raises(EnvError, match=r"NotAGame.*get_all_rom_ids"):
+        make_env_batch(EnvConfig(kind="atari", id="ALE/NotAGame-v5"), 2, seed=0)
+
+
+def test_atari_episodic_life_continues_the_game() -> None:
+    """A life loss reports terminated but the game goes on (DeepMind), not a full reset."""
+    pytest.importorskip("ale_py")
+    cfg = EnvConfig(
+        kind="atari", id="ALE/Breakout-v5", episodic_life=True, repeat_action_probability=0.0
+    )
+    env = make_env_batch(cfg, 2, seed=0)
+    try:
+        obs = env.reset()
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            out = env.step(rng.integers(0, env.num_actions, 2))
+            if out.terminated.any():
+                break
+            obs = out.obs
+        assert out.terminated.any()
+        i = int(np.flatnonzero(out.terminated)[0])
+        # The frame stack shifts on, as on any ordinary step.
+        np.testing.assert_array_equal(out.obs[i, :3], obs[i, 1:])
+    finally:
+        env.close()
+
+
+def test_atari_rejects_non_atari_id() -> None:
+    pytest.importorskip("ale_py")
+    with pytest.raises(EnvError, match="not an Atari id"):
+        make_env_batch(EnvConfig(kind="atari", id="CartPole-v1"), 2, seed=0)

@@ -1,0 +1,97 @@
+"""UnrollStore: per-actor time-major unrolls with a one-step overlap, and batch assembly."""
+
+import numpy as np
+import pytest
+
+from seedq.learner.unroll_store import BatchAssembler, StepRecord, UnrollStore
+
+
+def record(t: int, n: int = 3, base: int = 0) -> StepRecord:
+    """Step t of an actor with n envs; every field encodes (env, t) so order is visible."""
+    env = np.arange(base, base + n)
+    return StepRecord(
+        obs=np.stack([env, np.full(n, t)], axis=1).astype(np.float32),
+        reward=(env * 1000 + t).astype(np.float32),
+        done=np.full(n, t == 0),
+        truncated=np.zeros(n, bool),
+        truncation_value=np.zeros(n, np.float32),
+        action=np.full(n, t, np.int32),
+        logits=np.full((n, 2), t, np.float32),
+        core_state=(np.full((n, 4), t, np.float32),),
+    )
+
+
+def collect(unroll_length: int, steps: int, n: int = 3):
+    unrolls = []
+    store = UnrollStore(unroll_length, unrolls.append)
+    store.register("a", np.arange(n))
+    for t in range(steps):
+        store.append("a", record(t, n))
+    return unrolls
+
+
+def test_unrolls_overlap_by_exactly_one_step():
+    unrolls = collect(unroll_length=4, steps=13)
+    times = [u.obs[:, 0, 1].astype(int).tolist() for u in unrolls]
+    assert times == [[0, 1, 2, 3, 4], [4, 5, 6, 7, 8], [8, 9, 10, 11, 12]]
+
+
+def test_every_column_keeps_its_own_env():
+    (unroll,) = collect(unroll_length=2, steps=3, n=4)
+    assert (unroll.obs[:, :, 0] == np.arange(4)).all()
+
+
+def test_core_state_is_the_state_before_the_first_row():
+    unrolls = collect(unroll_length=4, steps=9)
+    assert [float(u.core_state[0][0, 0]) for u in unrolls] == [0.0, 4.0]
+
+
+def test_emitted_unrolls_do_not_alias_the_buffer():
+    unrolls = collect(unroll_length=2, steps=5)
+    assert unrolls[0].action[:, 0].tolist() == [0, 1, 2]
+
+
+def test_register_again_drops_the_partial_unroll():
+    unrolls = []
+    store = UnrollStore(3, unrolls.append)
+    store.register("a", np.arange(3))
+    for t in range(2):
+        store.append("a", record(t))
+    store.register("a", np.arange(3))
+    for t in range(100, 104):
+        store.append("a", record(t))
+    assert [u.action[:, 0].tolist() for u in unrolls] == [[100, 101, 102, 103]]
+
+
+def test_actors_are_tracked_independently():
+    unrolls = []
+    store = UnrollStore(2, unrolls.append)
+    store.register("a", np.arange(3))
+    store.register("b", np.arange(3, 5))
+    for t in range(3):
+        store.append("a", record(t, 3, base=0))
+        store.append("b", record(t, 2, base=3))
+    assert [u.env_id.tolist() for u in unrolls] == [[0, 1, 2], [3, 4]]
+
+
+def test_assembler_emits_exact_batches_and_carries_the_rest():
+    unrolls = collect(unroll_length=2, steps=3, n=3)
+    first = unrolls[0]
+    assembler = BatchAssembler(batch_size=4)
+    out1 = assembler.add(first)
+    out2 = assembler.add(first)
+    out3 = assembler.add(first)
+    assert [[b.num_columns for b in out] for out in (out1, out2, out3)] == [[], [4], [4]]
+
+
+def test_assembler_batch_keeps_column_order():
+    unrolls = collect(unroll_length=2, steps=3, n=3)
+    assembler = BatchAssembler(batch_size=6)
+    assembler.add(unrolls[0])
+    (batch,) = assembler.add(unrolls[0])
+    assert batch.obs[0, :, 0].tolist() == [0, 1, 2, 0, 1, 2]
+
+
+def test_zero_unroll_length_is_refused():
+    with pytest.raises(ValueError, match="unroll_length"):
+        UnrollStore(0, lambda u: None)
