@@ -60,6 +60,15 @@ def test_atari_group_sets_deepmind_preprocessing():
     )
 
 
+def test_atari_tuning_clips_rewards_and_the_command_line_still_wins():
+    tuned = to_config(compose_config("env=atari")).algorithm
+    overridden = to_config(compose_config("env=atari", "algorithm.lr=0.002")).algorithm
+    plain = to_config(compose_config()).algorithm
+    assert (tuned.reward_clip, tuned.lr, overridden.lr, plain.reward_clip, plain.lr) == (
+        "abs_one", 0.0006, 0.002, "none", 0.001,
+    )
+
+
 def test_gpu_group_uses_pinned_memory_on_cuda():
     hw = to_config(compose_config("hardware=gpu")).hardware
     assert (hw.device, hw.pin_memory) == ("cuda", True)
