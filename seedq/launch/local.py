@@ -292,17 +292,20 @@ class _Monitor:
             **learner_stats.pop_means(),
         }
         self.writer.write(row)
+        losses = (
+            f"loss pg {row['loss/pg']:.3g} baseline {row['loss/baseline']:.3g} "
+            f"entropy {row['loss/entropy']:.3g}"
+            if "loss/pg" in row
+            else "no update this interval"
+        )
         log.info(
-            "steps %d | %.0f steps/s | return %s (%d ep) | updates %d | loss pg %.3g "
-            "baseline %.3g entropy %.3g",
+            "steps %d | %.0f steps/s | return %s (%d ep) | updates %d | %s",
             steps,
             row["steps_per_s"],
             "n/a" if self.return_mean is None else f"{self.return_mean:.1f}",
             episodes,
             updates,
-            row.get("loss/pg", float("nan")),
-            row.get("loss/baseline", float("nan")),
-            row.get("loss/entropy", float("nan")),
+            losses,
         )
         self.last_time, self.last_steps, self.last_updates = now, steps, updates
         self.last_batches, self.last_batch_envs = stats.batches, stats.batch_envs

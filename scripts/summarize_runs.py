@@ -1,0 +1,138 @@
+"""Summarise seedq run directories as Markdown: a results table and, optionally, a return curve.
+
+    python scripts/summarize_runs.py runs/a runs/b --target 475
+    python scripts/summarize_runs.py runs/pong --curve-every-min 5 [--plot pong.png]
+
+Reads each run's ``metrics.csv`` (one row per logging interval) and ``summary.json``. The
+time to target is the wall time of the first logging row whose 100-episode mean return reached
+``--target`` (rows before 100 finished episodes do not count, as in the run's stop rule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+
+def read_rows(run_dir: Path) -> list[dict[str, float]]:
+    path = run_dir / "metrics.csv"
+    if not path.exists():
+        raise SystemExit(f"{run_dir}: no metrics.csv; is this a seedq run directory?")
+    with open(path) as f:
+        return [
+            {key: float(value) for key, value in row.items() if value not in ("", None)}
+            for row in csv.DictReader(f)
+        ]
+
+
+def first_reaching(rows: list[dict[str, float]], target: float) -> dict[str, float] | None:
+    for row in rows:
+        if row.get("episodes", 0) >= 100 and row.get("return_mean", float("-inf")) >= target:
+            return row
+    return None
+
+
+def results_table(run_dirs: list[Path], target: float) -> str:
+    lines = [
+        f"| run | env steps/s (mean) | minutes to {target:g} | env steps to {target:g} "
+        "| final return (100 ep) | stop reason |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for run_dir in run_dirs:
+        rows = read_rows(run_dir)
+        if not rows:
+            lines.append(f"| {run_dir.name} | no rows | | | | |")
+            continue
+        last = rows[-1]
+        summary_path = run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        hit = first_reaching(rows, target)
+        speed = last["env_steps"] / last["wall_time"] if last["wall_time"] else 0.0
+        reached = (
+            f"{hit['wall_time'] / 60:.1f} | {hit['env_steps']:,.0f}" if hit else "not reached | -"
+        )
+        lines.append(
+            f"| {run_dir.name} | {speed:,.0f} | {reached} | "
+            f"{last.get('return_mean', float('nan')):.1f} | {summary.get('stop_reason', '?')} |"
+        )
+    return "\n".join(lines)
+
+
+def curve_table(run_dir: Path, every_min: float) -> str:
+    rows = read_rows(run_dir)
+    lines = [
+        "| minutes | env steps | frames (x frame skip) | env steps/s | return (100 ep) "
+        "| episodes |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    next_mark = every_min * 60
+    picked = []
+    for row in rows:
+        if row["wall_time"] >= next_mark:
+            picked.append(row)
+            next_mark += every_min * 60
+    if rows and (not picked or picked[-1] is not rows[-1]):
+        picked.append(rows[-1])
+    skip = frame_skip(run_dir)
+    for row in picked:
+        lines.append(
+            f"| {row['wall_time'] / 60:.1f} | {row['env_steps']:,.0f} | "
+            f"{row['env_steps'] * skip:,.0f} | {row.get('steps_per_s', 0):,.0f} | "
+            f"{row.get('return_mean', float('nan')):.1f} | {row.get('episodes', 0):,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def frame_skip(run_dir: Path) -> int:
+    """Frames per env step: the Atari frame skip, 1 for everything else."""
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.exists():
+        return 1
+    from omegaconf import OmegaConf
+
+    env = OmegaConf.load(path).get("env", {})
+    return int(env.get("frame_skip", 1)) if env.get("kind") == "atari" else 1
+
+
+def plot(run_dir: Path, out: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install matplotlib") from None
+    rows = [r for r in read_rows(run_dir) if "return_mean" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["wall_time"] / 60 for r in rows], [r["return_mean"] for r in rows])
+    ax.set_xlabel("wall time (minutes)")
+    ax.set_ylabel("mean episode return (last 100)")
+    ax.set_title(run_dir.name)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--curve-every-min", type=float, default=None,
+                        help="also print each run's return curve, one row per N minutes")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG of the first run's curve")
+    args = parser.parse_args(argv)
+    print(results_table(args.run_dirs, args.target))
+    if args.curve_every_min:
+        for run_dir in args.run_dirs:
+            print(f"\n{run_dir.name}\n")
+            print(curve_table(run_dir, args.curve_every_min))
+    if args.plot:
+        plot(args.run_dirs[0], args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
