@@ -120,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--target", type=float, default=475.0)
-    parser.add_argument("--curve-every-min", type=float, default=None,
-                        help="also print each run's return curve, one row per N minutes")
+    parser.add_argument(
+        "--curve-every-min",
+        type=float,
+        default=None,
+        help="also print each run's return curve, one row per N minutes",
+    )
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the first run's curve")
     args = parser.parse_args(argv)
     print(results_table(args.run_dirs, args.target))

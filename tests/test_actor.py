@@ -32,8 +32,9 @@ def test_actor_without_a_learner_stops_with_a_clear_error():
     async def main():
         ctx = zmq.asyncio.Context()
         try:
-            await run_env_batch(ctx, "tcp://127.0.0.1:9", 0, env, seed=0,
-                                stop=asyncio.Event(), reply_timeout_s=1.0)
+            await run_env_batch(
+                ctx, "tcp://127.0.0.1:9", 0, env, seed=0, stop=asyncio.Event(), reply_timeout_s=1.0
+            )
         finally:
             ctx.term()
 

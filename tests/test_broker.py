@@ -75,9 +75,13 @@ def hello(actor_id=0, run_id="r", n_envs=2, spec=SPEC, first_env=None):
 
 def step(seq=0, actor_id=0, run_id="r", n=2):
     return Step(
-        actor_id=actor_id, run_id=run_id, seq=seq,
-        obs=np.zeros((n, 4), np.float32), reward=np.zeros(n, np.float32),
-        terminated=np.zeros(n, bool), truncated=np.zeros(n, bool),
+        actor_id=actor_id,
+        run_id=run_id,
+        seq=seq,
+        obs=np.zeros((n, 4), np.float32),
+        reward=np.zeros(n, np.float32),
+        terminated=np.zeros(n, bool),
+        truncated=np.zeros(n, bool),
         final_obs=np.zeros((0, 4), np.float32),
     )
 
@@ -134,14 +138,15 @@ def test_truncated_frames_and_bad_sequence_are_refused_without_harm(broker):
     broker_obj, endpoint, ctx = broker
     with dealer(ctx, endpoint) as sock:
         sock.send_multipart(encode(hello()))
-        good = [np.asarray(f).tobytes() if not isinstance(f, bytes) else f
-                for f in encode(step(0))]
+        good = [np.asarray(f).tobytes() if not isinstance(f, bytes) else f for f in encode(step(0))]
         codes = [error_code(sock, [good[0], good[1][:-3], *good[2:]])]
         codes.append(error_code(sock, encode(step(5))))
         sock.send_multipart(encode(step(0)), copy=False)
         after = reply(sock)
     assert (codes, after.seq, sum(broker_obj.stats.bad_messages.values())) == (
-        ["truncated", "bad_seq"], 0, 2,
+        ["truncated", "bad_seq"],
+        0,
+        2,
     )
 
 
@@ -150,8 +155,9 @@ def test_broker_survives_a_flood_of_garbage_and_keeps_serving(broker):
     rng = np.random.default_rng(0)
     with dealer(ctx, endpoint) as bad, dealer(ctx, endpoint) as good:
         for _ in range(200):
-            bad.send_multipart([rng.bytes(int(rng.integers(0, 64)))
-                                for _ in range(int(rng.integers(1, 5)))])
+            bad.send_multipart(
+                [rng.bytes(int(rng.integers(0, 64))) for _ in range(int(rng.integers(1, 5)))]
+            )
         good.send_multipart(encode(hello(actor_id=1)))
         good.send_multipart(encode(step(0, actor_id=1)), copy=False)
         answer = reply(good)
@@ -179,5 +185,7 @@ def test_actors_claiming_the_same_env_ids_are_refused(broker):
         code = error_code(second, encode(hello(actor_id=1, first_env=11)))
     slot = broker_obj.actors[0]
     assert (code, slot.env_ids.tolist(), list(broker_obj.actors)) == (
-        "env_id_conflict", [10, 11], [0],
+        "env_id_conflict",
+        [10, 11],
+        [0],
     )

@@ -14,7 +14,10 @@ def train(*overrides: str, tmp_path) -> tuple[int, str]:
     """Exit code and everything printed (Hydra logs to stdout)."""
     result = subprocess.run(
         [sys.executable, "-m", "seedq.cli", *overrides, f"hydra.run.dir={tmp_path}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
     )
     return result.returncode, result.stdout
 

@@ -65,7 +65,11 @@ def test_atari_tuning_clips_rewards_and_the_command_line_still_wins():
     overridden = to_config(compose_config("env=atari", "algorithm.lr=0.002")).algorithm
     plain = to_config(compose_config()).algorithm
     assert (tuned.reward_clip, tuned.lr, overridden.lr, plain.reward_clip, plain.lr) == (
-        "abs_one", 0.0006, 0.002, "none", 0.001,
+        "abs_one",
+        0.0006,
+        0.002,
+        "none",
+        0.001,
     )
 
 

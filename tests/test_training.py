@@ -51,9 +51,15 @@ def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path):
 
 def test_atari_pong_trains_with_deepmind_preprocessing(tmp_path):
     summary = train(
-        tmp_path, "env=atari", "env.id=ALE/Pong-v5", "total_env_steps=600",
-        "actor.num_actors=1", "actor.envs_per_batch=4", "algorithm.batch_size=4",
-        "algorithm.unroll_length=10", "log_interval_s=1",
+        tmp_path,
+        "env=atari",
+        "env.id=ALE/Pong-v5",
+        "total_env_steps=600",
+        "actor.num_actors=1",
+        "actor.envs_per_batch=4",
+        "algorithm.batch_size=4",
+        "algorithm.unroll_length=10",
+        "log_interval_s=1",
     )
     assert (summary.env_steps >= 600, summary.updates >= 1) == (True, True)
 
@@ -61,17 +67,28 @@ def test_atari_pong_trains_with_deepmind_preprocessing(tmp_path):
 def test_gym_env_with_image_observations_trains(tmp_path):
     # ALE through plain gymnasium: [210, 160, 3] RGB frames, no Atari preprocessing.
     summary = train(
-        tmp_path, "env=gym", "env.id=ALE/Breakout-v5", "total_env_steps=200",
-        "actor.num_actors=1", "actor.batches_per_actor=1", "actor.envs_per_batch=2",
-        "algorithm.batch_size=2", "algorithm.unroll_length=5", "log_interval_s=1",
+        tmp_path,
+        "env=gym",
+        "env.id=ALE/Breakout-v5",
+        "total_env_steps=200",
+        "actor.num_actors=1",
+        "actor.batches_per_actor=1",
+        "actor.envs_per_batch=2",
+        "algorithm.batch_size=2",
+        "algorithm.unroll_length=5",
+        "log_interval_s=1",
     )
     assert summary.updates >= 1
 
 
 def test_gym_env_with_vector_observations_trains(tmp_path):
     summary = train(
-        tmp_path, "env=gym", "env.id=Acrobot-v1", "total_env_steps=3000",
-        "actor.num_actors=1", "log_interval_s=1",
+        tmp_path,
+        "env=gym",
+        "env.id=Acrobot-v1",
+        "total_env_steps=3000",
+        "actor.num_actors=1",
+        "log_interval_s=1",
     )
     assert summary.updates >= 1
 

@@ -186,10 +186,10 @@ class FakeEnvBatch(_BatchBase):
     The flattened observation of env ``i`` is ``[env_offset + i, t, e, a, 0, ...]`` where ``t`` is
     the step within the episode (0 right after a reset) and ``e`` the number of episodes env
     ``i`` has finished. The reward of a step is the new ``t`` (so ordering errors show up as
-    wrong rewards). Global env ``g = env_offset + i`` ends its episodes after ``episode_length + (g % 3)``
-    steps, so every observation describes itself: the lengths differ so that episode ends
-    fall on different batch steps, as in real envs. They end as truncated if
-    ``truncate_episodes``, else as terminated; ``final_obs`` of a truncated env has
+    wrong rewards). Global env ``g = env_offset + i`` ends its episodes after
+    ``episode_length + (g % 3)`` steps, so every observation describes itself; the lengths
+    differ so that episode ends fall on different batch steps, as in real envs. They end as
+    truncated if ``truncate_episodes``, else as terminated; ``final_obs`` of a truncated env has
     ``t == episode_length + (g % 3)``.
 
     Integer dtypes wrap the encoded values (e.g. env ids beyond 255 in uint8); float32 is exact

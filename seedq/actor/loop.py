@@ -85,7 +85,8 @@ async def run_env_batch(
         sock.setsockopt(option, value)
     sock.connect(endpoint)
     try:
-        await sock.send_multipart(encode(Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset)))
+        hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset)
+        await sock.send_multipart(encode(hello))
         obs = env.reset(seed=seed)
         n = env.num_envs
         tracker = EpisodeTracker(n)
