@@ -1,0 +1,145 @@
+"""Prioritised sequence replay: sum tree, probabilities and weights, rate limiting, the ring."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from seedq.actor.exploration import epsilon_ladder
+from seedq.learner.replay import (
+    RateLimiter,
+    SequenceReplay,
+    SumTree,
+    importance_weights,
+    sampling_probabilities,
+)
+
+
+def never():
+    return False
+
+
+def test_sampling_frequencies_match_priorities():
+    rng = np.random.default_rng(0)
+    priorities = rng.random(37) * np.arange(37)  # includes a zero at leaf 0
+    tree = SumTree(37)
+    tree.update(np.arange(37), priorities)
+    counts = np.bincount(np.concatenate([tree.sample(64, rng) for _ in range(4000)]), minlength=37)
+    expected = priorities / priorities.sum() * counts.sum()
+    chi2 = ((counts - expected) ** 2 / np.maximum(expected, 1e-9))[expected > 0].sum()
+    # 35 degrees of freedom: chi2 above 70 has p < 0.001; stratified sampling gives far less.
+    assert (counts[0], chi2 < 70) == (0, True)
+
+
+def test_tree_total_and_leaves_follow_updates_including_repeats():
+    tree = SumTree(5)
+    tree.update(np.array([0, 1, 2, 3, 4]), np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    tree.update(np.array([1, 1, 4]), np.array([7.0, 0.5, 0.0]))
+    assert (tree.total, tree.get(np.arange(5)).tolist()) == (8.5, [1.0, 0.5, 3.0, 4.0, 0.0])
+
+
+def test_find_maps_cumulative_ranges_to_leaves():
+    tree = SumTree(4)
+    tree.update(np.arange(4), np.array([1.0, 0.0, 2.0, 1.0]))
+    assert tree.find(np.array([0.0, 0.99, 1.0, 2.99, 3.0, 3.999])).tolist() == [0, 0, 2, 2, 3, 3]
+
+
+def test_tree_refuses_bad_priorities_and_indices():
+    tree = SumTree(3)
+    with pytest.raises(ValueError, match="finite"):
+        tree.update(np.array([0]), np.array([np.nan]))
+    with pytest.raises(IndexError):
+        tree.update(np.array([3]), np.array([1.0]))
+
+
+def test_sampling_probabilities_and_weights_match_numpy():
+    p = np.array([0.5, 1.0, 2.0, 4.0])
+    probs = p**0.9 / (p**0.9).sum()
+    np.testing.assert_allclose(sampling_probabilities(p, 0.9), probs, rtol=1e-12)
+    w = (10 * probs[[0, 3]]) ** -0.6
+    np.testing.assert_allclose(importance_weights(probs[[0, 3]], 10, 0.6), w / w.max())
+    torch_w = importance_weights(torch.from_numpy(probs), 10, 0.6)
+    assert torch_w.dtype == torch.float64 and float(torch_w.max()) == 1.0
+
+
+def test_rate_limiter_bounds_replay_ratio_from_both_sides():
+    limiter = RateLimiter(samples_per_insert=2.0, min_size=10, max_credit=8)
+    assert limiter.can_insert(10) and not limiter.can_sample(1)
+    limiter.inserts = 10
+    assert not limiter.can_sample(1)  # nothing inserted beyond the warm-up yet
+    limiter.inserts = 14  # credit 8
+    assert (limiter.can_sample(8), limiter.can_sample(9), limiter.can_insert(1)) == (
+        True,
+        False,
+        True,
+    )
+    limiter.inserts = 15  # credit 10: the learner is behind, inserts wait
+    assert not limiter.can_insert(1)
+    limiter.samples = 4
+    assert limiter.can_insert(1)
+
+
+def replay(capacity=4, **limiter):
+    fields = {"obs": ((3, 2), np.uint8), "reward": ((3,), np.float32)}
+    limits = {"samples_per_insert": 100.0, "min_size": 1, "max_credit": 1e9, **limiter}
+    return SequenceReplay(capacity, fields, alpha=1.0, beta=1.0, limiter=RateLimiter(**limits))
+
+
+def sequences(first, count):
+    ids = np.arange(first, first + count)
+    return {
+        "obs": np.broadcast_to(ids[:, None, None], (count, 3, 2)).astype(np.uint8),
+        "reward": np.broadcast_to(ids[:, None], (count, 3)).astype(np.float32),
+    }
+
+
+def test_ring_wraps_and_overwrites_the_oldest_sequences():
+    buffer = replay(capacity=4)
+    buffer.insert(sequences(0, 3), np.ones(3), never)
+    buffer.insert(sequences(3, 3), np.ones(3), never)
+    assert (len(buffer), sorted(buffer.storage["obs"][:, 0, 0].tolist())) == (4, [2, 3, 4, 5])
+
+
+def test_samples_carry_their_data_and_priority_updates_skip_overwritten_slots():
+    buffer = replay(capacity=2)
+    buffer.insert(sequences(0, 2), np.array([1.0, 1.0]), never)
+    sample = buffer.sample(2, never)
+    assert all(sample.data["obs"][i, 0, 0] == sample.indices[i] for i in range(2))
+    buffer.insert(sequences(7, 1), np.array([5.0]), never)  # overwrites slot 0
+    buffer.update_priorities(sample.indices, sample.generations, np.array([9.0, 9.0]))
+    assert buffer.tree.get(np.arange(2)).tolist() == [5.0, 9.0]
+
+
+def test_learner_waits_for_data_instead_of_over_sampling():
+    buffer = replay(samples_per_insert=1.0, min_size=2, max_credit=4)
+    buffer.insert(sequences(0, 3), np.ones(3), never)  # credit 1
+    got = []
+    thread = threading.Thread(target=lambda: got.append(buffer.sample(2, never)))
+    thread.start()
+    thread.join(timeout=0.3)
+    waiting = thread.is_alive()
+    buffer.insert(sequences(3, 1), np.ones(1), never)  # credit 2: one batch may go
+    thread.join(timeout=5)
+    assert (waiting, got[0].indices.shape, buffer.limiter.replay_ratio()) == (True, (2,), 0.5)
+
+
+def test_stopped_waits_return_without_touching_the_replay():
+    buffer = replay(samples_per_insert=1.0, min_size=2, max_credit=1)
+    assert buffer.sample(1, lambda: True) is None
+    buffer.insert(sequences(0, 4), np.ones(4), never)  # credit 2 > max_credit
+    assert (buffer.insert(sequences(4, 1), np.ones(1), lambda: True), buffer.added) == (False, 4)
+
+
+def test_memory_estimate_counts_every_field_at_its_dtype():
+    fields = {"obs": ((121, 4, 84, 84), np.uint8), "action": ((121,), np.int32)}
+    per_sequence = 121 * 4 * 84 * 84 + 121 * 4 + 8
+    assert SequenceReplay.bytes_needed(1000, fields) == 1000 * per_sequence + 2 * 1024 * 8
+
+
+def test_epsilon_ladder_follows_the_ape_x_formula():
+    n = 8
+    want = 0.4 ** (1 + 7 * np.arange(n) / (n - 1))
+    np.testing.assert_allclose(epsilon_ladder(n), want, rtol=1e-12)
+    assert epsilon_ladder(1).tolist() == [0.4]
+    assert epsilon_ladder(3, base=0.5, alpha=2.0).tolist() == [0.5, 0.25, 0.125]
