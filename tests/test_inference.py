@@ -45,7 +45,7 @@ def run_interleaved(engine, obs, done, seed=1):
             result = engine.infer(
                 obs[t, part], done[t, part], part, np.zeros(0, np.int64), obs[t, :0]
             )
-            logits[t, part] = result.logits
+            logits[t, part] = result.behaviour
             states[t, part] = np.stack(result.input_state, axis=1)
     return logits, states
 

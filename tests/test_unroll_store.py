@@ -16,7 +16,7 @@ def record(t: int, n: int = 3, base: int = 0) -> StepRecord:
         truncated=np.zeros(n, bool),
         truncation_value=np.zeros(n, np.float32),
         action=np.full(n, t, np.int32),
-        logits=np.full((n, 2), t, np.float32),
+        behaviour=np.full((n, 2), t, np.float32),
         core_state=(np.full((n, 4), t, np.float32),),
     )
 
@@ -95,3 +95,17 @@ def test_assembler_batch_keeps_column_order():
 def test_zero_unroll_length_is_refused():
     with pytest.raises(ValueError, match="unroll_length"):
         UnrollStore(0, lambda u: None)
+
+
+def test_longer_overlap_repeats_the_last_rows_and_their_states():
+    unrolls = []
+    store = UnrollStore(5, unrolls.append, overlap=3)  # e.g. burn-in 2 + 1
+    store.register("a", np.arange(2))
+    for t in range(12):
+        store.append("a", record(t, 2))
+    times = [u.obs[:, 0, 1].astype(int).tolist() for u in unrolls]
+    states = [int(u.core_state[0][0, 0]) for u in unrolls]
+    assert (times, states) == (
+        [[0, 1, 2, 3, 4, 5], [3, 4, 5, 6, 7, 8], [6, 7, 8, 9, 10, 11]],
+        [0, 3, 6],
+    )

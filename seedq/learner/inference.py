@@ -16,14 +16,49 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from seedq.learner.models import ActorCriticNet
+from seedq.learner.losses.r2d2 import inverse_value_rescale
 
 
 class InferenceResult(NamedTuple):
     actions: np.ndarray  # int32 [B]
-    logits: np.ndarray  # float32 [B, A]
+    behaviour: np.ndarray  # float32 [B, A]: policy logits (V-trace) or Q-values (R2D2)
     truncation_value: np.ndarray  # float32 [B], V(final obs) where truncated, else 0
     input_state: tuple[np.ndarray, ...]  # each [B, H]: state before this step (pre-reset)
+
+
+class Selection(NamedTuple):
+    actions: torch.Tensor  # long [N]
+    behaviour: torch.Tensor  # float [N, A]
+    values: torch.Tensor  # float [N], the state value in reward units (truncation bootstrap)
+
+
+class SampleFromPolicy:
+    """V-trace: sample from softmax(logits) by Gumbel-max (one kernel, our own generator)."""
+
+    def __call__(self, out, epsilon, generator: torch.Generator) -> Selection:  # noqa: ANN001
+        logits = out.logits[0].float()
+        noise = torch.rand(logits.shape, generator=generator, device=logits.device)
+        actions = torch.argmax(logits - torch.log(-torch.log(noise + 1e-20)), -1)
+        return Selection(actions, logits, out.baseline[0].float())
+
+
+class EpsilonGreedy:
+    """R2D2: greedy in Q with probability 1 - epsilon (per env), else a uniform action.
+
+    The value of a state is max_a Q mapped back through the value rescaling.
+    """
+
+    def __init__(self, rescale_eps: float) -> None:
+        self.rescale_eps = rescale_eps
+
+    def __call__(self, out, epsilon, generator: torch.Generator) -> Selection:  # noqa: ANN001
+        q = out.q[0].float()
+        device = q.device
+        explore = torch.rand(q.shape[0], generator=generator, device=device) < epsilon
+        random = torch.randint(q.shape[1], (q.shape[0],), generator=generator, device=device)
+        actions = torch.where(explore, random, q.argmax(-1))
+        values = inverse_value_rescale(q.max(-1).values, self.rescale_eps)
+        return Selection(actions, q, values)
 
 
 class InferenceEngine:
@@ -31,15 +66,17 @@ class InferenceEngine:
 
     def __init__(
         self,
-        model: ActorCriticNet,
+        model: torch.nn.Module,
         device: torch.device,
         weights_lock: threading.Lock,
         *,
+        select: SampleFromPolicy | EpsilonGreedy | None = None,
         seed: int = 0,
         pin_memory: bool = False,
         amp_dtype: torch.dtype | None = None,
     ) -> None:
         self.model = model
+        self.select = select or SampleFromPolicy()
         self.device = device
         self.weights_lock = weights_lock
         self.pin_memory = pin_memory and device.type == "cuda"
@@ -90,12 +127,14 @@ class InferenceEngine:
         rows: np.ndarray,
         truncated_index: np.ndarray,
         final_obs: np.ndarray,
+        epsilon: np.ndarray | None = None,
     ) -> InferenceResult:
         """Act for B envs.
 
         obs: [B, *obs_shape]; done: bool [B]; rows: int [B] global env rows;
         truncated_index: int [K] positions in the batch whose env was truncated;
-        final_obs: [K, *obs_shape] their true last observations.
+        final_obs: [K, *obs_shape] their true last observations;
+        epsilon: float [B] exploration rate per env (epsilon-greedy selection only).
         """
         batch = obs.shape[0]
         k = final_obs.shape[0]
@@ -114,20 +153,20 @@ class InferenceEngine:
         done_t = self._to_device(np.ascontiguousarray(all_done))[None]
         with self.weights_lock, self._autocast():
             out, new_state = self.model(obs_t, done_t, state)
-        logits = out.logits[0].float()
-        # Gumbel-max sampling: one kernel, and reproducible through our own generator.
-        noise = torch.rand(logits.shape, generator=self.generator, device=self.device)
-        actions = torch.argmax(logits[:batch] - torch.log(-torch.log(noise[:batch] + 1e-20)), -1)
+        eps = np.zeros(batch + k, np.float32)
+        if epsilon is not None:
+            eps[:batch] = epsilon
+        chosen = self.select(out, torch.from_numpy(eps).to(self.device), self.generator)
         for table, s in zip(self._state, new_state, strict=True):
             table[row_index] = s[:batch]
         truncation_value = torch.zeros(batch, device=self.device)
         if k:
-            truncation_value[trunc] = out.baseline[0, batch:].float()
+            truncation_value[trunc] = chosen.values[batch:]
         self.forward_calls += 1
         self.samples += batch
         return InferenceResult(
-            actions=actions.to(torch.int32).cpu().numpy(),
-            logits=logits[:batch].cpu().numpy(),
+            actions=chosen.actions[:batch].to(torch.int32).cpu().numpy(),
+            behaviour=chosen.behaviour[:batch].cpu().numpy(),
             truncation_value=truncation_value.cpu().numpy(),
             input_state=tuple(s.cpu().numpy() for s in input_state),
         )

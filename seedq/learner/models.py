@@ -1,4 +1,4 @@
-"""Actor-critic networks shared by the central inference server and the learner.
+"""Actor-critic and Q networks shared by the central inference server and the learner.
 
 One module serves both callers of a SEED-style learner: inference runs ``T = 1`` steps for a batch
 of envs with a carried recurrent state, and training runs ``T = unroll_length + 1`` steps from the
@@ -11,7 +11,9 @@ Shape conventions (``T`` time, ``B`` batch, ``A`` actions):
   values are scaled to ``[0, 1]`` inside the model so that the wire format stays one byte/pixel).
 * ``done``: bool ``[T, B]``; ``done[t]`` means ``obs[t]`` starts a new episode, so the recurrent
   state is zeroed before step ``t`` is processed (the SEED RL convention).
-* Output: :class:`AgentOutput` with ``logits [T, B, A]`` and ``baseline [T, B]``.
+* Output: :class:`AgentOutput` with ``logits [T, B, A]`` and ``baseline [T, B]`` for
+  :class:`ActorCriticNet` (V-trace), :class:`QOutput` with ``q [T, B, A]`` for
+  :class:`RecurrentQNet` (R2D2). Both share the torso and LSTM core in :class:`RecurrentBody`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from torch import Tensor, nn
 
 __all__ = [
     "AgentOutput",
+    "QOutput",
     "CoreState",
+    "RecurrentBody",
     "ActorCriticNet",
+    "RecurrentQNet",
     "MLPTorso",
     "NatureTorso",
     "ImpalaTorso",
@@ -41,6 +46,12 @@ class AgentOutput(NamedTuple):
 
     logits: Tensor  # [T, B, A] unnormalised policy logits
     baseline: Tensor  # [T, B] state-value estimate
+
+
+class QOutput(NamedTuple):
+    """Q-values for a ``[T, B]`` block of observations (in value-rescaled space for R2D2)."""
+
+    q: Tensor  # [T, B, A]
 
 
 # () for a feed-forward net; (h, c), each [B, lstm_size], for the LSTM core.
@@ -217,8 +228,8 @@ class ImpalaTorso(_ConvTorso):
         self._finish(256, "impala", relu_before_fc=True)
 
 
-class ActorCriticNet(nn.Module):
-    """Torso -> optional LSTM core -> policy logits and baseline heads.
+class RecurrentBody(nn.Module):
+    """Torso -> optional LSTM core; the heads are added by the subclasses.
 
     Args:
         obs_shape: shape of one observation: ``(D,)`` vectors or ``(C, H, W)`` frames.
@@ -292,15 +303,9 @@ class ActorCriticNet(nn.Module):
                     nn.init.orthogonal_(param, 1.0)
                 else:
                     nn.init.zeros_(param)
-            core_out = lstm_size
+            self.core_out = lstm_size
         else:
-            core_out = core_in
-
-        self.policy = nn.Linear(core_out, num_actions)
-        self.baseline = nn.Linear(core_out, 1)
-        # Near-uniform initial policy (gain 0.01) and unit-scale value head.
-        _orthogonal_(self.policy, 0.01)
-        _orthogonal_(self.baseline, 1.0)
+            self.core_out = core_in
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> CoreState:
         """Zero core state: ``()`` without LSTM, else ``(h, c)``, each ``[batch_size, lstm_size]``.
@@ -317,10 +322,10 @@ class ActorCriticNet(nn.Module):
             torch.zeros(shape, device=device, dtype=weight.dtype),
         )
 
-    def forward(
+    def embed(
         self, obs: Tensor, done: Tensor, core_state: CoreState
-    ) -> tuple[AgentOutput, CoreState]:
-        """Run ``T`` steps for ``B`` envs.
+    ) -> tuple[Tensor, CoreState]:
+        """Run ``T`` steps for ``B`` envs through torso and core.
 
         Args:
             obs: ``[T, B, *obs_shape]``.
@@ -328,7 +333,7 @@ class ActorCriticNet(nn.Module):
             core_state: state before step 0 (see :meth:`initial_state`).
 
         Returns:
-            ``(AgentOutput(logits [T, B, A], baseline [T, B]), core_state after step T-1)``.
+            ``(features [T * B, core_out], core_state after step T-1)``.
         """
         if obs.dim() < 2 or tuple(obs.shape[2:]) != self.obs_shape:
             raise ValueError(
@@ -350,10 +355,7 @@ class ActorCriticNet(nn.Module):
                 )
             core_out, new_state = self._unroll_core(features.reshape(T, B, -1), done, core_state)
             core_out = core_out.reshape(T * B, -1)
-
-        logits = self.policy(core_out).view(T, B, self.num_actions)
-        baseline = self.baseline(core_out).view(T, B)
-        return AgentOutput(logits, baseline), new_state
+        return core_out, new_state
 
     def _unroll_core(
         self, features: Tensor, done: Tensor, core_state: CoreState
@@ -379,23 +381,94 @@ class ActorCriticNet(nn.Module):
         return torch.stack(outputs), (h, c)
 
 
+class ActorCriticNet(RecurrentBody):
+    """Body -> policy logits and baseline heads (V-trace). Arguments as :class:`RecurrentBody`."""
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, **body: Any) -> None:
+        super().__init__(obs_shape, num_actions, **body)
+        self.policy = nn.Linear(self.core_out, num_actions)
+        self.baseline = nn.Linear(self.core_out, 1)
+        # Near-uniform initial policy (gain 0.01) and unit-scale value head.
+        _orthogonal_(self.policy, 0.01)
+        _orthogonal_(self.baseline, 1.0)
+
+    def forward(
+        self, obs: Tensor, done: Tensor, core_state: CoreState
+    ) -> tuple[AgentOutput, CoreState]:
+        """``(AgentOutput(logits [T, B, A], baseline [T, B]), state after step T-1)``."""
+        T, B = obs.shape[0], obs.shape[1]
+        features, new_state = self.embed(obs, done, core_state)
+        logits = self.policy(features).view(T, B, self.num_actions)
+        baseline = self.baseline(features).view(T, B)
+        return AgentOutput(logits, baseline), new_state
+
+
+class RecurrentQNet(RecurrentBody):
+    """Body -> Q-values, with dueling heads (Wang et al. 2016) by default (R2D2).
+
+    Dueling: ``Q = V + A - mean_a A``, each head a hidden layer of ``head_size`` then linear.
+    """
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        *,
+        dueling: bool = True,
+        head_size: int = 512,
+        **body: Any,
+    ) -> None:
+        super().__init__(obs_shape, num_actions, **body)
+        self.dueling = dueling
+
+        def head(out: int) -> nn.Sequential:
+            hidden = nn.Linear(self.core_out, head_size)
+            last = nn.Linear(head_size, out)
+            _orthogonal_(hidden, math.sqrt(2))
+            _orthogonal_(last, 1.0)
+            return nn.Sequential(hidden, nn.ReLU(), last)
+
+        self.advantage = head(num_actions)
+        self.value = head(1) if dueling else None
+
+    def forward(
+        self, obs: Tensor, done: Tensor, core_state: CoreState
+    ) -> tuple[QOutput, CoreState]:
+        """``(QOutput(q [T, B, A]), state after step T-1)``."""
+        T, B = obs.shape[0], obs.shape[1]
+        features, new_state = self.embed(obs, done, core_state)
+        q = self.advantage(features)
+        if self.value is not None:
+            q = self.value(features) + q - q.mean(-1, keepdim=True)
+        return QOutput(q.view(T, B, self.num_actions)), new_state
+
+
 def build_model(
     obs_shape: Sequence[int],
     num_actions: int,
     model_cfg: Any,
     channels_last: bool = True,
-) -> ActorCriticNet:
-    """Build an :class:`ActorCriticNet` from a ``ModelConfig``-like object.
+) -> ActorCriticNet | RecurrentQNet:
+    """Build the network a ``ModelConfig``-like object describes.
 
-    ``model_cfg`` needs attributes ``torso``, ``hidden_sizes``, ``use_lstm`` and ``lstm_size``
-    (a dataclass or an OmegaConf node both work; list values are converted to plain ints).
+    ``model_cfg`` needs ``torso``, ``hidden_sizes``, ``use_lstm`` and ``lstm_size``; with a
+    ``dueling`` attribute (R2D2's model config) it builds a :class:`RecurrentQNet`, otherwise an
+    :class:`ActorCriticNet`. Dataclasses and OmegaConf nodes both work.
     """
-    return ActorCriticNet(
-        tuple(int(d) for d in obs_shape),
-        int(num_actions),
+    body = dict(
         torso=str(model_cfg.torso),
         hidden_sizes=tuple(int(h) for h in model_cfg.hidden_sizes),
         use_lstm=bool(model_cfg.use_lstm),
         lstm_size=int(model_cfg.lstm_size),
         channels_last=channels_last,
     )
+    shape = tuple(int(d) for d in obs_shape)
+    if hasattr(model_cfg, "dueling"):
+        return RecurrentQNet(
+            shape,
+            int(num_actions),
+            dueling=bool(model_cfg.dueling),
+            head_size=int(model_cfg.head_size),
+            **body,
+        )
+    return ActorCriticNet(shape, int(num_actions), **body)

@@ -75,7 +75,7 @@ class CentralInference:
                 truncated=step.truncated,
                 truncation_value=result.truncation_value[part],
                 action=result.actions[part],
-                logits=result.logits[part],
+                behaviour=result.behaviour[part],
                 core_state=tuple(s[part] for s in result.input_state),
             )
             self.store.append(slot.hello.actor_id, record)

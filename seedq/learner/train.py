@@ -137,7 +137,7 @@ class VTraceLearner:
         obs = self._tensor(batch.obs)
         done = self._tensor(batch.done)
         state = tuple(self._tensor(s) for s in batch.core_state)
-        behaviour_logits = self._tensor(batch.logits)
+        behaviour_logits = self._tensor(batch.behaviour)
         actions = self._tensor(batch.action).long()
         reward = clip_rewards(self._tensor(batch.reward), cfg.reward_clip)
         truncated = self._tensor(batch.truncated)

@@ -9,6 +9,8 @@ Time convention (SEED RL): row t holds what *arrived* with observation t (the re
 previous action, whether obs t starts a new episode) and what the agent did at obs t (action,
 policy logits). When an unroll of T+1 rows is full it is emitted and its last row becomes row 0
 of the next one (one-step overlap), so every transition t -> t+1 is trained on exactly once.
+R2D2 stores longer overlaps: its last ``burn_in + 1`` rows start the next sequence, so the next
+sequence's burn-in replays the steps this one trained on.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class Unroll:
     obs: [T+1, B, *obs_shape]; reward: float32 [T+1, B] (arrived with obs[t]);
     done: bool [T+1, B] (obs[t] is the first obs of an episode); truncated: bool [T+1, B];
     truncation_value: float32 [T+1, B] (value of the true last obs where truncated, else 0);
-    action: int32 [T+1, B]; logits: float32 [T+1, B, A] (behaviour policy);
+    action: int32 [T+1, B]; behaviour: float32 [T+1, B, A], what the acting network output
+    (policy logits for V-trace, Q-values for R2D2);
     core_state: tuple of [B, H] arrays, the recurrent state before obs[0];
     env_id: int64 [B] global env ids.
     """
@@ -37,7 +40,7 @@ class Unroll:
     truncated: np.ndarray
     truncation_value: np.ndarray
     action: np.ndarray
-    logits: np.ndarray
+    behaviour: np.ndarray
     core_state: tuple[np.ndarray, ...]
     env_id: np.ndarray
 
@@ -90,33 +93,41 @@ class StepRecord:
     truncated: np.ndarray
     truncation_value: np.ndarray
     action: np.ndarray
-    logits: np.ndarray
+    behaviour: np.ndarray
     core_state: tuple[np.ndarray, ...]
 
 
-_TIME_FIELDS = ("obs", "reward", "done", "truncated", "truncation_value", "action", "logits")
+_TIME_FIELDS = ("obs", "reward", "done", "truncated", "truncation_value", "action", "behaviour")
 
 
 class _ActorTrack:
-    def __init__(self, unroll_length: int, env_id: np.ndarray, first: StepRecord) -> None:
-        rows = unroll_length + 1
+    def __init__(self, rows: int, env_id: np.ndarray, first: StepRecord) -> None:
         self.buffers = {
             name: np.empty((rows, *getattr(first, name).shape), getattr(first, name).dtype)
             for name in _TIME_FIELDS
         }
+        # The state before every row, so that any row can start the next unroll.
+        self.states = tuple(np.empty((rows, *s.shape), s.dtype) for s in first.core_state)
         self.env_id = env_id
         self.cursor = 0
-        self.initial_state: tuple[np.ndarray, ...] = ()
-        self.last_row_state: tuple[np.ndarray, ...] = ()
 
 
 class UnrollStore:
-    """Per-actor unroll buffers; calls ``on_unroll`` with each completed Unroll (a copy)."""
+    """Per-actor unroll buffers; calls ``on_unroll`` with each completed Unroll (a copy).
 
-    def __init__(self, unroll_length: int, on_unroll: Callable[[Unroll], None]) -> None:
+    An unroll has ``unroll_length + 1`` rows; the last ``overlap`` rows of one are the first
+    rows of the next (1 for V-trace; burn-in + 1 for R2D2).
+    """
+
+    def __init__(
+        self, unroll_length: int, on_unroll: Callable[[Unroll], None], overlap: int = 1
+    ) -> None:
         if unroll_length <= 0:
             raise ValueError(f"unroll_length must be > 0, got {unroll_length}")
+        if not 1 <= overlap <= unroll_length:
+            raise ValueError(f"overlap must be in [1, unroll_length], got {overlap}")
         self.unroll_length = unroll_length
+        self.overlap = overlap
         self._on_unroll = on_unroll
         self._tracks: dict[Hashable, _ActorTrack] = {}
         self._env_ids: dict[Hashable, np.ndarray] = {}
@@ -134,15 +145,14 @@ class UnrollStore:
     def append(self, key: Hashable, record: StepRecord) -> None:
         track = self._tracks.get(key)
         if track is None:
-            track = _ActorTrack(self.unroll_length, self._env_ids[key], record)
+            track = _ActorTrack(self.unroll_length + 1, self._env_ids[key], record)
             self._tracks[key] = track
         row = track.cursor
         for name in _TIME_FIELDS:
             track.buffers[name][row] = getattr(record, name)
-        if row == 0:
-            track.initial_state = tuple(np.array(s, copy=True) for s in record.core_state)
+        for buf, s in zip(track.states, record.core_state, strict=True):
+            buf[row] = s
         if row == self.unroll_length:
-            track.last_row_state = tuple(np.array(s, copy=True) for s in record.core_state)
             self._emit(track)
         else:
             track.cursor = row + 1
@@ -150,15 +160,15 @@ class UnrollStore:
     def _emit(self, track: _ActorTrack) -> None:
         unroll = Unroll(
             **{name: buf.copy() for name, buf in track.buffers.items()},
-            core_state=track.initial_state,
+            core_state=tuple(buf[0].copy() for buf in track.states),
             env_id=track.env_id,
         )
-        # The last row is the first row of the next unroll: its bootstrap value comes from
-        # the same observation the next unroll starts at.
-        for buf in track.buffers.values():
-            buf[0] = buf[self.unroll_length]
-        track.initial_state = track.last_row_state
-        track.cursor = 1
+        # The last rows start the next unroll: for V-trace the bootstrap value comes from the
+        # observation the next unroll starts at; for R2D2 they are the next burn-in.
+        keep = slice(self.unroll_length + 1 - self.overlap, self.unroll_length + 1)
+        for buf in (*track.buffers.values(), *track.states):
+            buf[: self.overlap] = buf[keep]
+        track.cursor = self.overlap
         self.unrolls_emitted += 1
         self._on_unroll(unroll)
 
