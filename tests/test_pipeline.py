@@ -14,7 +14,7 @@ import torch
 
 from seedq.config import (
     ActorConfig,
-    AlgorithmConfig,
+    VTraceConfig,
     BrokerConfig,
     EnvConfig,
     SeedqConfig,
@@ -55,7 +55,7 @@ def run_pipeline(tmp_path, *, truncate: bool, total_env_steps: int = 3000):
         # 5 envs per inference batch and 4 columns per training batch: neither divides the
         # 3 envs of an actor, so batches mix and split actors.
         broker=BrokerConfig(max_batch=5, deadline_ms=1.0),
-        algorithm=AlgorithmConfig(unroll_length=UNROLL, batch_size=4),
+        algorithm=VTraceConfig(unroll_length=UNROLL, batch_size=4),
         total_env_steps=total_env_steps,
         log_interval_s=0.2,
         max_minutes=2,

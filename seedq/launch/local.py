@@ -20,21 +20,23 @@ import torch
 import zmq
 
 from seedq.actor.envs import make_env_batch
+from seedq.actor.exploration import epsilon_ladder
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.config import ConfigError, SeedqConfig
 from seedq.launch.actors import ActorPool
 from seedq.learner.checkpoint import save_checkpoint
-from seedq.learner.inference import InferenceEngine
+from seedq.learner.inference import EpsilonGreedy, InferenceEngine
 from seedq.learner.models import build_model
-from seedq.learner.server import CentralInference
+from seedq.learner.r2d2 import R2D2Learner, ReplaySink, make_replay, run_r2d2_training
+from seedq.learner.server import CentralInference, Exploration, TrainQueueSink
 from seedq.learner.train import VTraceLearner, run_training
 from seedq.messages import EnvSpec
 from seedq.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
 
-METRIC_COLUMNS = [
+COMMON_COLUMNS = [
     "episodes",
     "return_max",
     "episode_length_mean",
@@ -43,13 +45,22 @@ METRIC_COLUMNS = [
     "batch_fill",
     "learner_wait_frac",
     "bad_messages",
-    "loss/total",
-    "loss/pg",
-    "loss/baseline",
-    "loss/entropy",
-    "grad_norm",
-    "lr",
 ]
+ALGORITHM_COLUMNS = {
+    "vtrace": ["loss/total", "loss/pg", "loss/baseline", "loss/entropy", "grad_norm", "lr"],
+    "r2d2": [
+        "eval_return_mean",
+        "eval_episodes",
+        "eval_epsilon",
+        "loss/td",
+        "q_mean",
+        "priority_mean",
+        "replay_size",
+        "replay_ratio",
+        "grad_norm",
+        "lr",
+    ],
+}
 
 
 @dataclass
@@ -108,6 +119,34 @@ class LocalRun:
         amp = AMP_DTYPES[hw.amp]
         self.stop = threading.Event()
         self.weights_lock = threading.Lock()
+        self.errors: list[BaseException] = []
+        if alg.name == "r2d2":
+            self._build_r2d2()
+        else:
+            self._build_vtrace(amp)
+        self.ctx = context or zmq.Context()
+        self._own_context = context is None
+        self.socket = self.ctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, cfg.broker.max_message_bytes)
+        self.endpoint = self._bind()
+        batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
+        self.broker = Broker(self.socket, self.spec, batcher, self.consumer)
+        self.actors = ActorPool(
+            endpoint=self.endpoint,
+            env=cfg.env,
+            num_actors=cfg.actor.num_actors,
+            batches_per_actor=cfg.actor.batches_per_actor,
+            envs_per_batch=cfg.actor.envs_per_batch,
+            seed=cfg.seed,
+            run_dir=run_dir,
+            python=cfg.launcher.python,
+            inproc_context=self.ctx if cfg.actor.transport == "inproc" else None,
+        )
+
+    def _build_vtrace(self, amp: torch.dtype | None) -> None:
+        cfg, alg, hw = self.cfg, self.cfg.algorithm, self.cfg.hardware
+        self.replay = None
         self.train_queue: queue.Queue = queue.Queue(maxsize=alg.train_queue_batches)
         self.engine = InferenceEngine(
             self.model,
@@ -126,29 +165,45 @@ class LocalRun:
             pin_memory=hw.pin_memory,
             amp_dtype=amp,
         )
-        self.consumer = CentralInference(
-            self.engine, alg.unroll_length, alg.batch_size, self.train_queue, self.stop
+        sink = TrainQueueSink(alg.batch_size, self.train_queue, self.stop)
+        self.consumer = CentralInference(self.engine, alg.unroll_length, sink)
+        self._train_args = (
+            run_training,
+            self.learner,
+            self.train_queue,
+            self.stop,
+            lambda: self.broker.stats.env_steps,
+            self.errors,
         )
-        self.ctx = context or zmq.Context()
-        self._own_context = context is None
-        self.socket = self.ctx.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.MAXMSGSIZE, cfg.broker.max_message_bytes)
-        self.endpoint = self._bind()
-        batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
-        self.broker = Broker(self.socket, self.spec, batcher, self.consumer)
-        self.errors: list[BaseException] = []
-        self.actors = ActorPool(
-            endpoint=self.endpoint,
-            env=cfg.env,
-            num_actors=cfg.actor.num_actors,
-            batches_per_actor=cfg.actor.batches_per_actor,
-            envs_per_batch=cfg.actor.envs_per_batch,
+
+    def _build_r2d2(self) -> None:
+        cfg, alg, actor = self.cfg, self.cfg.algorithm, self.cfg.actor
+        # The replay is the big allocation: check it fits before anything starts.
+        self.replay = make_replay(alg, self.spec, self.model, cfg.seed)
+        self.engine = InferenceEngine(
+            self.model,
+            self.device,
+            self.weights_lock,
+            select=EpsilonGreedy(alg.value_rescale_eps),
             seed=cfg.seed,
-            run_dir=run_dir,
-            python=cfg.launcher.python,
-            inproc_context=self.ctx if cfg.actor.transport == "inproc" else None,
+            pin_memory=cfg.hardware.pin_memory,
         )
+        self.learner = R2D2Learner(
+            self.model, alg, self.device, self.weights_lock, pin_memory=cfg.hardware.pin_memory
+        )
+        batches = actor.num_actors * actor.batches_per_actor
+        exploring_envs = (batches - alg.eval_batches) * actor.envs_per_batch
+        exploration = Exploration(
+            epsilon_ladder(exploring_envs, alg.epsilon_base, alg.epsilon_alpha), alg.eval_epsilon
+        )
+        self.consumer = CentralInference(
+            self.engine,
+            alg.burn_in + alg.sequence_length,
+            ReplaySink(self.replay, alg, self.stop),
+            overlap=alg.burn_in + 1,
+            exploration=exploration,
+        )
+        self._train_args = (run_r2d2_training, self.learner, self.replay, self.stop, self.errors)
 
     def _bind(self) -> str:
         broker = self.cfg.broker
@@ -184,18 +239,11 @@ class LocalRun:
 
     def run(self) -> RunSummary:
         cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, METRIC_COLUMNS)
+        columns = COMMON_COLUMNS + ALGORITHM_COLUMNS[cfg.algorithm.name]
+        writer = MetricsWriter(self.run_dir, columns)
         threads = [
             self._thread("broker", self.broker.serve, self.stop),
-            self._thread(
-                "train",
-                run_training,
-                self.learner,
-                self.train_queue,
-                self.stop,
-                lambda: self.broker.stats.env_steps,
-                self.errors,
-            ),
+            self._thread("train", *self._train_args),
         ]
         self.actors.start()
         log.info(
@@ -290,14 +338,22 @@ class _Monitor:
             "learner_wait_frac": wait / (wait + busy) if wait + busy > 0 else None,
             "bad_messages": sum(stats.bad_messages.values()),
             **learner_stats.pop_means(),
+            **self._r2d2_row(),
         }
         self.writer.write(row)
-        losses = (
-            f"loss pg {row['loss/pg']:.3g} baseline {row['loss/baseline']:.3g} "
-            f"entropy {row['loss/entropy']:.3g}"
-            if "loss/pg" in row
-            else "no update this interval"
-        )
+        if "loss/pg" in row:
+            losses = (
+                f"loss pg {row['loss/pg']:.3g} baseline {row['loss/baseline']:.3g} "
+                f"entropy {row['loss/entropy']:.3g}"
+            )
+        elif "loss/td" in row:
+            losses = (
+                f"loss td {row['loss/td']:.3g} q {row['q_mean']:.3g} | replay "
+                f"{row['replay_size']} ratio {row['replay_ratio']:.2f} | eval return "
+                + ("n/a" if row["eval_return_mean"] is None else f"{row['eval_return_mean']:.1f}")
+            )
+        else:
+            losses = "no update this interval"
         log.info(
             "steps %d | %.0f steps/s | return %s (%d ep) | updates %d | %s",
             steps,
@@ -311,6 +367,10 @@ class _Monitor:
         self.last_batches, self.last_batch_envs = stats.batches, stats.batch_envs
         self.last_wait, self.last_busy = learner_stats.wait_s, learner_stats.busy_s
         target = cfg.stop_at_return
+        if run.replay is not None:
+            # R2D2's exploring envs act with epsilon up to 0.4: judge it by its eval episodes.
+            returns = list(run.consumer.eval_returns)
+            self.return_mean = row["eval_return_mean"]
         if (
             target is not None
             and self.time_to_target is None
@@ -327,6 +387,21 @@ class _Monitor:
         if cfg.max_minutes and elapsed >= cfg.max_minutes * 60:
             return "max_minutes"
         return ""
+
+    def _r2d2_row(self) -> dict[str, float | None]:
+        run = self.run
+        if run.replay is None:
+            return {}
+        consumer, limiter = run.consumer, run.replay.limiter
+        evals = list(consumer.eval_returns)
+        return {
+            "eval_return_mean": float(np.mean(evals)) if evals else None,
+            "eval_episodes": consumer.eval_episodes,
+            "eval_epsilon": run.cfg.algorithm.eval_epsilon,
+            "priority_mean": run.replay.mean_priority(),
+            "replay_size": len(run.replay),
+            "replay_ratio": limiter.replay_ratio(),
+        }
 
     def summary(self, reason: str) -> RunSummary:
         elapsed = time.monotonic() - self.start

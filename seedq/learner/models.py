@@ -322,9 +322,7 @@ class RecurrentBody(nn.Module):
             torch.zeros(shape, device=device, dtype=weight.dtype),
         )
 
-    def embed(
-        self, obs: Tensor, done: Tensor, core_state: CoreState
-    ) -> tuple[Tensor, CoreState]:
+    def embed(self, obs: Tensor, done: Tensor, core_state: CoreState) -> tuple[Tensor, CoreState]:
         """Run ``T`` steps for ``B`` envs through torso and core.
 
         Args:

@@ -1,17 +1,19 @@
-"""The learner's side of the broker: central inference, trajectory recording, train queue.
+"""The learner's side of the broker: central inference, trajectory recording, unroll sinks.
 
 ``CentralInference`` implements the broker's ``BatchConsumer``: it acts for a batch of actor
 requests with the shared model, then records each request as one time step of that actor's
-unroll. Completed training batches go into a bounded queue; when training falls behind, the
-put blocks, the broker stops answering, and the actors wait (backpressure, never unbounded
-memory).
+unroll. Completed unrolls go to a sink: V-trace's ``TrainQueueSink`` (a bounded queue of
+training batches) or R2D2's replay. When training falls behind, the sink blocks, the broker
+stops answering, and the actors wait (backpressure, never unbounded memory).
 """
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,22 +22,41 @@ from seedq.learner.inference import InferenceEngine, InferenceResult
 from seedq.learner.unroll_store import BatchAssembler, StepRecord, Unroll, UnrollStore
 
 
+class Exploration:
+    """Epsilon per global env id: a ladder over the exploring envs, ``eval_epsilon`` beyond.
+
+    Env ids ``>= len(epsilons)`` are evaluation envs; their episodes are reported apart.
+    """
+
+    def __init__(self, epsilons: np.ndarray, eval_epsilon: float) -> None:
+        self.epsilons = np.asarray(epsilons, dtype=np.float32)
+        self.eval_epsilon = eval_epsilon
+
+    def __call__(self, env_ids: np.ndarray) -> np.ndarray:
+        inside = env_ids < len(self.epsilons)
+        ladder = self.epsilons[np.minimum(env_ids, len(self.epsilons) - 1)]
+        return np.where(inside, ladder, np.float32(self.eval_epsilon))
+
+    def is_eval(self, slot: ActorSlot) -> bool:
+        return bool(slot.env_ids[0] >= len(self.epsilons))
+
+
 class CentralInference:
     def __init__(
         self,
         engine: InferenceEngine,
         unroll_length: int,
-        batch_size: int,
-        train_queue: queue.Queue,
-        stop: threading.Event,
+        on_unroll: Callable[[Unroll], None],
+        *,
+        overlap: int = 1,
+        exploration: Exploration | None = None,
     ) -> None:
         self.engine = engine
-        self.train_queue = train_queue
-        self.stop = stop
-        self.assembler = BatchAssembler(batch_size)
-        self.store = UnrollStore(unroll_length, self._on_unroll)
+        self.exploration = exploration
+        self.store = UnrollStore(unroll_length, on_unroll, overlap=overlap)
         self._last: tuple[Batch, np.ndarray, InferenceResult] | None = None
-        self.queue_wait_s = 0.0
+        self.eval_returns: collections.deque = collections.deque(maxlen=100)
+        self.eval_episodes = 0
 
     def actor_started(self, slot: ActorSlot) -> None:
         self.engine.ensure_rows(int(slot.rows.max()) + 1)
@@ -56,7 +77,12 @@ class CentralInference:
             [np.flatnonzero(s.truncated) + off for s, off in zip(steps, offsets, strict=True)]
         )
         final_obs = _cat([s.final_obs for s in steps])
-        result = self.engine.infer(obs, done, rows, truncated_index, final_obs)
+        epsilon = (
+            None
+            if self.exploration is None
+            else _cat([self.exploration(slot.env_ids) for slot, _ in batch])
+        )
+        result = self.engine.infer(obs, done, rows, truncated_index, final_obs, epsilon)
         self._last = (batch, done, result)
         return result.actions
 
@@ -78,9 +104,22 @@ class CentralInference:
                 behaviour=result.behaviour[part],
                 core_state=tuple(s[part] for s in result.input_state),
             )
+            if self.exploration is not None and self.exploration.is_eval(slot):
+                self.eval_returns.extend(step.episode_returns)
+                self.eval_episodes += len(step.episode_returns)
             self.store.append(slot.hello.actor_id, record)
 
-    def _on_unroll(self, unroll: Unroll) -> None:
+
+class TrainQueueSink:
+    """V-trace: cut unrolls into batches of ``batch_size`` columns for a bounded queue."""
+
+    def __init__(self, batch_size: int, train_queue: queue.Queue, stop: threading.Event) -> None:
+        self.assembler = BatchAssembler(batch_size)
+        self.train_queue = train_queue
+        self.stop = stop
+        self.wait_s = 0.0
+
+    def __call__(self, unroll: Unroll) -> None:
         for batch in self.assembler.add(unroll):
             self._put(batch)
 
@@ -92,7 +131,7 @@ class CentralInference:
                 break
             except queue.Full:
                 continue
-        self.queue_wait_s += time.monotonic() - start
+        self.wait_s += time.monotonic() - start
 
 
 def _cat(arrays: list[np.ndarray]) -> np.ndarray:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from seedq.config import AlgorithmConfig
+from seedq.config import VTraceConfig
 from seedq.learner.losses.vtrace import vtrace_loss
 from seedq.learner.models import ActorCriticNet
 from seedq.learner.unroll_store import Unroll
@@ -26,7 +26,7 @@ from seedq.learner.unroll_store import Unroll
 log = logging.getLogger(__name__)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: AlgorithmConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, cfg: VTraceConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
     return torch.optim.RMSprop(
@@ -98,7 +98,7 @@ class VTraceLearner:
     def __init__(
         self,
         model: ActorCriticNet,
-        cfg: AlgorithmConfig,
+        cfg: VTraceConfig,
         device: torch.device,
         weights_lock: threading.Lock,
         *,
