@@ -42,3 +42,13 @@ def test_unknown_env_id_fails_before_any_actor_starts(tmp_path):
 def test_negative_batch_size_names_the_key(tmp_path):
     code, output = train("algorithm.batch_size=-1", tmp_path=tmp_path)
     assert (code, "algorithm.batch_size=-1" in output) == (2, True)
+
+
+def test_r2d2_replay_larger_than_memory_fails_at_start_up_with_the_figures(tmp_path):
+    code, output = train("algorithm=r2d2", "algorithm.replay_capacity=100000000", tmp_path=tmp_path)
+    assert (code, "GiB" in output, "use algorithm.replay_capacity=" in output) == (2, True, True)
+
+
+def test_r2d2_burn_in_longer_than_the_sequence_names_both_keys(tmp_path):
+    code, output = train("algorithm=r2d2", "algorithm.burn_in=30", tmp_path=tmp_path)
+    assert (code, "algorithm.burn_in=30" in output, "sequence_length" in output) == (2, True, True)

@@ -14,10 +14,10 @@ import torch
 
 from seedq.config import (
     ActorConfig,
-    VTraceConfig,
     BrokerConfig,
     EnvConfig,
     SeedqConfig,
+    VTraceConfig,
 )
 from seedq.launch.local import LocalRun
 from seedq.learner.models import AgentOutput

@@ -97,3 +97,39 @@ def test_gym_env_with_vector_observations_trains(tmp_path):
 def test_cartpole_vtrace_reaches_475_within_ten_minutes(tmp_path):
     summary = train(tmp_path, "max_minutes=10", "stop_at_return=475")
     assert summary.time_to_target_s is not None and summary.time_to_target_s <= 600, summary
+
+
+def test_cartpole_r2d2_learns_in_a_short_run(tmp_path):
+    summary = train(
+        tmp_path, "algorithm=r2d2", "max_minutes=3", "stop_at_return=150", "log_interval_s=2"
+    )
+    # R2D2's return is that of its eval episodes (epsilon 0.001).
+    assert summary.return_mean >= 5 * RANDOM_CARTPOLE_RETURN, summary
+
+
+def test_r2d2_runs_on_atari_frames_with_the_paper_layout(tmp_path):
+    summary = train(
+        tmp_path,
+        "algorithm=r2d2",
+        "env=atari",
+        "env.id=ALE/Pong-v5",
+        "total_env_steps=1500",
+        "actor.num_actors=1",
+        "actor.envs_per_batch=4",
+        "algorithm.sequence_length=8",
+        "algorithm.burn_in=4",
+        "algorithm.batch_size=4",
+        "algorithm.replay_min_size=8",
+        "algorithm.replay_capacity=64",
+        "algorithm.model.lstm_size=32",
+        "algorithm.model.head_size=32",
+        "log_interval_s=1",
+    )
+    rows = metrics(tmp_path)
+    assert (summary.updates >= 1, float(rows[-1]["replay_size"]) > 0) == (True, True)
+
+
+@pytest.mark.slow
+def test_cartpole_r2d2_reaches_475(tmp_path):
+    summary = train(tmp_path, "algorithm=r2d2", "max_minutes=10", "stop_at_return=475")
+    assert summary.time_to_target_s is not None, summary
