@@ -28,9 +28,17 @@ def read_rows(run_dir: Path) -> list[dict[str, float]]:
         ]
 
 
+def return_keys(rows: list[dict[str, float]]) -> tuple[str, str]:
+    """R2D2 runs are judged by their eval episodes (epsilon 0.001), V-trace by all episodes."""
+    if any("eval_return_mean" in row for row in rows):
+        return "eval_return_mean", "eval_episodes"
+    return "return_mean", "episodes"
+
+
 def first_reaching(rows: list[dict[str, float]], target: float) -> dict[str, float] | None:
+    ret, episodes = return_keys(rows)
     for row in rows:
-        if row.get("episodes", 0) >= 100 and row.get("return_mean", float("-inf")) >= target:
+        if row.get(episodes, 0) >= 100 and row.get(ret, float("-inf")) >= target:
             return row
     return None
 
@@ -38,13 +46,13 @@ def first_reaching(rows: list[dict[str, float]], target: float) -> dict[str, flo
 def results_table(run_dirs: list[Path], target: float) -> str:
     lines = [
         f"| run | env steps/s (mean) | minutes to {target:g} | env steps to {target:g} "
-        "| final return (100 ep) | stop reason |",
-        "|---|---:|---:|---:|---:|---|",
+        "| final return (100 ep) | replay ratio | stop reason |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for run_dir in run_dirs:
         rows = read_rows(run_dir)
         if not rows:
-            lines.append(f"| {run_dir.name} | no rows | | | | |")
+            lines.append(f"| {run_dir.name} | no rows | | | | | |")
             continue
         last = rows[-1]
         summary_path = run_dir / "summary.json"
@@ -54,9 +62,11 @@ def results_table(run_dirs: list[Path], target: float) -> str:
         reached = (
             f"{hit['wall_time'] / 60:.1f} | {hit['env_steps']:,.0f}" if hit else "not reached | -"
         )
+        final = last.get(return_keys(rows)[0], float("nan"))
+        ratio = f"{last['replay_ratio']:.2f}" if "replay_ratio" in last else "-"
         lines.append(
-            f"| {run_dir.name} | {speed:,.0f} | {reached} | "
-            f"{last.get('return_mean', float('nan')):.1f} | {summary.get('stop_reason', '?')} |"
+            f"| {run_dir.name} | {speed:,.0f} | {reached} | {final:.1f} | {ratio} | "
+            f"{summary.get('stop_reason', '?')} |"
         )
     return "\n".join(lines)
 
@@ -77,11 +87,12 @@ def curve_table(run_dir: Path, every_min: float) -> str:
     if rows and (not picked or picked[-1] is not rows[-1]):
         picked.append(rows[-1])
     skip = frame_skip(run_dir)
+    ret, _ = return_keys(rows)
     for row in picked:
         lines.append(
             f"| {row['wall_time'] / 60:.1f} | {row['env_steps']:,.0f} | "
             f"{row['env_steps'] * skip:,.0f} | {row.get('steps_per_s', 0):,.0f} | "
-            f"{row.get('return_mean', float('nan')):.1f} | {row.get('episodes', 0):,.0f} |"
+            f"{row.get(ret, float('nan')):.1f} | {row.get('episodes', 0):,.0f} |"
         )
     return "\n".join(lines)
 
