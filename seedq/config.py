@@ -146,7 +146,6 @@ class HardwareConfig:
     pin_memory: bool = False
     channels_last: bool = True
     amp: str = "none"  # none | bf16 | fp16
-    compile: bool = False
     gil_switch_interval_s: float = 0.0002
 
 

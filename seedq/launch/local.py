@@ -121,7 +121,7 @@ class LocalRun:
         self.weights_lock = threading.Lock()
         self.errors: list[BaseException] = []
         if alg.name == "r2d2":
-            self._build_r2d2()
+            self._build_r2d2(amp)
         else:
             self._build_vtrace(amp)
         self.ctx = context or zmq.Context()
@@ -176,7 +176,7 @@ class LocalRun:
             self.errors,
         )
 
-    def _build_r2d2(self) -> None:
+    def _build_r2d2(self, amp: torch.dtype | None) -> None:
         cfg, alg, actor = self.cfg, self.cfg.algorithm, self.cfg.actor
         # The replay is the big allocation: check it fits before anything starts.
         self.replay = make_replay(alg, self.spec, self.model, cfg.seed)
@@ -187,9 +187,15 @@ class LocalRun:
             select=EpsilonGreedy(alg.value_rescale_eps),
             seed=cfg.seed,
             pin_memory=cfg.hardware.pin_memory,
+            amp_dtype=amp,
         )
         self.learner = R2D2Learner(
-            self.model, alg, self.device, self.weights_lock, pin_memory=cfg.hardware.pin_memory
+            self.model,
+            alg,
+            self.device,
+            self.weights_lock,
+            pin_memory=cfg.hardware.pin_memory,
+            amp_dtype=amp,
         )
         batches = actor.num_actors * actor.batches_per_actor
         exploring_envs = (batches - alg.eval_batches) * actor.envs_per_batch

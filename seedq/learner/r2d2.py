@@ -15,6 +15,7 @@ episode's reward carries ``gamma * V(final obs)`` instead (value from the acting
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -186,9 +187,13 @@ class R2D2Learner:
         weights_lock: threading.Lock,
         *,
         pin_memory: bool = False,
+        amp_dtype: torch.dtype | None = None,
     ) -> None:
         self.model = model
         self.target = copy.deepcopy(model).requires_grad_(False)
+        self.amp_dtype = amp_dtype
+        # fp16 needs loss scaling; bf16 has fp32's range and does not.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
         self.cfg = cfg
         self.device = device
         self.weights_lock = weights_lock
@@ -212,13 +217,19 @@ class R2D2Learner:
         done = self._tensor(data["done"]).T
         core = self._tensor(data["core_state"])  # [B, k, H]
         state = tuple(core[:, i] for i in range(core.shape[1]))  # (h, c), each [B, H]
-        with torch.no_grad():
+        autocast = (
+            torch.autocast(self.device.type, dtype=self.amp_dtype)
+            if self.amp_dtype is not None
+            else contextlib.nullcontext()
+        )
+        with torch.no_grad(), autocast:
             online_state, target_state = state, state
             if burn:
                 _, online_state = self.model(obs[:burn], done[:burn], state)
                 _, target_state = self.target(obs[:burn], done[:burn], state)
             q_target = self.target(obs[burn:], done[burn:], target_state)[0].q.float()
-        q_online = self.model(obs[burn:], done[burn:], online_state)[0].q.float()
+        with autocast:
+            q_online = self.model(obs[burn:], done[burn:], online_state)[0].q.float()
         rewards, dones = transition_inputs(
             self._tensor(data["reward"]).T,
             done,
@@ -243,10 +254,12 @@ class R2D2Learner:
         weights = self._tensor(sample.weights)
         loss = (weights * (0.5 * td.pow(2)).mean(0)).mean()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         with self.weights_lock:
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.stats.updates += 1
         if self.stats.updates % cfg.target_update_period == 0:
             self.target.load_state_dict(self.model.state_dict())
