@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from seedq.learner.losses.r2d2 import inverse_value_rescale
+from seedq.learner.tensors import to_device
 
 
 class InferenceResult(NamedTuple):
@@ -107,12 +108,7 @@ class InferenceEngine:
                 s[index] = 0
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)
-        if self.device.type == "cpu":
-            return tensor
-        if self.pin_memory:
-            tensor = tensor.pin_memory()
-        return tensor.to(self.device, non_blocking=True)
+        return to_device(array, self.device, self.pin_memory)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:

@@ -28,6 +28,7 @@ from seedq.config import ConfigError, R2D2Config
 from seedq.learner.losses.r2d2 import n_step_double_q_targets, sequence_priorities
 from seedq.learner.models import RecurrentQNet
 from seedq.learner.replay import RateLimiter, SampledSequences, SequenceReplay
+from seedq.learner.tensors import to_device
 from seedq.learner.train import TrainStats, clip_rewards
 from seedq.learner.unroll_store import Unroll
 from seedq.messages import EnvSpec
@@ -202,12 +203,7 @@ class R2D2Learner:
         self.stats = TrainStats()
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
-        if self.device.type == "cpu":
-            return tensor
-        if self.pin_memory:
-            tensor = tensor.pin_memory()
-        return tensor.to(self.device, non_blocking=True)
+        return to_device(array, self.device, self.pin_memory)
 
     def train_step(self, sample: SampledSequences) -> np.ndarray:
         """Update on B sequences; returns their new priorities ``[B]``."""

@@ -21,6 +21,7 @@ import torch
 from seedq.config import VTraceConfig
 from seedq.learner.losses.vtrace import vtrace_loss
 from seedq.learner.models import ActorCriticNet
+from seedq.learner.tensors import to_device
 from seedq.learner.unroll_store import Unroll
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,7 @@ class VTraceLearner:
         self.stats = TrainStats()
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
-        if self.device.type == "cpu":
-            return tensor
-        if self.pin_memory:
-            tensor = tensor.pin_memory()
-        return tensor.to(self.device, non_blocking=True)
+        return to_device(array, self.device, self.pin_memory)
 
     def set_progress(self, env_steps: int) -> None:
         if self.cfg.lr_schedule == "linear":
