@@ -145,3 +145,32 @@ def test_sequence_priorities_mix_max_and_mean():
         0.5 * np.abs(td).max(0) + 0.5 * np.abs(td).mean(0),
         rtol=1e-12,
     )
+
+
+def test_transitions_bootstrap_truncated_ends_from_the_final_value_and_stop_at_terminal():
+    from seedq.learner.r2d2 import transition_inputs
+
+    # Rows 0..4, burn-in 1: trained transitions 1->2, 2->3, 3->4.
+    reward = torch.tensor([[0.0], [1.0], [2.0], [3.0], [4.0]])
+    done = torch.tensor([[True], [False], [True], [False], [True]])
+    truncated = torch.tensor([[False], [False], [True], [False], [False]])
+    final_value = torch.tensor([[0.0], [0.0], [10.0], [0.0], [0.0]])
+    rewards, dones = transition_inputs(
+        reward, done, truncated, final_value, burn_in=1, gamma=0.5, reward_clip="none"
+    )
+    # Row 2 was truncated: 2 + 0.5 * V(final obs); row 4 terminated: no bootstrap, reward only.
+    assert rewards[:, 0].tolist() == [7.0, 3.0, 4.0]
+    assert dones[:, 0].tolist() == [1.0, 0.0, 1.0]
+
+
+def test_epsilon_greedy_values_map_q_back_through_the_rescaling():
+    from seedq.learner.inference import EpsilonGreedy
+    from seedq.learner.models import QOutput
+
+    q = value_rescale(torch.tensor([[[1.0, 7.0], [-3.0, -5.0]]]), 1e-3)
+    generator = torch.Generator().manual_seed(0)
+    chosen = EpsilonGreedy(1e-3)(QOutput(q), torch.zeros(2), generator)
+    assert chosen.actions.tolist() == [1, 0]
+    np.testing.assert_allclose(chosen.values.numpy(), [7.0, -3.0], rtol=1e-5)
+    explore = EpsilonGreedy(1e-3)(QOutput(q[:, :1].expand(1, 4000, 2)), torch.ones(4000), generator)
+    assert 0.4 < explore.actions.float().mean() < 0.6  # epsilon 1: uniform actions
