@@ -1,7 +1,10 @@
 """seedq-train as a user runs it: start-up failures are clear and happen before any process."""
 
+import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -52,3 +55,25 @@ def test_r2d2_replay_larger_than_memory_fails_at_start_up_with_the_figures(tmp_p
 def test_r2d2_burn_in_longer_than_the_sequence_names_both_keys(tmp_path):
     code, output = train("algorithm=r2d2", "algorithm.burn_in=30", tmp_path=tmp_path)
     assert (code, "algorithm.burn_in=30" in output, "sequence_length" in output) == (2, True, True)
+
+
+def test_sigterm_stops_actors_and_writes_a_checkpoint(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", "max_minutes=2", f"hydra.run.dir={tmp_path}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "metrics.csv").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    actors_left = subprocess.run(["pgrep", "-f", f"log-file {tmp_path}"], capture_output=True)
+    assert (
+        process.returncode,
+        summary["stop_reason"],
+        (tmp_path / "checkpoint.pt").exists(),
+        actors_left.stdout,
+    ) == (0, "interrupted", True, b""), output

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -92,6 +93,10 @@ def probe_env_spec(cfg: SeedqConfig) -> EnvSpec:
         return EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
     finally:
         env.close()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -244,6 +249,16 @@ class LocalRun:
         return thread
 
     def run(self) -> RunSummary:
+        """Train until a stop condition; Ctrl-C or SIGTERM stop it the same orderly way."""
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
+        try:
+            return self._run()
+        finally:
+            if on_main_thread:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _run(self) -> RunSummary:
         cfg = self.cfg
         columns = COMMON_COLUMNS + ALGORITHM_COLUMNS[cfg.algorithm.name]
         writer = MetricsWriter(self.run_dir, columns)
@@ -273,7 +288,7 @@ class LocalRun:
                 if reason:
                     break
         except KeyboardInterrupt:
-            log.warning("interrupted; saving and stopping")
+            log.warning("interrupted; stopping the actors and saving a checkpoint")
         finally:
             self.stop.set()
             self.actors.stop()
