@@ -388,7 +388,7 @@ class _Monitor:
         self.last_batches, self.last_batch_envs = stats.batches, stats.batch_envs
         self.last_wait, self.last_busy = learner_stats.wait_s, learner_stats.busy_s
         target = cfg.stop_at_return
-        if run.replay is not None:
+        if run.replay is not None and cfg.algorithm.eval_batches:
             # R2D2's exploring envs act with epsilon up to 0.4: judge it by its eval episodes.
             returns = list(run.consumer.eval_returns)
             self.return_mean = row["eval_return_mean"]
