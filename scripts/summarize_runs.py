@@ -1,7 +1,9 @@
 """Summarise seedq run directories as Markdown: a results table and, optionally, a return curve.
 
     python scripts/summarize_runs.py runs/a runs/b --target 475
-    python scripts/summarize_runs.py runs/pong --curve-every-min 5 [--plot pong.png]
+    python scripts/summarize_runs.py runs/pong --curve-every-min 5
+
+(``seedq-plot`` draws the curves.)
 
 Reads each run's ``metrics.csv`` (one row per logging interval) and ``summary.json``. The
 time to target is the wall time of the first logging row whose 100-episode mean return reached
@@ -108,25 +110,6 @@ def frame_skip(run_dir: Path) -> int:
     return int(env.get("frame_skip", 1)) if env.get("kind") == "atari" else 1
 
 
-def plot(run_dir: Path, out: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install matplotlib") from None
-    rows = [r for r in read_rows(run_dir) if "return_mean" in r]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([r["wall_time"] / 60 for r in rows], [r["return_mean"] for r in rows])
-    ax.set_xlabel("wall time (minutes)")
-    ax.set_ylabel("mean episode return (last 100)")
-    ax.set_title(run_dir.name)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)
@@ -137,15 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="also print each run's return curve, one row per N minutes",
     )
-    parser.add_argument("--plot", type=Path, default=None, help="PNG of the first run's curve")
     args = parser.parse_args(argv)
     print(results_table(args.run_dirs, args.target))
     if args.curve_every_min:
         for run_dir in args.run_dirs:
             print(f"\n{run_dir.name}\n")
             print(curve_table(run_dir, args.curve_every_min))
-    if args.plot:
-        plot(args.run_dirs[0], args.plot)
     return 0
 
 

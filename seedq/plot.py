@@ -1,0 +1,135 @@
+"""seedq-plot: return curves of run directories, against env steps and against wall time.
+
+    seedq-plot runs/2026-11-23/10-00-00_CartPole-v1 runs/multirun/2026-11-23/11-00-00 -o out.png
+
+Each argument is a run directory (it holds ``metrics.csv``) or a folder searched for them (a
+Hydra multirun directory). Runs whose overrides differ only in ``seed`` form one group, drawn
+as the mean with the min-max band of its seeds; other runs get a line each. R2D2 runs are drawn
+with their eval-episode return, V-trace runs with the return of all episodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+IGNORED_OVERRIDES = ("seed=", "hydra.", "run_dir=")
+
+
+@dataclass
+class RunCurve:
+    name: str
+    group: str
+    env_steps: np.ndarray
+    minutes: np.ndarray
+    returns: np.ndarray
+
+
+def find_runs(paths: Sequence[Path]) -> list[Path]:
+    runs: list[Path] = []
+    for path in paths:
+        if (path / "metrics.csv").exists():
+            runs.append(path)
+        elif path.is_dir():
+            runs.extend(sorted(p.parent for p in path.rglob("metrics.csv")))
+        else:
+            raise FileNotFoundError(f"{path}: not a run directory or a folder of runs")
+    if not runs:
+        raise FileNotFoundError(f"no metrics.csv under {', '.join(map(str, paths))}")
+    return runs
+
+
+def group_key(run_dir: Path) -> str:
+    """The run's overrides without seed and Hydra's own keys: runs differing by seed share it."""
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return run_dir.name
+    overrides = [
+        line.strip().lstrip("- ").strip()
+        for line in path.read_text().splitlines()
+        if line.strip().startswith("-")
+    ]
+    kept = sorted(o for o in overrides if not o.startswith(IGNORED_OVERRIDES))
+    return " ".join(kept) or "defaults"
+
+
+def read_curve(run_dir: Path) -> RunCurve:
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    key = "eval_return_mean" if rows and "eval_return_mean" in rows[0] else "return_mean"
+    rows = [r for r in rows if r.get(key) not in ("", None)]
+    return RunCurve(
+        name=run_dir.name,
+        group=group_key(run_dir),
+        env_steps=np.array([float(r["env_steps"]) for r in rows]),
+        minutes=np.array([float(r["wall_time"]) / 60 for r in rows]),
+        returns=np.array([float(r[key]) for r in rows]),
+    )
+
+
+def band(curves: list[RunCurve], axis: str, points: int = 200) -> tuple[np.ndarray, ...]:
+    """Mean, min and max of the curves on a common grid over the range all of them cover."""
+    xs = [getattr(c, axis) for c in curves]
+    end = min(x[-1] for x in xs)
+    grid = np.linspace(0.0, end, points)
+    ys = np.stack([np.interp(grid, x, c.returns) for x, c in zip(xs, curves, strict=True)])
+    return grid, ys.mean(0), ys.min(0), ys.max(0)
+
+
+def plot(curves: list[RunCurve], out: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("seedq-plot needs matplotlib: pip install 'seedq[plot]'") from None
+    groups: dict[str, list[RunCurve]] = {}
+    for curve in curves:
+        if len(curve.returns):
+            groups.setdefault(curve.group, []).append(curve)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for (label, members), color in zip(groups.items(), plt.cm.tab10.colors * 10, strict=False):
+        for ax, axis in zip(axes, ("env_steps", "minutes"), strict=True):
+            if len(members) == 1:
+                ax.plot(getattr(members[0], axis), members[0].returns, color=color, label=label)
+                continue
+            grid, mean, low, high = band(members, axis)
+            ax.plot(grid, mean, color=color, label=f"{label} ({len(members)} seeds)")
+            ax.fill_between(grid, low, high, color=color, alpha=0.2)
+    axes[0].set_xlabel("env steps")
+    axes[1].set_xlabel("wall time (minutes)")
+    for ax in axes:
+        ax.set_ylabel("mean return (last 100 episodes)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="seedq-plot", description="Plot return curves of seedq runs."
+    )
+    parser.add_argument("paths", nargs="+", type=Path, help="run directories or multirun dirs")
+    parser.add_argument("-o", "--out", type=Path, default=Path("returns.png"))
+    args = parser.parse_args(argv)
+    try:
+        runs = find_runs(args.paths)
+    except FileNotFoundError as exc:
+        print(f"seedq-plot: {exc}", file=sys.stderr)
+        return 2
+    plot([read_curve(r) for r in runs], args.out)
+    print(f"wrote {args.out} ({len(runs)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""seedq-plot: finds runs, groups seeds of one config, draws a PNG."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from seedq.plot import band, find_runs, group_key, main, read_curve
+
+
+def fake_run(path, overrides, returns, *, eval_returns=None):
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    columns = ["wall_time", "env_steps", "return_mean", "steps_per_s"]
+    if eval_returns is not None:
+        columns.append("eval_return_mean")
+    with open(path / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for i, r in enumerate(returns):
+            row = [60.0 * (i + 1), 1000 * (i + 1), r, 1000 / 60]
+            if eval_returns is not None:
+                row.append(eval_returns[i])
+            writer.writerow(row)
+    return path
+
+
+def test_seeds_of_one_config_share_a_group_and_other_overrides_do_not(tmp_path):
+    a = fake_run(tmp_path / "m" / "0", ["seed=0", "algorithm.lr=1e-3"], [1, 2])
+    b = fake_run(tmp_path / "m" / "1", ["seed=1", "algorithm.lr=1e-3"], [1, 3])
+    c = fake_run(tmp_path / "m" / "2", ["seed=0", "algorithm.lr=3e-4"], [1, 1])
+    assert find_runs([tmp_path / "m"]) == [a, b, c]
+    assert group_key(a) == group_key(b) == "algorithm.lr=1e-3" != group_key(c)
+
+
+def test_r2d2_runs_are_drawn_with_their_eval_return(tmp_path):
+    run = fake_run(tmp_path / "r", ["algorithm=r2d2"], [5, 6], eval_returns=[50, 60])
+    assert read_curve(run).returns.tolist() == [50.0, 60.0]
+
+
+def test_band_is_mean_min_max_over_the_common_range(tmp_path):
+    runs = [
+        read_curve(fake_run(tmp_path / str(i), [f"seed={i}"], r))
+        for i, r in enumerate([[0, 10, 20], [0, 20]])
+    ]
+    grid, mean, low, high = band(runs, "env_steps", points=3)
+    np.testing.assert_allclose(grid, [0, 1000, 2000])  # the shorter run ends at 2000
+    np.testing.assert_allclose((mean[-1], low[-1], high[-1]), (15, 10, 20))
+
+
+def test_cli_writes_a_png_and_refuses_a_folder_without_runs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    fake_run(tmp_path / "runs" / "a", ["seed=0"], [1, 5, 9])
+    fake_run(tmp_path / "runs" / "b", ["seed=1"], [2, 4, 8])
+    out = tmp_path / "curve.png"
+    assert main([str(tmp_path / "runs"), "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2
+    assert "no metrics.csv" in capsys.readouterr().err
