@@ -156,6 +156,12 @@ class LauncherConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every_minutes: float = 10.0  # 0: only at the end (and on Ctrl-C / SIGTERM)
+    keep: int = 3  # newest checkpoints kept in <run dir>/checkpoints
+
+
+@dataclass
 class SeedqConfig:
     algorithm: AlgorithmConfig = MISSING
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -169,6 +175,8 @@ class SeedqConfig:
     stop_at_return: float | None = None  # stop when the 100-episode mean reaches this
     log_interval_s: float = 5.0
     run_dir: str = MISSING
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str | None = None  # a run directory or checkpoint file to continue
 
 
 def register_configs() -> None:
@@ -226,6 +234,7 @@ def validate(cfg: Any) -> None:
         ("broker.deadline_ms", broker.deadline_ms),
         ("broker.max_message_bytes", broker.max_message_bytes),
         ("log_interval_s", cfg.log_interval_s),
+        ("checkpoint.keep", cfg.checkpoint.keep),
         ("total_env_steps", cfg.total_env_steps),
         ("env.frame_skip", env.frame_skip),
         ("env.frame_stack", env.frame_stack),
@@ -237,6 +246,7 @@ def validate(cfg: Any) -> None:
     for key, value in [
         ("env.noop_max", env.noop_max),
         ("max_minutes", cfg.max_minutes),
+        ("checkpoint.every_minutes", cfg.checkpoint.every_minutes),
         ("hardware.num_threads", hw.num_threads),
         ("algorithm.model.lstm_size", alg.model.lstm_size),
     ]:

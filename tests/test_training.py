@@ -45,7 +45,7 @@ def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path):
         set(REQUIRED_COLUMNS) <= set(rows[0]),
         int(rows[-1]["env_steps"]) >= 5000,
         len(list((tmp_path / "tb").glob("events.out.tfevents.*"))),
-        (tmp_path / "checkpoint.pt").exists(),
+        len(list((tmp_path / "checkpoints").glob("ckpt-*.pt"))) == 1,
     ) == (True, True, 1, True)
 
 

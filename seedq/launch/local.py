@@ -26,7 +26,7 @@ from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.config import ConfigError, SeedqConfig
 from seedq.launch.actors import ActorPool
-from seedq.learner.checkpoint import save_checkpoint
+from seedq.learner.checkpoint import plain_config, save_checkpoint, snapshot
 from seedq.learner.inference import EpsilonGreedy, InferenceEngine
 from seedq.learner.models import build_model
 from seedq.learner.r2d2 import R2D2Learner, ReplaySink, make_replay, run_r2d2_training
@@ -105,9 +105,18 @@ AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 class LocalRun:
     """Everything one training run owns; ``run()`` blocks until a stop condition."""
 
-    def __init__(self, cfg: SeedqConfig, run_dir: str, *, context: zmq.Context | None = None):
+    def __init__(
+        self,
+        cfg: SeedqConfig,
+        run_dir: str,
+        *,
+        context: zmq.Context | None = None,
+        resume: dict | None = None,
+    ):
+        """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
         self.cfg = cfg
         self.run_dir = run_dir
+        self.elapsed_before = 0.0
         self.device = resolve_device(cfg.hardware.device)
         # The broker and trainer threads share the GIL; torch releases it inside ops, and at
         # the default 5 ms switch interval the trainer then waits up to 5 ms to get it back,
@@ -137,6 +146,8 @@ class LocalRun:
         self.endpoint = self._bind()
         batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
         self.broker = Broker(self.socket, self.spec, batcher, self.consumer)
+        if resume is not None:
+            self._restore(resume)
         self.actors = ActorPool(
             endpoint=self.endpoint,
             env=cfg.env,
@@ -216,6 +227,52 @@ class LocalRun:
         )
         self._train_args = (run_r2d2_training, self.learner, self.replay, self.stop, self.errors)
 
+    def checkpoint_state(self, wall_time_s: float) -> dict:
+        """Everything needed to continue this run, copied under the weights lock."""
+        with self.weights_lock:
+            state = {
+                "model": snapshot(self.model),
+                "optimizer": snapshot(self.learner.optimizer),
+            }
+            if self.replay is not None:
+                state["target"] = snapshot(self.learner.target)
+        rng = {"torch": torch.get_rng_state(), "inference": self.engine.generator.get_state()}
+        if self.replay is not None:
+            rng["replay"] = self.replay.rng.bit_generator.state
+        return {
+            **state,
+            "rng": rng,
+            "config": plain_config(self.cfg),
+            "env_steps": self.broker.stats.env_steps,
+            "episodes": self.broker.stats.episodes,
+            "updates": self.learner.stats.updates,
+            "wall_time_s": wall_time_s,
+        }
+
+    def _restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.learner.optimizer.load_state_dict(state["optimizer"])
+        if self.replay is not None:
+            self.learner.target.load_state_dict(state["target"])
+            self.replay.rng.bit_generator.state = state["rng"]["replay"]
+        torch.set_rng_state(state["rng"]["torch"])
+        self.engine.generator.set_state(state["rng"]["inference"])
+        self.broker.stats.env_steps = int(state["env_steps"])
+        self.broker.stats.episodes = int(state["episodes"])
+        self.learner.stats.updates = int(state["updates"])
+        self.elapsed_before = float(state["wall_time_s"])
+        log.info(
+            "resumed at %d env steps, %d updates, %.0f s of training",
+            self.broker.stats.env_steps,
+            self.learner.stats.updates,
+            self.elapsed_before,
+        )
+
+    def save(self, wall_time_s: float) -> str:
+        return save_checkpoint(
+            self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
+        )
+
     def _bind(self) -> str:
         broker = self.cfg.broker
         if self.cfg.actor.transport == "inproc":
@@ -275,13 +332,19 @@ class LocalRun:
             self.endpoint,
             self.run_dir,
         )
-        start = time.monotonic()
+        # A resumed run's clock goes on from where it stopped.
+        start = time.monotonic() - self.elapsed_before
         monitor = _Monitor(self, writer, start)
+        every = cfg.checkpoint.every_minutes * 60
+        last_save = time.monotonic()
         reason = "interrupted"
         try:
             while True:
                 self.stop.wait(timeout=cfg.log_interval_s)
                 reason = monitor.tick()
+                if every and time.monotonic() - last_save >= every:
+                    self.save(time.monotonic() - start)
+                    last_save = time.monotonic()
                 if self.errors:
                     raise self.errors[0]
                 self.actors.check()
@@ -296,14 +359,7 @@ class LocalRun:
                 thread.join(timeout=10)
             monitor.tick(final=True)
             writer.close()
-            save_checkpoint(
-                self.run_dir,
-                self.model,
-                self.learner.optimizer,
-                cfg,
-                env_steps=self.broker.stats.env_steps,
-                updates=self.learner.stats.updates,
-            )
+            self.save(time.monotonic() - start)
             self.socket.close(linger=0)
             if self._own_context:
                 self.ctx.term()
@@ -319,7 +375,8 @@ class _Monitor:
 
     def __init__(self, run: LocalRun, writer: MetricsWriter, start: float) -> None:
         self.run, self.writer, self.start = run, writer, start
-        self.last_time, self.last_steps, self.last_updates = start, 0, 0
+        self.last_time = time.monotonic()
+        self.last_steps, self.last_updates = run.broker.stats.env_steps, run.learner.stats.updates
         self.last_batches, self.last_batch_envs = 0, 0
         self.last_wait, self.last_busy = 0.0, 0.0
         self.time_to_target: float | None = None

@@ -1,11 +1,19 @@
-"""Writing the learner's state to the run directory, atomically."""
+"""Checkpoints: the learner's state in ``<run dir>/checkpoints``, written atomically, read back
+with clear errors.
+
+A checkpoint holds the networks, the optimizer, the step counters, the RNG states and the
+resolved config. Each is written to a temp file, synced and renamed into place, so a failed
+write never replaces a good checkpoint; the newest ``keep`` are kept.
+"""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import tempfile
 from dataclasses import asdict, is_dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,44 +21,105 @@ from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT = 2
+DIR_NAME = "checkpoints"
+PREFIX = "ckpt-"
+# Sections that must match for a checkpoint to fit a run: the networks' shapes and meaning.
+COMPATIBILITY_KEYS = ("algorithm.name", "algorithm.model", "env")
 
 
-def _plain_config(cfg: Any) -> dict:
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used; the message names the file and what is wrong."""
+
+
+def plain_config(cfg: Any) -> dict:
     if is_dataclass(cfg):
         return asdict(cfg)
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def save_checkpoint(
-    run_dir: str,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    cfg: Any,
-    *,
-    env_steps: int,
-    updates: int,
-) -> str:
-    """Write ``checkpoint.pt`` via a temp file + rename: a failed write never clobbers the last
-    good checkpoint."""
-    path = os.path.join(run_dir, CHECKPOINT_NAME)
-    state = {
-        "format": 1,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "config": _plain_config(cfg),
-        "env_steps": env_steps,
-        "updates": updates,
-    }
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".checkpoint-", suffix=".tmp")
+def snapshot(module: torch.nn.Module | torch.optim.Optimizer) -> dict:
+    """A deep copy of a state dict, so training can go on while it is written."""
+    return copy.deepcopy(module.state_dict())
+
+
+def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
+    """Write ``state`` (with ``env_steps``) as a new checkpoint; keep the newest ``keep``."""
+    folder = Path(run_dir) / DIR_NAME
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{PREFIX}{int(state['env_steps']):012d}.pt"
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".writing-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
+            torch.save({"format": FORMAT, **state}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
-    log.info("checkpoint written to %s (%d env steps, %d updates)", path, env_steps, updates)
-    return path
+    for old in list_checkpoints(folder)[:-keep]:
+        old.unlink()
+    log.info("checkpoint %s (%d env steps, %d updates)", path, state["env_steps"], state["updates"])
+    return str(path)
+
+
+def list_checkpoints(folder: Path) -> list[Path]:
+    """Checkpoints in ``folder``, oldest first (names sort by env steps)."""
+    return sorted(folder.glob(f"{PREFIX}*.pt"))
+
+
+def find_checkpoint(path: str) -> Path:
+    """A checkpoint file itself, or the newest checkpoint of a run directory."""
+    target = Path(path)
+    if target.is_file():
+        return target
+    for folder in (target / DIR_NAME, target):
+        found = list_checkpoints(folder) if folder.is_dir() else []
+        if found:
+            return found[-1]
+    raise CheckpointError(
+        f"resume={path}: no checkpoint there; give a run directory that has "
+        f"{DIR_NAME}/{PREFIX}*.pt or a checkpoint file"
+    )
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint (tensors and plain data only: no code is unpickled)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to read means the same to the user
+        raise CheckpointError(
+            f"{path} cannot be read ({type(exc).__name__}: {exc}); it is damaged or not a "
+            "seedq checkpoint. Resume from an older one in the same folder"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(
+            f"{path} has checkpoint format {found!r}; this seedq reads format {FORMAT}"
+        )
+    return state
+
+
+def _section(config: dict, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def check_compatible(path: Path, saved: dict, current: dict) -> None:
+    """Raise naming the first setting where the checkpoint's run and this run differ."""
+    for key in COMPATIBILITY_KEYS:
+        old, new = _section(saved, key), _section(current, key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+            detail = ", ".join(f"{key}.{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in diff)
+        else:
+            detail = f"{key}={old!r} there, {new!r} here"
+        raise CheckpointError(
+            f"{path} was written by a run with other settings ({detail}); resume it with the "
+            "same algorithm, model and env"
+        )

@@ -1,0 +1,143 @@
+"""Checkpoints: atomic writes, keeping the newest K, clear refusals, and resuming a run."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from seedq.learner.checkpoint import (
+    CheckpointError,
+    check_compatible,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+
+def state(env_steps, config=None):
+    return {
+        "model": {"w": torch.full((2,), float(env_steps))},
+        "config": config or {"algorithm": {"name": "vtrace", "model": {}}, "env": {"id": "a"}},
+        "env_steps": env_steps,
+        "updates": env_steps // 10,
+    }
+
+
+def test_newest_checkpoints_are_kept_and_found(tmp_path):
+    for steps in (100, 200, 300, 400):
+        save_checkpoint(str(tmp_path), state(steps), keep=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    latest = find_checkpoint(str(tmp_path))
+    assert names == ["ckpt-000000000300.pt", "ckpt-000000000400.pt"]
+    assert load_checkpoint(latest)["model"]["w"].tolist() == [400.0, 400.0]
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint_alone(tmp_path):
+    first = save_checkpoint(str(tmp_path), state(100), keep=3)
+    with pytest.raises(AttributeError):  # an unpicklable value fails mid-write
+        save_checkpoint(str(tmp_path), {**state(200), "bad": lambda: None}, keep=3)
+    files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert (files, load_checkpoint(find_checkpoint(str(tmp_path)))["env_steps"]) == (
+        ["ckpt-000000000100.pt"],
+        100,
+    )
+    assert first.endswith("ckpt-000000000100.pt")
+
+
+def test_a_corrupt_checkpoint_is_refused_naming_the_file(tmp_path):
+    path = save_checkpoint(str(tmp_path), state(100), keep=3)
+    with open(path, "r+b") as f:
+        f.seek(200)
+        f.write(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match=r"ckpt-000000000100.pt cannot be read"):
+        load_checkpoint(find_checkpoint(str(tmp_path)))
+
+
+def test_a_checkpoint_of_another_config_is_refused_naming_the_difference(tmp_path):
+    saved = {"algorithm": {"name": "vtrace", "model": {"lstm_size": 256}}, "env": {"id": "Pong"}}
+    here = {"algorithm": {"name": "vtrace", "model": {"lstm_size": 256}}, "env": {"id": "Cart"}}
+    with pytest.raises(CheckpointError, match=r"env.id='Pong' there, 'Cart' here"):
+        check_compatible(tmp_path / "x.pt", saved, here)
+
+
+def test_resume_without_checkpoints_says_where_it_looked(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint there"):
+        find_checkpoint(str(tmp_path))
+
+
+def run_cli(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "seedq.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_killed_run_resumes_with_its_counters_optimizer_and_curve(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "seedq.cli",
+            "max_minutes=2",
+            "log_interval_s=1",
+            f"hydra.run.dir={run_dir}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        rows = (
+            (run_dir / "metrics.csv").read_text().splitlines()
+            if (run_dir / "metrics.csv").exists()
+            else []
+        )
+        if len(rows) >= 4:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    first = load_checkpoint(find_checkpoint(str(run_dir)))
+    first_rows = len((run_dir / "metrics.csv").read_text().splitlines())
+
+    result = run_cli(
+        f"resume={run_dir}",
+        "total_env_steps=" + str(first["env_steps"] + 100_000),
+        f"hydra.run.dir={tmp_path / 'resume'}",
+    )
+    second = load_checkpoint(find_checkpoint(str(run_dir)))
+    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    steps = [int(r.split(",")[1]) for r in rows[1:]]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    optimizer_steps = [s["step"] for s in second["optimizer"]["state"].values()]
+    assert result.returncode == 0, result.stdout
+    assert second["env_steps"] >= first["env_steps"] + 100_000
+    assert second["updates"] > first["updates"]
+    assert min(float(s) for s in optimizer_steps) == second["updates"]  # Adam kept counting
+    assert len(rows) > first_rows and steps == sorted(steps)  # one curve, continued
+    assert summary["stop_reason"] == "total_env_steps"
+
+
+def test_resume_with_another_env_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_cli("total_env_steps=20000", f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stdout
+    result = run_cli(
+        f"resume={run_dir}", "env=gym", "env.id=Acrobot-v1", f"hydra.run.dir={tmp_path / 'again'}"
+    )
+    assert (
+        result.returncode,
+        "env.id='CartPole-v1' there, 'Acrobot-v1' here" in result.stdout,
+    ) == (
+        2,
+        True,
+    ), result.stdout
