@@ -91,3 +91,28 @@ def test_sigterm_stops_actors_and_writes_a_checkpoint(tmp_path):
         len(list((tmp_path / "checkpoints").glob("ckpt-*.pt"))) == 1,
         actors_left,
     ) == (0, "interrupted", True, []), output
+
+
+def test_joblib_sweep_runs_each_job_in_its_own_directory(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seedq.cli",
+            "-m",
+            "hydra/launcher=joblib",
+            "seed=0,1",
+            "total_env_steps=5000",
+            "actor.num_actors=1",
+            "log_interval_s=1",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    summaries = [json.loads((tmp_path / job / "summary.json").read_text()) for job in "01"]
+    assert result.returncode == 0, result.stdout
+    assert [s["stop_reason"] for s in summaries] == ["total_env_steps"] * 2
+    assert all((tmp_path / job / "metrics.csv").exists() for job in "01")

@@ -339,8 +339,18 @@ class LocalRun:
         last_save = time.monotonic()
         reason = "interrupted"
         try:
+            next_row = time.monotonic() + cfg.log_interval_s
             while True:
-                self.stop.wait(timeout=cfg.log_interval_s)
+                # Wake often so a step or time budget stops the run promptly; write a metrics
+                # row every log interval (and at the stop).
+                self.stop.wait(timeout=min(cfg.log_interval_s, 0.25))
+                now = time.monotonic()
+                over_budget = self.broker.stats.env_steps >= cfg.total_env_steps or (
+                    cfg.max_minutes and now - start >= cfg.max_minutes * 60
+                )
+                if now < next_row and not over_budget and not self.errors:
+                    continue
+                next_row = now + cfg.log_interval_s
                 reason = monitor.tick()
                 if every and time.monotonic() - last_save >= every:
                     self.save(time.monotonic() - start)
