@@ -19,7 +19,18 @@ from pathlib import Path
 
 import numpy as np
 
-IGNORED_OVERRIDES = ("seed=", "hydra.", "run_dir=")
+# Keys that do not change what is learned: runs differing only in these share a group.
+IGNORED_OVERRIDES = (
+    "seed=",
+    "hydra.",
+    "run_dir=",
+    "resume=",
+    "max_minutes=",
+    "total_env_steps=",
+    "stop_at_return=",
+    "log_interval_s=",
+    "checkpoint.",
+)
 
 
 @dataclass
@@ -46,7 +57,7 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
 
 
 def group_key(run_dir: Path) -> str:
-    """The run's overrides without seed and Hydra's own keys: runs differing by seed share it."""
+    """The run's overrides without seed, budgets and Hydra's keys: seeds of a config share it."""
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.exists():
         return run_dir.name
@@ -108,8 +119,9 @@ def plot(curves: list[RunCurve], out: Path) -> None:
     for ax in axes:
         ax.set_ylabel("mean return (last 100 episodes)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=1, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * len(labels), 1, 1))
     fig.savefig(out, dpi=100)
     plt.close(fig)
 
