@@ -141,3 +141,23 @@ def test_resume_with_another_env_is_refused(tmp_path):
         2,
         True,
     ), result.stdout
+
+
+def test_r2d2_resumes_with_its_target_network_and_counters(tmp_path):
+    run_dir = tmp_path / "run"
+    tiny = ["algorithm.replay_min_size=64", "algorithm.batch_size=16", "log_interval_s=1"]
+    first = run_cli("algorithm=r2d2", "total_env_steps=30000", *tiny, f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stdout
+    before = load_checkpoint(find_checkpoint(str(run_dir)))
+    again = run_cli(
+        f"resume={run_dir}",
+        f"total_env_steps={before['env_steps'] + 30000}",
+        f"hydra.run.dir={tmp_path / 'again'}",
+    )
+    after = load_checkpoint(find_checkpoint(str(run_dir)))
+    assert again.returncode == 0, again.stdout
+    assert after["config"]["algorithm"]["name"] == "r2d2" and "target" in after
+    assert (after["env_steps"] > before["env_steps"], after["updates"] > before["updates"]) == (
+        True,
+        True,
+    )

@@ -256,9 +256,10 @@ class R2D2Learner:
         with self.weights_lock:
             self.scaler.step(self.optimizer)
             self.scaler.update()
-        self.stats.updates += 1
-        if self.stats.updates % cfg.target_update_period == 0:
-            self.target.load_state_dict(self.model.state_dict())
+            self.stats.updates += 1
+            # Under the lock too, so a checkpoint never copies a half-updated target network.
+            if self.stats.updates % cfg.target_update_period == 0:
+                self.target.load_state_dict(self.model.state_dict())
         priorities = sequence_priorities(td.detach(), cfg.priority_eta)
         self.stats.samples += int(td.numel())
         self.stats.add(
