@@ -243,6 +243,11 @@ class LocalRun:
             **state,
             "rng": rng,
             "config": plain_config(self.cfg),
+            "spec": {
+                "obs_shape": list(self.spec.obs_shape),
+                "obs_dtype": self.spec.obs_dtype,
+                "num_actions": self.spec.num_actions,
+            },
             "env_steps": self.broker.stats.env_steps,
             "episodes": self.broker.stats.episodes,
             "updates": self.learner.stats.updates,

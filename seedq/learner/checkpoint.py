@@ -79,7 +79,7 @@ def find_checkpoint(path: str) -> Path:
         if found:
             return found[-1]
     raise CheckpointError(
-        f"resume={path}: no checkpoint there; give a run directory that has "
+        f"{path}: no checkpoint there; give a run directory that has "
         f"{DIR_NAME}/{PREFIX}*.pt or a checkpoint file"
     )
 

@@ -1,0 +1,240 @@
+"""Running a trained policy without a learner: ``seedq.load_policy`` and ``seedq-eval``.
+
+    seedq-eval checkpoint=runs/2026-11-23/10-00-00_CartPole-v1 episodes=20 video=true
+
+``checkpoint`` is a checkpoint file or a run directory (its newest checkpoint). V-trace
+policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
+epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it). With ``video=true``
+each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen for gymnasium
+envs, the agent's own 84x84 view for Atari.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from seedq.actor.envs import EnvError, make_env_batch
+from seedq.config import EnvConfig
+from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+from seedq.learner.models import build_model
+
+MODES = ("sample", "greedy")
+
+
+class Policy:
+    """A trained seedq policy for one env: call it on each observation, ``reset()`` between
+    episodes. It keeps the LSTM state itself."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: dict[str, Any],
+        *,
+        mode: str = "sample",
+        epsilon: float | None = None,
+        seed: int = 0,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is not allowed; choose one of {list(MODES)}")
+        self.model = model.eval()
+        self.config = config
+        self.algorithm = config["algorithm"]["name"]
+        self.mode = mode
+        default = config["algorithm"].get("eval_epsilon", 0.0)
+        self.epsilon = default if epsilon is None else epsilon
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the recurrent state: the next observation starts an episode."""
+        self._state = self.model.initial_state(1, "cpu")
+        self._new_episode = True
+
+    @torch.no_grad()
+    def __call__(self, obs: np.ndarray) -> int:
+        obs_t = torch.as_tensor(np.asarray(obs))[None, None]
+        done = torch.tensor([[self._new_episode]])
+        out, self._state = self.model(obs_t, done, self._state)
+        self._new_episode = False
+        if self.algorithm == "r2d2":
+            q = out.q[0, 0]
+            if self.rng.random() < self.epsilon:
+                return int(self.rng.integers(q.shape[0]))
+            return int(q.argmax())
+        logits = out.logits[0, 0].float()
+        if self.mode == "greedy":
+            return int(logits.argmax())
+        return int(torch.multinomial(logits.softmax(-1), 1, generator=self.generator))
+
+
+def load_policy(
+    path: str, *, mode: str = "sample", epsilon: float | None = None, seed: int = 0
+) -> Policy:
+    """The policy of a checkpoint file or of a run directory's newest checkpoint (CPU)."""
+    state = load_checkpoint(find_checkpoint(path))
+    config = state["config"]
+    spec = state["spec"]
+    model_cfg = SimpleNamespace(**config["algorithm"]["model"])
+    model = build_model(
+        spec["obs_shape"],
+        spec["num_actions"],
+        model_cfg,
+        channels_last=config["hardware"]["channels_last"],
+    )
+    model.load_state_dict(state["model"])
+    return Policy(model, config, mode=mode, epsilon=epsilon, seed=seed)
+
+
+def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
+    import gymnasium as gym
+
+    make_env_batch(env_cfg, 1, seed=seed).close()  # same checks and ALE registration as training
+    kwargs = {"render_mode": "rgb_array"} if video else {}
+    if env_cfg.max_episode_steps:
+        kwargs["max_episode_steps"] = env_cfg.max_episode_steps
+    # Rendering classic-control envs goes through pygame; no display is needed.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    env = gym.make(env_cfg.id, **kwargs)
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            policy.reset()
+            frames = [_render(env)] if video else []
+            total, done = 0.0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(policy(obs))
+                total += float(reward)
+                done = terminated or truncated
+                if video:
+                    frames.append(_render(env))
+            yield total, frames
+    finally:
+        env.close()
+
+
+def _render(env: Any) -> np.ndarray:
+    import gymnasium as gym
+
+    try:
+        return env.render()
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvError(f"video=true: {exc}; pip install 'seedq[video]'") from None
+
+
+def _agent_view(obs: np.ndarray) -> np.ndarray:
+    """The newest 84x84 grey frame of a stack, 4x larger, as RGB."""
+    frame = obs[-1] if obs.ndim == 3 else obs
+    frame = np.kron(frame, np.ones((4, 4), dtype=frame.dtype))
+    return np.repeat(frame[..., None], 3, axis=-1)
+
+
+def _atari_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
+    env = make_env_batch(env_cfg, 1, seed=seed)
+    try:
+        obs = env.reset(seed=seed)
+        for _ in range(episodes):
+            policy.reset()
+            frames = [_agent_view(obs[0])] if video else []
+            total, done = 0.0, False
+            while not done:
+                step = env.step(np.array([policy(obs[0])], dtype=np.int64))
+                total += float(step.reward[0])
+                done = bool(step.terminated[0] or step.truncated[0])
+                if video:
+                    frames.append(
+                        _agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0])
+                    )
+                obs = step.obs  # after an end: the next episode's first observation
+            yield total, frames
+    finally:
+        env.close()
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
+    try:
+        import imageio.v3 as iio
+    except ImportError:
+        raise EnvError(
+            "video=true needs imageio and imageio-ffmpeg: pip install 'seedq[video]'"
+        ) from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    iio.imwrite(path, np.stack(frames), fps=fps, codec="libx264", macro_block_size=1)
+
+
+def evaluate(
+    checkpoint: str,
+    *,
+    episodes: int = 10,
+    video: bool = False,
+    mode: str = "sample",
+    epsilon: float | None = None,
+    seed: int = 0,
+) -> tuple[list[float], list[Path]]:
+    """Returns of ``episodes`` episodes and the videos written."""
+    path = find_checkpoint(checkpoint)
+    policy = load_policy(str(path), mode=mode, epsilon=epsilon, seed=seed)
+    env_cfg = EnvConfig(**policy.config["env"])
+    if env_cfg.kind == "fake":
+        raise EnvError("env.kind=fake has nothing to evaluate")
+    run = _atari_episodes if env_cfg.kind == "atari" else _gym_episodes
+    returns, videos = [], []
+    folder = path.parent.parent / "videos"
+    for i, (total, frames) in enumerate(run(policy, env_cfg, episodes, seed, video)):
+        returns.append(total)
+        if video:
+            videos.append(folder / f"{path.stem}-episode{i:03d}.mp4")
+            write_video(videos[-1], frames, fps=30)
+    return returns, videos
+
+
+ARGUMENTS = {
+    "checkpoint": str,
+    "episodes": int,
+    "video": lambda v: v.lower() in ("1", "true", "yes"),
+    "mode": str,
+    "epsilon": float,
+    "seed": int,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args: dict[str, Any] = {}
+    for item in sys.argv[1:] if argv is None else argv:
+        key, sep, value = item.partition("=")
+        if not sep or key not in ARGUMENTS:
+            print(
+                f"seedq-eval: {item!r} is not key=value with a key of {list(ARGUMENTS)}",
+                file=sys.stderr,
+            )
+            return 2
+        args[key] = ARGUMENTS[key](value)
+    if "checkpoint" not in args:
+        print("seedq-eval: checkpoint=<checkpoint file or run dir> is required", file=sys.stderr)
+        return 2
+    try:
+        returns, videos = evaluate(args.pop("checkpoint"), **args)
+    except (CheckpointError, EnvError, ValueError) as exc:
+        print(f"seedq-eval: {exc}", file=sys.stderr)
+        return 2
+    r = np.array(returns)
+    print(
+        f"{len(r)} episodes: return mean {r.mean():.2f} std {r.std():.2f} "
+        f"min {r.min():.2f} max {r.max():.2f}"
+    )
+    for path in videos:
+        print(f"video: {path}")
+    return 0 if all(math.isfinite(x) for x in returns) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
