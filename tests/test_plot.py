@@ -54,7 +54,9 @@ def test_cli_writes_a_png_and_refuses_a_folder_without_runs(tmp_path, capsys):
     fake_run(tmp_path / "runs" / "b", ["seed=1"], [2, 4, 8])
     out = tmp_path / "curve.png"
     assert main([str(tmp_path / "runs"), "-o", str(out)]) == 0
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = out.read_bytes()
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (png[:8], width, height) == (b"\x89PNG\r\n\x1a\n", 1100, 400)  # 11 x 4 in at 100 dpi
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     assert "no metrics.csv" in capsys.readouterr().err
