@@ -116,3 +116,51 @@ def test_joblib_sweep_runs_each_job_in_its_own_directory(tmp_path):
     assert result.returncode == 0, result.stdout
     assert [s["stop_reason"] for s in summaries] == ["total_env_steps"] * 2
     assert all((tmp_path / job / "metrics.csv").exists() for job in "01")
+
+
+def run_on_a_terminal(args: list[str]) -> str:
+    """Everything a command writes to a 120-column pseudo-terminal."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen(args, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    output = b""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            output += data
+        elif process.poll() is not None:
+            break
+    process.wait(timeout=60)
+    os.close(master)
+    return output.decode(errors="replace")
+
+
+def test_a_terminal_gets_a_progress_bar_and_the_log_file_keeps_the_lines(tmp_path):
+    console = run_on_a_terminal(
+        [
+            sys.executable,
+            "-m",
+            "seedq.cli",
+            "total_env_steps=30000",
+            "log_interval_s=1",
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
+    log_file = (tmp_path / "cli.log").read_text()
+    assert "env steps: 100%|" in console and "steps/s, return" in console, console[-2000:]
+    assert ("seedq.progress" in console, "seedq.progress" in log_file) == (False, True)

@@ -34,8 +34,10 @@ from seedq.learner.server import CentralInference, Exploration, TrainQueueSink
 from seedq.learner.train import VTraceLearner, run_training
 from seedq.messages import EnvSpec
 from seedq.metrics import MetricsWriter
+from seedq.progress import PROGRESS_LOGGER, ProgressBar
 
 log = logging.getLogger(__name__)
+progress_log = logging.getLogger(PROGRESS_LOGGER)
 
 COMMON_COLUMNS = [
     "episodes",
@@ -373,6 +375,7 @@ class LocalRun:
             for thread in threads:
                 thread.join(timeout=10)
             monitor.tick(final=True)
+            monitor.progress.close()
             writer.close()
             self.save(time.monotonic() - start)
             self.socket.close(linger=0)
@@ -396,6 +399,7 @@ class _Monitor:
         self.last_wait, self.last_busy = 0.0, 0.0
         self.time_to_target: float | None = None
         self.return_mean: float | None = None
+        self.progress = ProgressBar(run.cfg.total_env_steps, run.broker.stats.env_steps)
 
     def tick(self, final: bool = False) -> str:
         run, cfg = self.run, self.run.cfg
@@ -447,7 +451,8 @@ class _Monitor:
             )
         else:
             losses = "no update this interval"
-        log.info(
+        self.progress.update(steps, row["steps_per_s"], self.return_mean)
+        progress_log.info(
             "steps %d | %.0f steps/s | return %s (%d ep) | updates %d | %s",
             steps,
             row["steps_per_s"],
