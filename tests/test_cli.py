@@ -1,6 +1,7 @@
 """seedq-train as a user runs it: start-up failures are clear and happen before any process."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -91,6 +92,10 @@ def test_sigterm_stops_actors_and_writes_a_checkpoint(tmp_path):
         len(list((tmp_path / "checkpoints").glob("ckpt-*.pt"))) == 1,
         actors_left,
     ) == (0, "interrupted", True, []), output
+    line = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ [A-Z]+ \[(learner|actor) \d+\] [\w.]+: ")
+    for log in (tmp_path / "cli.log", tmp_path / "actor_0.log"):
+        first = log.read_text().splitlines()[0]
+        assert line.match(first), f"{log.name}: {first}"
 
 
 def test_joblib_sweep_runs_each_job_in_its_own_directory(tmp_path):
