@@ -80,7 +80,11 @@ def test_sigterm_stops_actors_and_writes_a_checkpoint(tmp_path):
         text=True,
     )
     deadline = time.monotonic() + 60
-    while not (tmp_path / "metrics.csv").exists() and time.monotonic() < deadline:
+    metrics = tmp_path / "metrics.csv"
+    # Stop it once it has trained a while: header and a first row of metrics.
+    while time.monotonic() < deadline and (
+        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
+    ):
         time.sleep(0.2)
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=60)
