@@ -368,6 +368,7 @@ class LocalRun:
                 if reason:
                     break
         except KeyboardInterrupt:
+            reason = "interrupted"
             log.warning("interrupted; stopping the actors and saving a checkpoint")
         finally:
             self.stop.set()
