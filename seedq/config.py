@@ -159,6 +159,7 @@ class LauncherConfig:
 class CheckpointConfig:
     every_minutes: float = 10.0  # 0: only at the end (and on Ctrl-C / SIGTERM)
     keep: int = 3  # newest checkpoints kept in <run dir>/checkpoints
+    replay: bool = False  # R2D2: also save the replay (checkpoints/replay.npz, can be GBs)
 
 
 @dataclass

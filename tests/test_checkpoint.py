@@ -143,9 +143,14 @@ def test_resume_with_another_env_is_refused(tmp_path):
     ), result.stdout
 
 
-def test_r2d2_resumes_with_its_target_network_and_counters(tmp_path):
+def test_r2d2_resumes_with_its_target_network_counters_and_replay(tmp_path):
     run_dir = tmp_path / "run"
-    tiny = ["algorithm.replay_min_size=64", "algorithm.batch_size=16", "log_interval_s=1"]
+    tiny = [
+        "algorithm.replay_min_size=64",
+        "algorithm.batch_size=16",
+        "log_interval_s=1",
+        "checkpoint.replay=true",
+    ]
     first = run_cli("algorithm=r2d2", "total_env_steps=30000", *tiny, f"hydra.run.dir={run_dir}")
     assert first.returncode == 0, first.stdout
     before = load_checkpoint(find_checkpoint(str(run_dir)))
@@ -157,6 +162,7 @@ def test_r2d2_resumes_with_its_target_network_and_counters(tmp_path):
     after = load_checkpoint(find_checkpoint(str(run_dir)))
     assert again.returncode == 0, again.stdout
     assert after["config"]["algorithm"]["name"] == "r2d2" and "target" in after
+    assert "replay restored: " in again.stdout
     assert (after["env_steps"] > before["env_steps"], after["updates"] > before["updates"]) == (
         True,
         True,

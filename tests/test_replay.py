@@ -143,3 +143,23 @@ def test_epsilon_ladder_follows_the_ape_x_formula():
     np.testing.assert_allclose(epsilon_ladder(n), want, rtol=1e-12)
     assert epsilon_ladder(1).tolist() == [0.4]
     assert epsilon_ladder(3, base=0.5, alpha=2.0).tolist() == [0.5, 0.25, 0.125]
+
+
+def test_replay_state_round_trips_contents_priorities_and_counters():
+    buffer = replay(capacity=4)
+    buffer.insert(sequences(0, 3), np.array([1.0, 2.0, 3.0]), never)
+    buffer.insert(sequences(3, 2), np.array([4.0, 5.0]), never)  # wraps: slot 0 overwritten
+    restored = replay(capacity=4)
+    restored.load_state_dict(buffer.state_dict())
+    assert (
+        restored.storage["obs"][:, 0, 0].tolist(),
+        restored.tree.get(np.arange(4)).tolist(),
+        (restored.cursor, restored.size, restored.added, restored.limiter.inserts),
+    ) == ([4, 1, 2, 3], [5.0, 2.0, 3.0, 4.0], (1, 4, 5, 5))
+
+
+def test_a_replay_saved_with_other_fields_is_refused():
+    state = replay(capacity=4).state_dict()
+    state["storage/obs"] = np.zeros((0, 5, 2), np.uint8)
+    with pytest.raises(ValueError, match="'obs' is uint8"):
+        replay(capacity=4).load_state_dict(state)

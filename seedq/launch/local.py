@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,7 +27,15 @@ from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.config import ConfigError, SeedqConfig
 from seedq.launch.actors import ActorPool
-from seedq.learner.checkpoint import plain_config, save_checkpoint, snapshot
+from seedq.learner.checkpoint import (
+    REPLAY_NAME,
+    CheckpointError,
+    load_arrays,
+    plain_config,
+    save_arrays,
+    save_checkpoint,
+    snapshot,
+)
 from seedq.learner.inference import EpsilonGreedy, InferenceEngine
 from seedq.learner.models import build_model
 from seedq.learner.r2d2 import R2D2Learner, ReplaySink, make_replay, run_r2d2_training
@@ -262,6 +271,13 @@ class LocalRun:
         if self.replay is not None:
             self.learner.target.load_state_dict(state["target"])
             self.replay.rng.bit_generator.state = state["rng"]["replay"]
+            saved_replay = Path(self.cfg.resume or "").parent / REPLAY_NAME
+            if self.cfg.checkpoint.replay and saved_replay.exists():
+                try:
+                    self.replay.load_state_dict(load_arrays(saved_replay))
+                except (KeyError, ValueError) as exc:
+                    raise CheckpointError(f"{saved_replay}: {exc}") from None
+                log.info("replay restored: %d sequences", len(self.replay))
         torch.set_rng_state(state["rng"]["torch"])
         self.engine.generator.set_state(state["rng"]["inference"])
         self.broker.stats.env_steps = int(state["env_steps"])
@@ -276,6 +292,9 @@ class LocalRun:
         )
 
     def save(self, wall_time_s: float) -> str:
+        if self.replay is not None and self.cfg.checkpoint.replay:
+            # First, so that a checkpoint never points past the replay saved beside it.
+            save_arrays(self.run_dir, self.replay.state_dict())
         return save_checkpoint(
             self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
         )

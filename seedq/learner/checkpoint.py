@@ -64,6 +64,42 @@ def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
     return str(path)
 
 
+REPLAY_NAME = "replay.npz"
+
+
+def save_arrays(run_dir: str, arrays: dict[str, Any]) -> str:
+    """Write the replay's arrays next to the checkpoints, atomically (one file, replaced)."""
+    import numpy as np
+
+    folder = Path(run_dir) / DIR_NAME
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / REPLAY_NAME
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".writing-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return str(path)
+
+
+def load_arrays(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except Exception as exc:  # noqa: BLE001 - any failure to read means the same to the user
+        raise CheckpointError(
+            f"{path} cannot be read ({type(exc).__name__}: {exc}); delete it to resume with "
+            "an empty replay"
+        ) from None
+
+
 def list_checkpoints(folder: Path) -> list[Path]:
     """Checkpoints in ``folder``, oldest first (names sort by env steps)."""
     return sorted(folder.glob(f"{PREFIX}*.pt"))

@@ -240,6 +240,46 @@ class SequenceReplay:
             scaled = self.tree.get(np.arange(self.size))
             return float(np.mean(scaled ** (1.0 / self.alpha))) if self.alpha else 0.0
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Contents, priorities and counters as arrays (for ``np.savez``)."""
+        with self.cond:
+            state = {f"storage/{name}": array[: self.size] for name, array in self.storage.items()}
+            state.update(
+                leaves=self.tree.get(np.arange(self.size)),
+                generation=self.generation[: self.size],
+                counters=np.array(
+                    [
+                        self.cursor,
+                        self.size,
+                        self.added,
+                        self.limiter.inserts,
+                        self.limiter.samples,
+                    ],
+                    dtype=np.int64,
+                ),
+            )
+            return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` saved; ValueError if the layout differs."""
+        cursor, size, added, inserts, samples = (int(x) for x in state["counters"])
+        if size > self.capacity:
+            raise ValueError(f"saved replay holds {size} sequences, capacity is {self.capacity}")
+        for name, array in self.storage.items():
+            saved = state[f"storage/{name}"]
+            if saved.shape[1:] != array.shape[1:] or saved.dtype != array.dtype:
+                raise ValueError(
+                    f"saved replay field {name!r} is {saved.dtype}{list(saved.shape[1:])}, "
+                    f"this run stores {array.dtype}{list(array.shape[1:])}"
+                )
+        with self.cond:
+            for name, array in self.storage.items():
+                array[:size] = state[f"storage/{name}"]
+            self.tree.update(np.arange(size), state["leaves"])
+            self.generation[:size] = state["generation"]
+            self.cursor, self.size, self.added = cursor % self.capacity, size, added
+            self.limiter.inserts, self.limiter.samples = inserts, samples
+
     def _scaled(self, priorities: np.ndarray) -> np.ndarray:
         # A zero priority would make a sequence unsampleable for ever; keep a floor.
         return np.maximum(np.asarray(priorities, dtype=np.float64), 1e-6) ** self.alpha
