@@ -12,9 +12,10 @@ import copy
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from omegaconf import OmegaConf
@@ -43,21 +44,27 @@ def snapshot(module: torch.nn.Module | torch.optim.Optimizer) -> dict:
     return copy.deepcopy(module.state_dict())
 
 
-def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
-    """Write ``state`` (with ``env_steps``) as a new checkpoint; keep the newest ``keep``."""
-    folder = Path(run_dir) / DIR_NAME
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{PREFIX}{int(state['env_steps']):012d}.pt"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".writing-", suffix=".tmp")
+def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write via a synced temp file and a rename: ``path`` is the old file or the whole new
+    one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".writing-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
+    """Write ``state`` (with ``env_steps``) as a new checkpoint; keep the newest ``keep``."""
+    folder = Path(run_dir) / DIR_NAME
+    path = folder / f"{PREFIX}{int(state['env_steps']):012d}.pt"
+    _write_atomically(path, lambda f: torch.save({"format": FORMAT, **state}, f))
     for old in list_checkpoints(folder)[:-keep]:
         old.unlink()
     log.info("checkpoint %s (%d env steps, %d updates)", path, state["env_steps"], state["updates"])
@@ -71,19 +78,8 @@ def save_arrays(run_dir: str, arrays: dict[str, Any]) -> str:
     """Write the replay's arrays next to the checkpoints, atomically (one file, replaced)."""
     import numpy as np
 
-    folder = Path(run_dir) / DIR_NAME
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / REPLAY_NAME
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".writing-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    path = Path(run_dir) / DIR_NAME / REPLAY_NAME
+    _write_atomically(path, lambda f: np.savez(f, **arrays))
     return str(path)
 
 
