@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
 from seedq.learner.checkpoint import (
     CheckpointError,
@@ -67,16 +68,6 @@ def test_a_checkpoint_of_another_config_is_refused_naming_the_difference(tmp_pat
 def test_resume_without_checkpoints_says_where_it_looked(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint there"):
         find_checkpoint(str(tmp_path))
-
-
-def run_cli(*args, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "seedq.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_killed_run_resumes_with_its_counters_optimizer_and_curve(tmp_path):

@@ -10,20 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
 from seedq.config import ConfigError
 from seedq.launch.local import resolve_device
 
 
 def train(*overrides: str, tmp_path) -> tuple[int, str]:
-    """Exit code and everything printed (Hydra logs to stdout)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "seedq.cli", *overrides, f"hydra.run.dir={tmp_path}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-    )
+    """Exit code and everything printed."""
+    result = run_cli(*overrides, f"hydra.run.dir={tmp_path}")
     return result.returncode, result.stdout
 
 
@@ -103,22 +98,14 @@ def test_sigterm_stops_actors_and_writes_a_checkpoint(tmp_path):
 
 
 def test_joblib_sweep_runs_each_job_in_its_own_directory(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "seedq.cli",
-            "-m",
-            "hydra/launcher=joblib",
-            "seed=0,1",
-            "total_env_steps=5000",
-            "actor.num_actors=1",
-            "log_interval_s=1",
-            f"hydra.sweep.dir={tmp_path}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    result = run_cli(
+        "-m",
+        "hydra/launcher=joblib",
+        "seed=0,1",
+        "total_env_steps=5000",
+        "actor.num_actors=1",
+        "log_interval_s=1",
+        f"hydra.sweep.dir={tmp_path}",
         timeout=300,
     )
     summaries = [json.loads((tmp_path / job / "summary.json").read_text()) for job in "01"]

@@ -1,12 +1,11 @@
 """seedq-eval and seedq.load_policy on the checkpoint of a short CartPole run."""
 
 import re
-import subprocess
-import sys
 
 import gymnasium as gym
 import imageio.v3 as iio
 import pytest
+from cli_helpers import run_cli
 
 import seedq
 from seedq.evaluate import main
@@ -15,19 +14,8 @@ from seedq.evaluate import main
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "seedq.cli",
-            "total_env_steps=200000",
-            "actor.num_actors=1",
-            f"hydra.run.dir={run_dir}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
+    result = run_cli(
+        "total_env_steps=200000", "actor.num_actors=1", f"hydra.run.dir={run_dir}", timeout=300
     )
     assert result.returncode == 0, result.stdout
     return run_dir

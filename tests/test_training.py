@@ -5,6 +5,7 @@ run asserts learning. The full >= 475 run is marked slow (CI runs the short one)
 """
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,18 @@ def test_r2d2_runs_on_atari_frames_with_the_paper_layout(tmp_path):
 def test_cartpole_r2d2_reaches_475(tmp_path):
     summary = train(tmp_path, "algorithm=r2d2", "max_minutes=10", "stop_at_return=475")
     assert summary.time_to_target_s is not None, summary
+
+
+@pytest.mark.parametrize("algorithm", ["vtrace", "r2d2"])
+def test_bf16_autocast_trains_with_finite_losses(tmp_path, algorithm):
+    summary = train(
+        tmp_path,
+        f"algorithm={algorithm}",
+        "hardware.amp=bf16",
+        "total_env_steps=40000",
+        "actor.num_actors=1",
+        "log_interval_s=1",
+    )
+    rows = [r for r in metrics(tmp_path) if r.get("grad_norm")]
+    grad_norms = [float(r["grad_norm"]) for r in rows]
+    assert summary.updates >= 1 and grad_norms and all(map(math.isfinite, grad_norms))

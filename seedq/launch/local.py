@@ -145,6 +145,15 @@ class LocalRun:
         self.stop = threading.Event()
         self.weights_lock = threading.Lock()
         self.errors: list[BaseException] = []
+        self.engine = InferenceEngine(
+            self.model,
+            self.device,
+            self.weights_lock,
+            select=EpsilonGreedy(alg.value_rescale_eps) if alg.name == "r2d2" else None,
+            seed=cfg.seed,
+            pin_memory=hw.pin_memory,
+            amp_dtype=amp,
+        )
         if alg.name == "r2d2":
             self._build_r2d2(amp)
         else:
@@ -175,14 +184,6 @@ class LocalRun:
         cfg, alg, hw = self.cfg, self.cfg.algorithm, self.cfg.hardware
         self.replay = None
         self.train_queue: queue.Queue = queue.Queue(maxsize=alg.train_queue_batches)
-        self.engine = InferenceEngine(
-            self.model,
-            self.device,
-            self.weights_lock,
-            seed=cfg.seed,
-            pin_memory=hw.pin_memory,
-            amp_dtype=amp,
-        )
         self.learner = VTraceLearner(
             self.model,
             alg,
@@ -207,15 +208,6 @@ class LocalRun:
         cfg, alg, actor = self.cfg, self.cfg.algorithm, self.cfg.actor
         # The replay is the big allocation: check it fits before anything starts.
         self.replay = make_replay(alg, self.spec, self.model, cfg.seed)
-        self.engine = InferenceEngine(
-            self.model,
-            self.device,
-            self.weights_lock,
-            select=EpsilonGreedy(alg.value_rescale_eps),
-            seed=cfg.seed,
-            pin_memory=cfg.hardware.pin_memory,
-            amp_dtype=amp,
-        )
         self.learner = R2D2Learner(
             self.model,
             alg,
@@ -371,10 +363,7 @@ class LocalRun:
                 # row every log interval (and at the stop).
                 self.stop.wait(timeout=min(cfg.log_interval_s, 0.25))
                 now = time.monotonic()
-                over_budget = self.broker.stats.env_steps >= cfg.total_env_steps or (
-                    cfg.max_minutes and now - start >= cfg.max_minutes * 60
-                )
-                if now < next_row and not over_budget and not self.errors:
+                if now < next_row and not monitor.budget_spent(now) and not self.errors:
                     continue
                 next_row = now + cfg.log_interval_s
                 reason = monitor.tick()
@@ -498,11 +487,14 @@ class _Monitor:
         ):
             self.time_to_target = elapsed
             return "target_return"
-        if final:
-            return ""
-        if steps >= cfg.total_env_steps:
+        return "" if final else self.budget_spent(now)
+
+    def budget_spent(self, now: float) -> str:
+        """Which budget the run has used up ("total_env_steps", "max_minutes"), or ""."""
+        cfg = self.run.cfg
+        if self.run.broker.stats.env_steps >= cfg.total_env_steps:
             return "total_env_steps"
-        if cfg.max_minutes and elapsed >= cfg.max_minutes * 60:
+        if cfg.max_minutes and now - self.start >= cfg.max_minutes * 60:
             return "max_minutes"
         return ""
 

@@ -37,6 +37,7 @@ class SampleFromPolicy:
     """V-trace: sample from softmax(logits) by Gumbel-max (one kernel, our own generator)."""
 
     def __call__(self, out, epsilon, generator: torch.Generator) -> Selection:  # noqa: ANN001
+        # epsilon: unused; sampling from the policy is V-trace's exploration.
         logits = out.logits[0].float()
         noise = torch.rand(logits.shape, generator=generator, device=logits.device)
         actions = torch.argmax(logits - torch.log(-torch.log(noise + 1e-20)), -1)
@@ -46,7 +47,8 @@ class SampleFromPolicy:
 class EpsilonGreedy:
     """R2D2: greedy in Q with probability 1 - epsilon (per env), else a uniform action.
 
-    The value of a state is max_a Q mapped back through the value rescaling.
+    ``epsilon``: float ``[N]`` on the device, or None for greedy actions. The value of a state is
+    max_a Q mapped back through the value rescaling.
     """
 
     def __init__(self, rescale_eps: float) -> None:
@@ -54,10 +56,12 @@ class EpsilonGreedy:
 
     def __call__(self, out, epsilon, generator: torch.Generator) -> Selection:  # noqa: ANN001
         q = out.q[0].float()
-        device = q.device
-        explore = torch.rand(q.shape[0], generator=generator, device=device) < epsilon
-        random = torch.randint(q.shape[1], (q.shape[0],), generator=generator, device=device)
-        actions = torch.where(explore, random, q.argmax(-1))
+        actions = q.argmax(-1)
+        if epsilon is not None:
+            device = q.device
+            explore = torch.rand(q.shape[0], generator=generator, device=device) < epsilon
+            random = torch.randint(q.shape[1], (q.shape[0],), generator=generator, device=device)
+            actions = torch.where(explore, random, actions)
         values = inverse_value_rescale(q.max(-1).values, self.rescale_eps)
         return Selection(actions, q, values)
 
@@ -149,10 +153,11 @@ class InferenceEngine:
         done_t = self._to_device(np.ascontiguousarray(all_done))[None]
         with self.weights_lock, self._autocast():
             out, new_state = self.model(obs_t, done_t, state)
-        eps = np.zeros(batch + k, np.float32)
+        eps = None
         if epsilon is not None:
-            eps[:batch] = epsilon
-        chosen = self.select(out, torch.from_numpy(eps).to(self.device), self.generator)
+            # The K final observations only give values; their epsilon does not matter.
+            eps = self._to_device(np.concatenate([epsilon, np.zeros(k, np.float32)]))
+        chosen = self.select(out, eps, self.generator)
         for table, s in zip(self._state, new_state, strict=True):
             table[row_index] = s[:batch]
         truncation_value = torch.zeros(batch, device=self.device)

@@ -134,11 +134,12 @@ class ReplaySink:
         self.stop = stop
 
     def __call__(self, unroll: Unroll) -> None:
-        n = unroll.num_columns
-        width = self.replay.storage["core_state"].shape[-1]
-        state = np.zeros((n, len(unroll.core_state), width), np.float32)
-        for i, s in enumerate(unroll.core_state):
-            state[:, i, : s.shape[1]] = s
+        # (h, c) -> [N, 2, H]; a net without LSTM stores an empty [N, 0, 0].
+        state = (
+            np.stack(unroll.core_state, axis=1)
+            if unroll.core_state
+            else np.zeros((unroll.num_columns, 0, 0), np.float32)
+        )
         data = {
             "obs": np.swapaxes(unroll.obs, 0, 1),
             "action": unroll.action.T,

@@ -57,14 +57,27 @@ class CentralInference:
         self._last: tuple[Batch, np.ndarray, InferenceResult] | None = None
         self.eval_returns: collections.deque = collections.deque(maxlen=100)
         self.eval_episodes = 0
+        # Per actor, fixed while it stays connected: its envs' epsilons, and whether it is an
+        # eval actor. Looked up on every request, so computed once when it joins.
+        self._epsilon: dict[int, np.ndarray] = {}
+        self._eval_actors: set[int] = set()
 
     def actor_started(self, slot: ActorSlot) -> None:
         self.engine.ensure_rows(int(slot.rows.max()) + 1)
         self.engine.reset_rows(slot.rows)
         self.store.register(slot.hello.actor_id, slot.env_ids)
+        if self.exploration is not None:
+            actor = slot.hello.actor_id
+            self._epsilon[actor] = self.exploration(slot.env_ids)
+            if self.exploration.is_eval(slot):
+                self._eval_actors.add(actor)
+            else:
+                self._eval_actors.discard(actor)
 
     def actor_left(self, slot: ActorSlot) -> None:
         self.store.drop(slot.hello.actor_id)
+        self._epsilon.pop(slot.hello.actor_id, None)
+        self._eval_actors.discard(slot.hello.actor_id)
 
     def act(self, batch: Batch) -> np.ndarray:
         steps = [step for _, step in batch]
@@ -80,7 +93,7 @@ class CentralInference:
         epsilon = (
             None
             if self.exploration is None
-            else _cat([self.exploration(slot.env_ids) for slot, _ in batch])
+            else _cat([self._epsilon[slot.hello.actor_id] for slot, _ in batch])
         )
         result = self.engine.infer(obs, done, rows, truncated_index, final_obs, epsilon)
         self._last = (batch, done, result)
@@ -104,7 +117,7 @@ class CentralInference:
                 behaviour=result.behaviour[part],
                 core_state=tuple(s[part] for s in result.input_state),
             )
-            if self.exploration is not None and self.exploration.is_eval(slot):
+            if slot.hello.actor_id in self._eval_actors:
                 self.eval_returns.extend(step.episode_returns)
                 self.eval_episodes += len(step.episode_returns)
             self.store.append(slot.hello.actor_id, record)

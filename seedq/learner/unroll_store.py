@@ -106,10 +106,11 @@ class _ActorTrack:
             name: np.empty((rows, *getattr(first, name).shape), getattr(first, name).dtype)
             for name in _TIME_FIELDS
         }
-        # The state before every row, so that any row can start the next unroll.
-        self.states = tuple(np.empty((rows, *s.shape), s.dtype) for s in first.core_state)
         self.env_id = env_id
         self.cursor = 0
+        # The state before row 0, and before the row that will start the next unroll.
+        self.initial_state: tuple[np.ndarray, ...] = ()
+        self.next_state: tuple[np.ndarray, ...] = ()
 
 
 class UnrollStore:
@@ -150,8 +151,10 @@ class UnrollStore:
         row = track.cursor
         for name in _TIME_FIELDS:
             track.buffers[name][row] = getattr(record, name)
-        for buf, s in zip(track.states, record.core_state, strict=True):
-            buf[row] = s
+        if row == 0:
+            track.initial_state = tuple(np.array(s, copy=True) for s in record.core_state)
+        if row == self.unroll_length + 1 - self.overlap:
+            track.next_state = tuple(np.array(s, copy=True) for s in record.core_state)
         if row == self.unroll_length:
             self._emit(track)
         else:
@@ -160,14 +163,15 @@ class UnrollStore:
     def _emit(self, track: _ActorTrack) -> None:
         unroll = Unroll(
             **{name: buf.copy() for name, buf in track.buffers.items()},
-            core_state=tuple(buf[0].copy() for buf in track.states),
+            core_state=track.initial_state,
             env_id=track.env_id,
         )
         # The last rows start the next unroll: for V-trace the bootstrap value comes from the
         # observation the next unroll starts at; for R2D2 they are the next burn-in.
         keep = slice(self.unroll_length + 1 - self.overlap, self.unroll_length + 1)
-        for buf in (*track.buffers.values(), *track.states):
+        for buf in track.buffers.values():
             buf[: self.overlap] = buf[keep]
+        track.initial_state = track.next_state
         track.cursor = self.overlap
         self.unrolls_emitted += 1
         self._on_unroll(unroll)
