@@ -124,3 +124,31 @@ def test_truncation_value_continues_the_old_episode_with_its_state():
         )
     assert result.truncation_value[1] == pytest.approx(float(out.baseline[4, 0]), abs=1e-6)
     assert np.count_nonzero(result.truncation_value) == 1
+
+
+@pytest.mark.parametrize("batch", [3, 8, 11])
+def test_compiled_forward_pads_batches_and_matches_eager(batch):
+    """hardware.compile pads to power-of-two buckets; callers see exactly the eager results."""
+    torch.manual_seed(0)
+    model = ActorCriticNet((OBS_DIM,), ACTIONS, hidden_sizes=(8,), use_lstm=True, lstm_size=6)
+    model.eval()
+    eager = InferenceEngine(model, torch.device("cpu"), threading.Lock(), seed=0)
+    compiled = InferenceEngine(
+        model, torch.device("cpu"), threading.Lock(), seed=0, compile_mode="default"
+    )
+    rng = np.random.default_rng(batch)
+    rows = rng.permutation(16)[:batch]
+    trunc = np.array([0, batch - 1])
+    for engine in (eager, compiled):
+        engine.ensure_rows(16)
+    for t in range(3):
+        obs = rng.normal(size=(batch, OBS_DIM)).astype(np.float32)
+        done = rng.random(batch) < 0.3
+        final = rng.normal(size=(2, OBS_DIM)).astype(np.float32)
+        a = eager.infer(obs, done, rows, trunc, final)
+        b = compiled.infer(obs, done, rows, trunc, final)
+        np.testing.assert_allclose(b.behaviour, a.behaviour, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(b.truncation_value, a.truncation_value, rtol=1e-5, atol=1e-5)
+        for sa, sb in zip(a.input_state, b.input_state, strict=True):
+            np.testing.assert_allclose(sb, sa, rtol=1e-5, atol=1e-5)
+        assert b.actions.shape == (batch,), t

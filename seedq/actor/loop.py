@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -42,6 +43,9 @@ class ActorError(RuntimeError):
 class ActorStats:
     env_steps: int = 0
     episodes: int = 0
+    # Seconds from sending each Step to holding its actions; recorded only when a list is given
+    # (seedq-bench pipeline).
+    latencies: list[float] | None = None
 
 
 class EpisodeTracker:
@@ -100,11 +104,15 @@ async def run_env_batch(
             truncated=np.zeros(n, bool),
             final_obs=obs[:0],
         )
+        latencies = stats.latencies
         while not stop.is_set():
+            sent = time.perf_counter()
             await sock.send_multipart(encode(step), copy=False)
             actions = await _receive_actions(sock, actor_id, step.seq, n, reply_timeout_s, stop)
             if actions is None:
                 break
+            if latencies is not None:
+                latencies.append(time.perf_counter() - sent)
             out = env.step(actions)
             returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
             stats.env_steps += n

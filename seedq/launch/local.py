@@ -153,6 +153,7 @@ class LocalRun:
             seed=cfg.seed,
             pin_memory=hw.pin_memory,
             amp_dtype=amp,
+            compile_mode=hw.compile,
         )
         if alg.name == "r2d2":
             self._build_r2d2(amp)

@@ -79,8 +79,23 @@ class InferenceEngine:
         seed: int = 0,
         pin_memory: bool = False,
         amp_dtype: torch.dtype | None = None,
+        compile_mode: str = "none",
     ) -> None:
+        """``compile_mode``: ``"none"`` or a ``torch.compile`` mode for the forward pass.
+
+        A compiled forward sees batches padded to the next power of two (at least 8), so a run
+        compiles (and with ``reduce-overhead`` captures a CUDA graph for) a handful of shapes
+        instead of one per batch size the batcher happens to produce.
+        """
         self.model = model
+        self.compiled = compile_mode != "none"
+        self._forward = model
+        if self.compiled:
+            # One graph per padded batch size: up to 2**20 envs stays under the limit.
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 24)
+            self._forward = torch.compile(
+                model, mode=None if compile_mode == "default" else compile_mode, dynamic=False
+            )
         self.select = select or SampleFromPolicy()
         self.device = device
         self.weights_lock = weights_lock
@@ -149,20 +164,24 @@ class InferenceEngine:
             state = tuple(torch.cat([s, s[trunc]]) for s in input_state)
         else:
             all_obs, all_done, state = obs, done, input_state
+        if self.compiled:
+            all_obs, all_done, state = _pad_to_bucket(all_obs, all_done, state)
         obs_t = self._to_device(np.ascontiguousarray(all_obs))[None]
         done_t = self._to_device(np.ascontiguousarray(all_done))[None]
         with self.weights_lock, self._autocast():
-            out, new_state = self.model(obs_t, done_t, state)
+            out, new_state = self._forward(obs_t, done_t, state)
         eps = None
         if epsilon is not None:
-            # The K final observations only give values; their epsilon does not matter.
-            eps = self._to_device(np.concatenate([epsilon, np.zeros(k, np.float32)]))
+            # The K final observations (and padding rows) only give values: their epsilon
+            # does not matter.
+            rest = all_obs.shape[0] - batch
+            eps = self._to_device(np.concatenate([epsilon, np.zeros(rest, np.float32)]))
         chosen = self.select(out, eps, self.generator)
         for table, s in zip(self._state, new_state, strict=True):
             table[row_index] = s[:batch]
         truncation_value = torch.zeros(batch, device=self.device)
         if k:
-            truncation_value[trunc] = chosen.values[batch:]
+            truncation_value[trunc] = chosen.values[batch : batch + k]
         self.forward_calls += 1
         self.samples += batch
         return InferenceResult(
@@ -171,3 +190,21 @@ class InferenceEngine:
             truncation_value=truncation_value.cpu().numpy(),
             input_state=tuple(s.cpu().numpy() for s in input_state),
         )
+
+
+def _bucket(n: int) -> int:
+    return max(8, 1 << (n - 1).bit_length())
+
+
+def _pad_to_bucket(
+    obs: np.ndarray, done: np.ndarray, state: tuple[torch.Tensor, ...]
+) -> tuple[np.ndarray, np.ndarray, tuple[torch.Tensor, ...]]:
+    """Pad the batch with zero rows up to its bucket size; callers read the first rows only."""
+    n = obs.shape[0]
+    extra = _bucket(n) - n
+    if not extra:
+        return obs, done, state
+    obs = np.concatenate([obs, np.zeros((extra, *obs.shape[1:]), obs.dtype)])
+    done = np.concatenate([done, np.ones(extra, bool)])
+    state = tuple(torch.cat([s, s.new_zeros((extra, *s.shape[1:]))]) for s in state)
+    return obs, done, state

@@ -1,0 +1,55 @@
+"""``seedq-bench SUBCOMMAND key=value ...``: see :mod:`seedq.bench`."""
+
+from __future__ import annotations
+
+import sys
+
+from seedq.bench.common import BenchError
+from seedq.config import ConfigError
+
+USAGE = """usage: seedq-bench SUBCOMMAND [key=value ...]
+
+  raw-env    [env=atari env.id=ALE/Pong-v5] [seconds=5]
+             the env alone with the actors' vectorisation (actor.* keys): env steps/s, frames/s
+  pipeline   [obs_shape=4] [obs_dtype=float32] [actor.envs_per_batch=...] [broker.max_batch=...]
+             null env + null policy through the real ZMQ broker: steps/s, messages/s, batch
+             fill, request latency p50/p99
+  inference  [models=mlp,nature,impala] [batch_sizes=1,16,64,256] [algorithm=r2d2] [hardware=gpu]
+             the learner's batched forward pass per model and batch size
+  train      [env=...] [algorithm=...] [seconds=20]
+             the real training loop: env steps/s, updates/s, batch fill, learner wait share
+
+Every subcommand takes seedq-train's config overrides, prints a table and, last, one JSON line.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    from seedq.bench import inference, pipeline, raw_env, train
+
+    commands = {
+        "raw-env": raw_env.run,
+        "pipeline": pipeline.run,
+        "inference": inference.run,
+        "train": train.run,
+    }
+    command = commands.get(argv[0])
+    if command is None:
+        print(
+            f"seedq-bench: unknown subcommand {argv[0]!r}; choose one of {list(commands)}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        command(argv[1:])
+    except (BenchError, ConfigError) as exc:
+        print(f"seedq-bench {argv[0]}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""What the bench subcommands share: ``key=value`` arguments, configs, tables, the JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import seedq
+from seedq.config import ConfigError, SeedqConfig, register_configs
+
+CONF_DIR = str(Path(seedq.__file__).parent / "conf")
+
+
+class BenchError(ValueError):
+    """A bench argument is wrong; the message names it and what is allowed."""
+
+
+def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Separate the bench's own ``key=value`` options from seedq config overrides.
+
+    ``options`` maps each bench option to its default; a value is parsed to the default's type
+    (lists as comma-separated). Everything else is handed to Hydra as an override.
+    """
+    values = dict(options)
+    overrides = []
+    for arg in args:
+        key, sep, raw = arg.partition("=")
+        if not sep:
+            raise BenchError(f"{arg!r}: arguments are key=value (e.g. seconds=5 env=atari)")
+        if key not in options:
+            overrides.append(arg)
+            continue
+        default = options[key]
+        try:
+            if isinstance(default, bool):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                values[key] = raw.lower() in ("true", "1")
+            elif isinstance(default, list):
+                kind = type(default[0]) if default else str
+                values[key] = [kind(x) for x in raw.split(",") if x]
+            elif default is None:
+                values[key] = raw
+            else:
+                values[key] = type(default)(raw)
+        except ValueError:
+            raise BenchError(
+                f"{key}={raw!r}: expected {type(default).__name__} like {default!r}"
+            ) from None
+    return values, overrides
+
+
+def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig:
+    """The training config ``seedq-train OVERRIDES`` would run, validated."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+
+    from seedq.cli import to_config
+
+    register_configs()
+    run_dir = run_dir or tempfile.mkdtemp(prefix="seedq-bench-")
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=[f"run_dir={run_dir}", *overrides])
+    except HydraException as exc:
+        raise ConfigError(str(exc)) from None
+    return to_config(cfg)
+
+
+def frames_per_step(cfg: SeedqConfig) -> int:
+    """Emulator frames per agent step (Atari's frame skip; 1 elsewhere)."""
+    return cfg.env.frame_skip if cfg.env.kind == "atari" else 1
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain aligned table: numbers right-aligned with thousands separators."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:,.3g}" if abs(value) < 10 else f"{value:,.0f}"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return "-" if value is None else str(value)
+
+    text = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in text)) for i, c in enumerate(columns)]
+    print(title)
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in text:
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+    print()
+
+
+def print_json(bench: str, figures: dict[str, Any]) -> None:
+    """The last line of every subcommand: its figures, machine-readable."""
+    print(json.dumps({"bench": bench, **figures, "machine": machine()}), flush=True)

@@ -1,0 +1,127 @@
+"""``seedq-bench raw-env``: the environment's own ceiling, with the actors' vectorisation.
+
+``actor.num_actors`` processes each step ``actor.batches_per_actor`` batches of
+``actor.envs_per_batch`` envs (exactly what a training run's actors build) with random actions
+and nothing else: no sockets, no model. Training can approach this figure, never pass it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from seedq.bench.common import compose, frames_per_step, print_json, print_table, split_args
+from seedq.config import EnvConfig
+
+OPTIONS = {"seconds": 5.0, "warmup_s": 1.0}
+
+
+def step_batches(
+    env_cfg: dict,
+    num_batches: int,
+    envs_per_batch: int,
+    seed: int,
+    first_batch: int,
+    seconds: float,
+    warmup_s: float,
+) -> dict[str, float]:
+    """Step ``num_batches`` env batches round-robin for ``seconds`` after a warm-up."""
+    from seedq.actor.envs import make_env_batch
+
+    cfg = EnvConfig(**env_cfg)
+    envs = [
+        make_env_batch(cfg, envs_per_batch, seed=seed + 1000 * b, env_offset=b * envs_per_batch)
+        for b in range(first_batch, first_batch + num_batches)
+    ]
+    try:
+        rng = np.random.default_rng(seed)
+        # A pool of random action arrays, so drawing actions costs nothing measurable.
+        pool = [
+            rng.integers(0, envs[0].num_actions, envs_per_batch, dtype=np.int64) for _ in range(64)
+        ]
+        for env in envs:
+            env.reset(seed=seed)
+        steps, i = 0, 0
+        start = time.perf_counter()
+        measured_from, measured_steps = None, 0
+        while True:
+            now = time.perf_counter()
+            if measured_from is None and now - start >= warmup_s:
+                measured_from, measured_steps = now, steps
+            if measured_from is not None and now - measured_from >= seconds:
+                break
+            for env in envs:
+                env.step(pool[i % len(pool)])
+                i += 1
+            steps += num_batches * envs_per_batch
+        return {"env_steps": steps - measured_steps, "seconds": now - measured_from}
+    finally:
+        for env in envs:
+            env.close()
+
+
+def _worker(args: tuple, results: Any) -> None:
+    try:
+        results.put(("ok", args[4], step_batches(*args)))
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent
+        results.put(("error", args[4], f"{type(exc).__name__}: {exc}"))
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    options, overrides = split_args(argv, OPTIONS)
+    cfg = compose(overrides)
+    actor = cfg.actor
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = []
+    for p in range(actor.num_actors):
+        args = (
+            asdict(cfg.env),
+            actor.batches_per_actor,
+            actor.envs_per_batch,
+            cfg.seed,
+            p * actor.batches_per_actor,
+            options["seconds"],
+            options["warmup_s"],
+        )
+        proc = ctx.Process(target=_worker, args=(args, results), daemon=True)
+        proc.start()
+        procs.append(proc)
+    outcomes = [results.get(timeout=options["seconds"] + options["warmup_s"] + 120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=10)
+    errors = [message for status, _, message in outcomes if status == "error"]
+    if errors:
+        raise RuntimeError(f"raw-env: an env process failed: {errors[0]}")
+    per_process = [figures for _, _, figures in sorted(outcomes, key=lambda o: o[1])]
+    frames = frames_per_step(cfg)
+    rates = [f["env_steps"] / f["seconds"] for f in per_process]
+    rows = [[f"process {i}", round(r), round(r * frames)] for i, r in enumerate(rates)]
+    total = float(sum(rates))
+    rows.append(["total", round(total), round(total * frames)])
+    layout = (
+        f"{actor.num_actors} processes x {actor.batches_per_actor} batches x "
+        f"{actor.envs_per_batch} envs"
+    )
+    print_table(
+        f"raw-env: {cfg.env.kind} {cfg.env.id}, {layout}, random actions, "
+        f"{options['seconds']:.0f} s",
+        ["", "env steps/s", "frames/s"],
+        rows,
+    )
+    figures = {
+        "env": cfg.env.id,
+        "kind": cfg.env.kind,
+        "num_actors": actor.num_actors,
+        "batches_per_actor": actor.batches_per_actor,
+        "envs_per_batch": actor.envs_per_batch,
+        "env_steps_per_s": round(total, 1),
+        "frames_per_s": round(total * frames, 1),
+        "per_process_steps_per_s": [round(r, 1) for r in rates],
+    }
+    print_json("raw-env", figures)
+    return figures

@@ -1,0 +1,99 @@
+"""``seedq-bench train``: the real training loop (actors, broker, inference, learner) for S s.
+
+Any ``seedq-train`` override applies (``env=atari algorithm=r2d2 hardware=gpu ...``). Figures
+come from the run's own metrics rows after the first ``warmup_s`` seconds (process start-up,
+first unrolls), so they describe the steady state.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from seedq.bench.common import compose, frames_per_step, print_json, print_table, split_args
+
+OPTIONS = {"seconds": 20.0, "warmup_s": 5.0, "run_dir": ""}
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+    values = [v for v in values if math.isfinite(v)]
+    return float(np.mean(values)) if values else None
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    from seedq.launch.local import LocalRun
+
+    options, overrides = split_args(argv, OPTIONS)
+    run_dir = options["run_dir"] or tempfile.mkdtemp(prefix="seedq-bench-train-")
+    seconds, warmup_s = options["seconds"], options["warmup_s"]
+    cfg = compose(
+        [
+            f"max_minutes={(seconds + warmup_s) / 60}",
+            "total_env_steps=1000000000000",
+            "log_interval_s=1",
+            "checkpoint.every_minutes=0",
+            *overrides,
+        ],
+        run_dir=run_dir,
+    )
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    summary = LocalRun(cfg, run_dir).run()
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > warmup_s]
+    if not rows:
+        raise RuntimeError(f"train: no metrics rows after the {warmup_s} s warm-up in {run_dir}")
+    first, last = rows[0], rows[-1]
+    dt = float(last["wall_time"]) - float(first["wall_time"])
+    steps = (
+        (int(last["env_steps"]) - int(first["env_steps"])) / dt
+        if dt > 0
+        else _mean(rows, "steps_per_s")
+    )
+    updates = (
+        (float(last["updates"]) - float(first["updates"])) / dt
+        if dt > 0
+        else _mean(rows, "updates_per_s")
+    )
+    frames = frames_per_step(cfg)
+    alg = cfg.algorithm
+    samples_per_update = alg.batch_size * (
+        alg.unroll_length if alg.name == "vtrace" else alg.sequence_length
+    )
+    figures = {
+        "algorithm": alg.name,
+        "env": cfg.env.id,
+        "device": cfg.hardware.device,
+        "actor_envs": cfg.actor.num_actors * cfg.actor.batches_per_actor * cfg.actor.envs_per_batch,
+        "seconds": round(dt, 1),
+        "env_steps_per_s": round(steps, 1),
+        "frames_per_s": round(steps * frames, 1),
+        "updates_per_s": round(updates, 3),
+        "trained_samples_per_s": round(updates * samples_per_update, 1),
+        "batch_fill": _mean(rows, "batch_fill"),
+        "learner_wait_frac": _mean(rows, "learner_wait_frac"),
+        "return_mean": summary.return_mean,
+        "run_dir": run_dir,
+    }
+    print_table(
+        f"train: {alg.name} on {cfg.env.id} ({cfg.hardware.device}), {figures['actor_envs']} "
+        f"actor envs, {dt:.0f} s after a {warmup_s:.0f} s warm-up",
+        ["env steps/s", "frames/s", "updates/s", "batch fill", "learner waits"],
+        [
+            [
+                figures["env_steps_per_s"],
+                figures["frames_per_s"],
+                figures["updates_per_s"],
+                figures["batch_fill"],
+                figures["learner_wait_frac"],
+            ]
+        ],
+    )
+    print_json("train", figures)
+    return figures

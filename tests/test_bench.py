@@ -1,0 +1,128 @@
+"""seedq-bench: every subcommand runs briefly as a user runs it and ends with its JSON line.
+
+These prove the benchmarks work, not how fast they are (speed is never asserted here).
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from seedq.bench.common import BenchError, split_args
+from seedq.bench.pipeline import NullEnvBatch, NullPolicy
+
+
+def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "seedq.bench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def last_json(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["machine"]["cores"] >= 1
+    return figures
+
+
+def test_split_args_parses_bench_options_and_passes_the_rest_to_hydra():
+    options, overrides = split_args(
+        ["seconds=2.5", "obs_shape=4,84,84", "env=atari", "actor.envs_per_batch=8"],
+        {"seconds": 5.0, "obs_shape": [4], "flag": False},
+    )
+    assert options == {"seconds": 2.5, "obs_shape": [4, 84, 84], "flag": False}
+    assert overrides == ["env=atari", "actor.envs_per_batch=8"]
+    with pytest.raises(BenchError, match="seconds='soon'"):
+        split_args(["seconds=soon"], {"seconds": 5.0})
+    with pytest.raises(BenchError, match="key=value"):
+        split_args(["fast"], {})
+
+
+def test_null_env_and_policy_cost_nothing_and_keep_shapes():
+    env = NullEnvBatch(5, (4, 84, 84), "uint8", env_offset=10)
+    obs = env.reset()
+    out = env.step(np.zeros(5, np.int64))
+    assert obs.shape == out.obs.shape == (5, 4, 84, 84) and obs.dtype == np.uint8
+    assert out.final_obs.shape == (0, 4, 84, 84)
+    assert not (out.terminated | out.truncated).any()
+    policy = NullPolicy()
+
+    class Slot:
+        class hello:
+            n_envs = 3
+
+    actions = policy.act([(Slot, None), (Slot, None)])
+    assert actions.shape == (6,) and actions.dtype == np.int32 and not actions.any()
+
+
+def test_raw_env_reports_steps_per_process_and_total():
+    figures = last_json(bench("raw-env", "seconds=0.5", "warmup_s=0.2"))
+    assert figures["env"] == "CartPole-v1" and len(figures["per_process_steps_per_s"]) == 2
+    assert figures["env_steps_per_s"] == pytest.approx(
+        sum(figures["per_process_steps_per_s"]), 1e-3
+    )
+
+
+def test_raw_env_atari_counts_frames_as_four_per_step():
+    figures = last_json(
+        bench(
+            "raw-env",
+            "env=atari",
+            "actor.num_actors=1",
+            "actor.envs_per_batch=2",
+            "actor.batches_per_actor=1",
+            "seconds=0.5",
+            "warmup_s=0.2",
+        )
+    )
+    assert figures["frames_per_s"] == pytest.approx(4 * figures["env_steps_per_s"], rel=1e-3)
+
+
+def test_pipeline_moves_steps_through_the_broker_and_reports_latency():
+    result = bench(
+        "pipeline",
+        "seconds=1",
+        "warmup_s=0.5",
+        "obs_shape=4,8,8",
+        "obs_dtype=uint8",
+        "actor.envs_per_batch=8",
+    )
+    figures = last_json(result)
+    assert figures["obs_shape"] == [4, 8, 8] and figures["actor_envs"] == 32
+    assert figures["env_steps_per_s"] > 0 and figures["messages_per_s"] > 0
+    assert 0 < figures["batch_fill"] <= 1
+    assert 0 < figures["latency_ms_p50"] <= figures["latency_ms_p99"]
+    assert "latency p99 ms" in result.stdout
+
+
+def test_inference_times_each_model_and_batch_size():
+    figures = last_json(bench("inference", "models=mlp,nature", "batch_sizes=1,4", "seconds=0.05"))
+    cases = [(r["model"], r["batch"]) for r in figures["results"]]
+    assert cases == [("mlp", 1), ("mlp", 4), ("nature", 1), ("nature", 4)]
+    assert all(r["samples_per_s"] > 0 for r in figures["results"])
+
+
+def test_train_runs_the_real_loop_for_a_few_seconds():
+    figures = last_json(bench("train", "seconds=3", "warmup_s=2", "actor.transport=inproc"))
+    assert figures["algorithm"] == "vtrace" and figures["env_steps_per_s"] > 0
+    assert figures["updates_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["warp"], "unknown subcommand 'warp'"),
+        (["inference", "models=resnet9000"], "models=['resnet9000']"),
+        (["pipeline", "obs_shape=0"], "obs_shape=[0]"),
+        (["train", "hardware.amp=fp8"], "hardware.amp='fp8'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(args, message):
+    result = bench(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
