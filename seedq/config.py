@@ -146,6 +146,9 @@ class HardwareConfig:
     pin_memory: bool = False
     channels_last: bool = True
     amp: str = "none"  # none | bf16 | fp16
+    # torch.compile of the inference forward: none | default | reduce-overhead (CUDA graphs) |
+    # max-autotune. Batches are padded to power-of-two sizes so few graphs get compiled.
+    compile: str = "none"
     gil_switch_interval_s: float = 0.0002
 
 
@@ -190,6 +193,9 @@ def register_configs() -> None:
     cs.store(group="launcher", name="launcher_schema", node=LauncherConfig)
 
 
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+
+
 class ConfigError(ValueError):
     """A configuration value is out of range; the message names the key and what is allowed."""
 
@@ -219,6 +225,7 @@ def validate(cfg: Any) -> None:
     _choice("algorithm.reward_clip", alg.reward_clip, ["none", "abs_one", "tanh"])
     _choice("algorithm.model.torso", alg.model.torso, ["auto", "mlp", "nature", "impala"])
     _choice("hardware.amp", hw.amp, ["none", "bf16", "fp16"])
+    _choice("hardware.compile", hw.compile, list(COMPILE_MODES))
     _choice("actor.transport", actor.transport, ["tcp", "inproc"])
     _choice("launcher.name", cfg.launcher.name, ["local"])
     if not (hw.device == "cpu" or hw.device == "cuda" or str(hw.device).startswith("cuda:")):
