@@ -18,7 +18,8 @@ from omegaconf import MISSING
 @dataclass
 class EnvConfig:
     # cartpole: gymnasium's native CartPole vector env; gym: any gymnasium id (vectorised in
-    # Python); atari: ale_py's C++ AtariVectorEnv; fake: observations encode (env id, step).
+    # Python); atari: ale_py's C++ AtariVectorEnv; football: gfootball engines stepped in the
+    # actor process; fake: observations encode (env id, step).
     kind: str = "cartpole"
     id: str = "CartPole-v1"
     max_episode_steps: int | None = None
@@ -34,6 +35,14 @@ class EnvConfig:
     # gym: how to vectorise a Python env ("sync" runs in the actor process, "async" in
     # subprocesses).
     vectorization: str = "sync"
+    # football (Google Research Football, gfootball 2.10.2): one left player controlled by the
+    # agent. representation: simple115v2 | simple115 (float32 [115] -> MLP) or extracted (the
+    # 72x96 super mini-map, uint8 [4 * frame_stack, 72, 96] -> CNN); frame_stack 1 or 4 (gfootball
+    # stacks 4 or none). rewards: scoring | scoring,checkpoints.
+    scenario: str = "academy_empty_goal_close"
+    representation: str = "simple115v2"
+    rewards: str = "scoring"
+    controlled_players: int = 1
     # fake env (tests and benchmarks)
     obs_shape: list[int] = field(default_factory=lambda: [4])
     obs_dtype: str = "float32"
@@ -220,7 +229,7 @@ def validate(cfg: Any) -> None:
     """Check ranges and choices of a composed config (a SeedqConfig or DictConfig of one)."""
     env, alg, hw, actor, broker = cfg.env, cfg.algorithm, cfg.hardware, cfg.actor, cfg.broker
     _choice("algorithm.name", alg.name, ["vtrace", "r2d2"])
-    _choice("env.kind", env.kind, ["cartpole", "gym", "atari", "fake"])
+    _choice("env.kind", env.kind, ["cartpole", "gym", "atari", "football", "fake"])
     _choice("env.vectorization", env.vectorization, ["sync", "async"])
     _choice("algorithm.reward_clip", alg.reward_clip, ["none", "abs_one", "tanh"])
     _choice("algorithm.model.torso", alg.model.torso, ["auto", "mlp", "nature", "impala"])
@@ -271,10 +280,34 @@ def validate(cfg: Any) -> None:
         _positive("env.max_episode_steps", env.max_episode_steps)
     if alg.model.use_lstm and alg.model.lstm_size <= 0:
         raise ConfigError("algorithm.model.lstm_size must be > 0 when algorithm.model.use_lstm")
+    if env.kind == "football":
+        _validate_football(env)
     if alg.name == "vtrace":
         _validate_vtrace(alg)
     else:
         _validate_r2d2(alg, actor)
+
+
+def _validate_football(env: Any) -> None:
+    """The football keys; the scenario is checked against gfootball's list when the env is built.
+
+    The allowed values mirror ``seedq.actor.football`` (a test keeps the two in step).
+    """
+    _choice("env.representation", env.representation, ["simple115v2", "simple115", "extracted"])
+    _choice("env.rewards", env.rewards, ["scoring", "scoring,checkpoints"])
+    if env.frame_stack not in (1, 4):
+        raise ConfigError(
+            f"env.frame_stack={env.frame_stack!r} is not allowed with env=football; choose 1 or 4 "
+            "(gfootball stacks the last 4 observations or none)"
+        )
+    if env.controlled_players != 1:
+        raise ConfigError(
+            f"env.controlled_players={env.controlled_players!r} is not supported; use 1. seedq "
+            "sends one discrete action per env, and gfootball's multi-player control takes one "
+            "action per player"
+        )
+    if not env.scenario:
+        raise ConfigError("env.scenario is empty; name a gfootball scenario, e.g. academy_corner")
 
 
 def _validate_vtrace(alg: Any) -> None:

@@ -186,7 +186,13 @@ def evaluate(
     env_cfg = EnvConfig(**policy.config["env"])
     if env_cfg.kind == "fake":
         raise EnvError("env.kind=fake has nothing to evaluate")
-    run = _atari_episodes if env_cfg.kind == "atari" else _gym_episodes
+    if env_cfg.kind == "football" and video:
+        raise EnvError(
+            "video=true is not available for env=football: gfootball renders through OpenGL, "
+            "which seedq does not set up; evaluate without video"
+        )
+    # Atari and football play through seedq's own env batch (the training preprocessing).
+    run = _atari_episodes if env_cfg.kind in ("atari", "football") else _gym_episodes
     returns, videos = [], []
     folder = path.parent.parent / "videos"
     for i, (total, frames) in enumerate(run(policy, env_cfg, episodes, seed, video)):

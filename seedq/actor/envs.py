@@ -18,6 +18,9 @@ Backends (``EnvConfig.kind``):
 * ``atari``: ale_py's C++ ``AtariVectorEnv`` with DeepMind preprocessing, in ``SameStep``
   autoreset mode (``info["final_obs"]`` is a full ``[N, ...]`` uint8 array, valid only in the
   rows of envs that ended; ``Disabled`` is rejected by ale_py 0.12).
+* ``football``: Google Research Football, :class:`seedq.actor.football.FootballBatch`: gfootball
+  engines (old gym API) stepped in a Python loop, each reset on the step its episode ends; the
+  scenario's clock running out is a truncation, a goal or a ball out of play a termination.
 * ``fake``: :class:`FakeEnvBatch`, pure numpy, whose observations encode (env id, step,
   episode) so pipeline tests can check that every transition arrives in order.
 
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("cartpole", "gym", "atari", "fake")
+KINDS = ("cartpole", "gym", "atari", "football", "fake")
 # DeepMind's limit: 30 minutes of play at 60 Hz.
 ATARI_MAX_EPISODE_FRAMES = 108_000
 
@@ -742,7 +745,7 @@ def make_env_batch(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int = 0
         env_offset: global index of this batch's first env (fake env ids, seed spreading).
 
     Raises:
-        EnvError: unknown kind or id, unsupported spaces, missing packages or ROMs.
+        EnvError: unknown kind, id or scenario, unsupported spaces, missing packages or ROMs.
     """
     if num_envs < 1:
         raise EnvError(f"num_envs={num_envs} must be >= 1")
@@ -765,4 +768,9 @@ def make_env_batch(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int = 0
         )
     if kind == "atari":
         return AtariBatch(cfg, num_envs, seed, env_offset)
+    if kind == "football":
+        # Imported here: football.py builds on this module's contract.
+        from seedq.actor.football import FootballBatch
+
+        return FootballBatch(cfg, num_envs, seed, env_offset)
     raise EnvError(f"env.kind={kind!r} is not allowed; choose one of {list(KINDS)}")

@@ -1,0 +1,306 @@
+"""Google Research Football (gfootball 2.10.2) adapted to seedq's :class:`EnvBatch` contract.
+
+gfootball speaks the old gym API (``reset() -> obs``, ``step(a) -> (obs, reward, done, info)``)
+and each env is one C++ engine, so :class:`FootballBatch` holds ``N`` engines in the actor
+process and steps them in a Python loop, resetting an env on the step its episode ends.
+
+Ending an episode (gfootball's ``football_env_core.py``). ``done`` comes from a goal or, in the
+academy scenarios, the ball going out of play or changing team (``end_episode_on_score``,
+``end_episode_on_out_of_play``, ``end_episode_on_possession_change``): all states of the game,
+so the episode is *terminated*. It also comes when the engine's clock reaches the scenario's
+``game_duration`` (400 steps in the academy, 3000 in 11 vs 11): a time limit that neither
+simple115 nor the mini-map shows, so the episode is *truncated* and the learner bootstraps from
+its last observation. The clock is ``steps_left`` in the raw observation, read through
+``env.unwrapped.observation()`` (the cached per-player list gfootball built for this step):
+``done`` with ``steps_left <= 0`` is the time limit, unless a goal was scored on that very step
+(``info["score_reward"] != 0``), which ends the episode by itself. Counting steps here would not
+do: the engine's clock also runs while the ball is out of play, between agent steps.
+
+Seeding. gfootball reseeds its engine on every reset from its config's
+``game_engine_random_seed``; passed once at construction (``other_config_options``), every
+episode would replay the same engine randomness. So env ``i`` gets a numpy generator seeded with
+``seed + env_offset + i`` and each reset writes a fresh draw into the config of the unwrapped
+``FootballEnv`` (its ``_config``, the only way in), as gfootball does itself from Python's
+global ``random`` when no seed is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import io
+import logging
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from seedq.actor.envs import EnvError, StepBatch, _BatchBase
+
+if TYPE_CHECKING:
+    from seedq.config import EnvConfig
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "env=football needs Google Research Football (gfootball), which is not installed: run "
+    "`bash scripts/install_football.sh` (builds gfootball 2.10.2 from source, ~20 min; cached "
+    "afterwards)"
+)
+# One frame of each representation as gfootball returns it for a single controlled player;
+# stacking concatenates frames along the last axis. The mini-map is 96 wide, 72 high, with
+# planes (left team, right team, ball, active player) holding 0 or 255.
+REPRESENTATIONS: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+    "simple115v2": ((115,), np.dtype(np.float32)),
+    "simple115": ((115,), np.dtype(np.float32)),
+    "extracted": ((72, 96, 4), np.dtype(np.uint8)),
+}
+REWARDS = ("scoring", "scoring,checkpoints")
+FRAME_STACKS = (1, 4)  # gfootball's stacked=True keeps the last 4 observations
+# Packages under scenarios/ that are not scenarios.
+_NOT_SCENARIOS = frozenset({"tests"})
+# gfootball draws its own engine seeds from [0, 2e9] (scenario_builder.py).
+_MAX_ENGINE_SEED = 2_000_000_000
+
+
+def import_gfootball() -> Any:
+    """``gfootball.env``, or an EnvError that says how to install it.
+
+    On the first import, gym 0.25's notice on stderr (that it does not support NumPy 2, which
+    does not concern the parts gfootball uses) is logged at debug level instead.
+    """
+    football_env = sys.modules.get("gfootball.env")
+    if football_env is not None:
+        return football_env
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            import gfootball.env as football_env
+    except ImportError as exc:
+        if exc.name == "gfootball" or (exc.name or "").startswith("gfootball."):
+            raise EnvError(INSTALL_HINT) from exc
+        raise EnvError(
+            f"gfootball is installed but cannot be imported ({exc}); rerun `bash "
+            "scripts/install_football.sh`, which installs its run-time dependencies (the "
+            "`football` extra of seedq's pyproject.toml) and rebuilds it if needed"
+        ) from exc
+    if captured.getvalue().strip():
+        logger.debug("importing gfootball printed: %s", captured.getvalue().strip())
+    # gfootball logs every episode end at INFO through absl ("Episode reward: ..."): one line
+    # per episode per env in the actor logs. seedq reports episodes itself.
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    return football_env
+
+
+def football_scenarios() -> list[str]:
+    """The scenario names gfootball knows (modules of ``gfootball/scenarios``)."""
+    import_gfootball()
+    from gfootball.env import scenario_builder
+
+    return sorted(set(scenario_builder.all_scenarios()) - _NOT_SCENARIOS)
+
+
+def check_scenario(scenario: str, scenarios: Sequence[str]) -> None:
+    """Raise an EnvError naming ``env.scenario`` unless it is one of ``scenarios``.
+
+    Checked before any engine exists: gfootball calls ``sys.exit(1)`` on an unknown scenario.
+    """
+    if scenario in scenarios:
+        return
+    close = difflib.get_close_matches(scenario, scenarios, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise EnvError(
+        f"env.scenario={scenario!r} is not a gfootball scenario.{hint} Choose one of "
+        f"{list(scenarios)}"
+    )
+
+
+def check_football_config(cfg: EnvConfig) -> None:
+    """The checks of ``seedq.config.validate`` for callers that build envs without it."""
+    if cfg.representation not in REPRESENTATIONS:
+        raise EnvError(
+            f"env.representation={cfg.representation!r} is not allowed; choose one of "
+            f"{list(REPRESENTATIONS)}"
+        )
+    if cfg.rewards not in REWARDS:
+        raise EnvError(f"env.rewards={cfg.rewards!r} is not allowed; choose one of {list(REWARDS)}")
+    if cfg.frame_stack not in FRAME_STACKS:
+        raise EnvError(
+            f"env.frame_stack={cfg.frame_stack!r} is not allowed with env=football; choose one "
+            f"of {list(FRAME_STACKS)}"
+        )
+    if cfg.controlled_players != 1:
+        raise EnvError(
+            f"env.controlled_players={cfg.controlled_players!r} is not supported; use 1 (seedq "
+            "sends one discrete action per env)"
+        )
+
+
+def observation_spec(representation: str, frame_stack: int) -> tuple[tuple[int, ...], np.dtype]:
+    """seedq's ``(obs_shape, dtype)``: ``[115 * stack]`` vectors, ``[4 * stack, 72, 96]`` maps."""
+    shape, dtype = REPRESENTATIONS[representation]
+    if len(shape) == 1:
+        return (shape[0] * frame_stack,), dtype
+    height, width, planes = shape
+    return (planes * frame_stack, height, width), dtype
+
+
+def create_football_env(cfg: EnvConfig, engine_seed: int) -> Any:
+    """One gfootball env (old gym API) for ``cfg``, its engine seeded with ``engine_seed``."""
+    football_env = import_gfootball()
+    with warnings.catch_warnings():
+        # gym 0.25 warns once per wrapper that gfootball uses the old step API.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return football_env.create_environment(
+            env_name=cfg.scenario,
+            representation=cfg.representation,
+            rewards=cfg.rewards,
+            stacked=cfg.frame_stack > 1,
+            number_of_left_players_agent_controls=cfg.controlled_players,
+            render=False,
+            other_config_options={"game_engine_random_seed": int(engine_seed)},
+        )
+
+
+def _engine_seed_streams(base: int | None, num_envs: int) -> list[np.random.Generator]:
+    """One generator per env: ``base + i`` for env ``i``, or fresh entropy without a base."""
+    return [np.random.default_rng(None if base is None else base + i) for i in range(num_envs)]
+
+
+def _draw_engine_seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(_MAX_ENGINE_SEED + 1))
+
+
+def _set_engine_seed(env: Any, engine_seed: int) -> None:
+    """Make the next reset of ``env`` seed its engine with ``engine_seed`` (see module doc)."""
+    env.unwrapped._config["game_engine_random_seed"] = int(engine_seed)
+
+
+def _time_ran_out(env: Any, info: dict) -> bool:
+    """Whether an episode that just ended was cut by the clock rather than ended by play."""
+    steps_left = env.unwrapped.observation()[0]["steps_left"]
+    return steps_left <= 0 and not info.get("score_reward", 0)
+
+
+class FootballBatch(_BatchBase):
+    """``num_envs`` gfootball envs with same-step autoreset (see the module doc).
+
+    Observations: simple115/simple115v2 float32 ``[115 * frame_stack]``; extracted (the super
+    mini-map) uint8 ``[4 * frame_stack, 72, 96]``, channels-first with the four planes of each
+    frame together, oldest frame first. Actions: gfootball's default set of 19.
+
+    ``env.max_episode_steps`` (optional) truncates episodes after that many agent steps, on top
+    of the scenario's own clock.
+
+    Args:
+        cfg: the ``env`` section (``kind: football``).
+        num_envs: engines in the batch.
+        seed: base seed; env ``i`` draws its engine seeds from ``seed + env_offset + i``.
+        env_offset: global index of the first env.
+        make_env: builds one old-API env from an engine seed; tests pass a fake.
+    """
+
+    def __init__(
+        self,
+        cfg: EnvConfig,
+        num_envs: int,
+        seed: int | None,
+        env_offset: int = 0,
+        make_env: Callable[[int], Any] | None = None,
+    ) -> None:
+        check_football_config(cfg)
+        if make_env is None:
+            check_scenario(cfg.scenario, football_scenarios())
+            make_env = functools.partial(create_football_env, cfg)
+        obs_shape, obs_dtype = observation_spec(cfg.representation, cfg.frame_stack)
+        self._channels_first = len(obs_shape) == 3
+        self._max_steps = cfg.max_episode_steps
+        base = None if seed is None else int(seed) + env_offset
+        self._rngs = _engine_seed_streams(base, num_envs)
+        self._envs: list[Any] = []
+        try:
+            for rng in self._rngs:
+                self._envs.append(make_env(_draw_engine_seed(rng)))
+        except Exception:
+            self.close()
+            raise
+        num_actions = int(self._envs[0].action_space.n)
+        super().__init__(num_envs, obs_shape, obs_dtype, num_actions, seed, env_offset)
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        logger.info(
+            "football %s: %d envs, %s, obs %s %s, %d actions, rewards %s",
+            cfg.scenario,
+            num_envs,
+            cfg.representation,
+            self.obs_shape,
+            self.obs_dtype,
+            self.num_actions,
+            cfg.rewards,
+        )
+
+    def _layout(self, raw: Any) -> np.ndarray:
+        """One raw observation in seedq's layout (a view; callers copy it into their batch)."""
+        raw = np.asarray(raw, dtype=self.obs_dtype)
+        if self._channels_first:
+            raw = raw.transpose(2, 0, 1)  # [72, 96, planes] -> [planes, 72, 96]
+        if raw.shape != self.obs_shape:
+            raise EnvError(
+                f"gfootball returned an observation of shape {raw.shape} after layout; expected "
+                f"{self.obs_shape} for this representation and frame_stack"
+            )
+        return raw
+
+    def _reset_env(self, i: int) -> np.ndarray:
+        env = self._envs[i]
+        _set_engine_seed(env, _draw_engine_seed(self._rngs[i]))
+        self._steps[i] = 0
+        return self._layout(env.reset())
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        base = self._reset_seed(seed)
+        if base is not None:
+            self._rngs = _engine_seed_streams(base, self.num_envs)
+        obs = np.empty((self.num_envs, *self.obs_shape), dtype=self.obs_dtype)
+        for i in range(self.num_envs):
+            obs[i] = self._reset_env(i)
+        return obs
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        actions = self._check_actions(actions)
+        n = self.num_envs
+        obs = np.empty((n, *self.obs_shape), dtype=self.obs_dtype)
+        reward = np.empty(n, dtype=np.float32)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        final_obs: list[np.ndarray] = []
+        self._steps += 1
+        for i, action in enumerate(actions.tolist()):
+            env = self._envs[i]
+            raw, r, done, info = env.step(action)
+            reward[i] = r
+            limit = self._max_steps is not None and self._steps[i] >= self._max_steps
+            if done or limit:
+                if done and not _time_ran_out(env, info):
+                    terminated[i] = True
+                else:
+                    truncated[i] = True
+                    final_obs.append(self._layout(raw))
+                obs[i] = self._reset_env(i)
+            else:
+                obs[i] = self._layout(raw)
+        return StepBatch(
+            obs,
+            reward,
+            terminated,
+            truncated,
+            np.stack(final_obs) if final_obs else self._no_final_obs,
+        )
+
+    def close(self) -> None:
+        # gfootball's close hands the engine back to a per-process pool for the next env.
+        for env in getattr(self, "_envs", []):
+            env.close()
+        self._envs = []
