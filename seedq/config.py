@@ -35,10 +35,12 @@ class EnvConfig:
     # gym: how to vectorise a Python env ("sync" runs in the actor process, "async" in
     # subprocesses).
     vectorization: str = "sync"
-    # football (Google Research Football, gfootball 2.10.2): one left player controlled by the
-    # agent. representation: simple115v2 | simple115 (float32 [115] -> MLP) or extracted (the
-    # 72x96 super mini-map, uint8 [4 * frame_stack, 72, 96] -> CNN); frame_stack 1 or 4 (gfootball
-    # stacks 4 or none). rewards: scoring | scoring,checkpoints.
+    # football (Google Research Football, gfootball 2.10.2). representation: simple115v2 |
+    # simple115 (float32 [115] -> MLP) or extracted (the 72x96 super mini-map, uint8
+    # [4 * frame_stack, 72, 96] -> CNN); frame_stack 1 or 4 (gfootball stacks 4 or none).
+    # rewards: scoring | scoring,checkpoints. controlled_players: left players the agent controls
+    # in each game (1-11, at most the scenario's), each one env of its own: a game fills that many
+    # rows of an actor batch, so actor.envs_per_batch must be a multiple of it.
     scenario: str = "academy_empty_goal_close"
     representation: str = "simple115v2"
     rewards: str = "scoring"
@@ -281,15 +283,16 @@ def validate(cfg: Any) -> None:
     if alg.model.use_lstm and alg.model.lstm_size <= 0:
         raise ConfigError("algorithm.model.lstm_size must be > 0 when algorithm.model.use_lstm")
     if env.kind == "football":
-        _validate_football(env)
+        _validate_football(env, actor)
     if alg.name == "vtrace":
         _validate_vtrace(alg)
     else:
         _validate_r2d2(alg, actor)
 
 
-def _validate_football(env: Any) -> None:
-    """The football keys; the scenario is checked against gfootball's list when the env is built.
+def _validate_football(env: Any, actor: Any) -> None:
+    """The football keys. The scenario, and how many of its players the agent may control, are
+    checked against gfootball when the env is built.
 
     The allowed values mirror ``seedq.actor.football`` (a test keeps the two in step).
     """
@@ -300,11 +303,16 @@ def _validate_football(env: Any) -> None:
             f"env.frame_stack={env.frame_stack!r} is not allowed with env=football; choose 1 or 4 "
             "(gfootball stacks the last 4 observations or none)"
         )
-    if env.controlled_players != 1:
+    if not 1 <= env.controlled_players <= 11:
         raise ConfigError(
-            f"env.controlled_players={env.controlled_players!r} is not supported; use 1. seedq "
-            "sends one discrete action per env, and gfootball's multi-player control takes one "
-            "action per player"
+            f"env.controlled_players={env.controlled_players!r} is out of range; it must be in "
+            "[1, 11] (left players of one team; the scenario may have fewer)"
+        )
+    if actor.envs_per_batch % env.controlled_players:
+        raise ConfigError(
+            f"actor.envs_per_batch={actor.envs_per_batch} is not a multiple of "
+            f"env.controlled_players={env.controlled_players}: each game fills one env row per "
+            "controlled player; make actor.envs_per_batch a multiple of env.controlled_players"
         )
     if not env.scenario:
         raise ConfigError("env.scenario is empty; name a gfootball scenario, e.g. academy_corner")

@@ -7,10 +7,17 @@ policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 poli
 epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it). With ``video=true``
 each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen for gymnasium
 envs, the agent's own 84x84 view for Atari.
+
+Football with ``env.controlled_players=P`` plays one game whose ``P`` players each act through
+their own copy of the policy (as each is its own env in training), and an episode's return is
+the mean over the players of their returns: the team's goal reward with ``scoring``, plus the
+players' average checkpoint reward with ``scoring,checkpoints``, the same scale as the returns
+training reports per env.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import sys
@@ -22,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seedq.actor.envs import EnvError, make_env_batch
+from seedq.actor.envs import EnvError, make_env_batch, rows_per_env
 from seedq.config import EnvConfig
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from seedq.learner.models import build_model
@@ -138,24 +145,37 @@ def _agent_view(obs: np.ndarray) -> np.ndarray:
     return np.repeat(frame[..., None], 3, axis=-1)
 
 
+def _row_policies(policy: Policy, rows: int) -> list[Policy]:
+    """``policy`` and copies of it, one per row of an env: the copies share the model and the
+    random streams, and each keeps its own recurrent state from its first ``reset()``."""
+    return [policy, *(copy.copy(policy) for _ in range(rows - 1))]
+
+
 def _atari_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
-    env = make_env_batch(env_cfg, 1, seed=seed)
+    """Episodes played through seedq's env batch: one env, which may fill several rows
+    (football's controlled players); an episode's return is the mean of its rows' returns."""
+    rows = rows_per_env(env_cfg)
+    policies = _row_policies(policy, rows)
+    env = make_env_batch(env_cfg, rows, seed=seed)
     try:
         obs = env.reset(seed=seed)
         for _ in range(episodes):
-            policy.reset()
+            for row_policy in policies:
+                row_policy.reset()
             frames = [_agent_view(obs[0])] if video else []
-            total, done = 0.0, False
+            totals, done = np.zeros(rows), False
             while not done:
-                step = env.step(np.array([policy(obs[0])], dtype=np.int64))
-                total += float(step.reward[0])
+                actions = [row_policy(row) for row_policy, row in zip(policies, obs, strict=True)]
+                step = env.step(np.array(actions, dtype=np.int64))
+                totals += step.reward
+                # The rows of one env end together.
                 done = bool(step.terminated[0] or step.truncated[0])
                 if video:
                     frames.append(
                         _agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0])
                     )
                 obs = step.obs  # after an end: the next episode's first observation
-            yield total, frames
+            yield float(totals.mean()), frames
     finally:
         env.close()
 

@@ -18,10 +18,11 @@ from hydra import compose, initialize_config_dir
 
 import seedq
 from seedq.actor import football
-from seedq.actor.envs import KINDS, EnvError, make_env_batch
+from seedq.actor.envs import KINDS, EnvError, make_env_batch, rows_per_env
 from seedq.actor.football import INSTALL_HINT, FootballBatch, check_scenario
 from seedq.cli import to_config
 from seedq.config import ConfigError, EnvConfig, register_configs
+from seedq.messages import EnvSpec
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 
@@ -32,9 +33,13 @@ class FakeFootballEnv:
     """gfootball's surface as FootballBatch uses it: old gym API, clock, goals, engine seed.
 
     An episode ends by a goal (reward 1) after ``goal_at`` steps, or by the clock after
-    ``duration`` steps (``steps_left`` reaches 0 in the raw observation). Every value of the
-    observation is the step within the episode, plus ``10 * plane`` for mini-map planes, so
-    tests can see which step and which plane they hold.
+    ``duration`` steps (``steps_left`` reaches 0 in the raw observation). Like gfootball, a game
+    of ``players`` controlled players returns observations and rewards with a leading player
+    axis and takes a list of actions; one player gets a bare observation, reward and action.
+    Player ``p`` is paid the goal plus ``p / 10`` on every step, standing in for its own
+    checkpoint rewards. Every value of a vector observation is ``1000 * game + 100 * player +
+    step``; every value of mini-map plane ``k`` is ``10 * k + step``; so tests can see which
+    game, player, step and plane they hold.
     """
 
     def __init__(
@@ -44,37 +49,54 @@ class FakeFootballEnv:
         frame_stack: int = 1,
         duration: int = 5,
         goal_at: int | None = None,
+        players: int = 1,
+        game: int = 0,
     ) -> None:
         self.unwrapped = self
         self._config = {"game_engine_random_seed": engine_seed}
-        self.action_space = SimpleNamespace(n=19)
+        self.action_space = (
+            SimpleNamespace(n=19) if players == 1 else SimpleNamespace(nvec=np.full(players, 19))
+        )
         self.engine_seeds = [engine_seed]  # the seed of each episode, construction's first
         self.representation, self.frame_stack = representation, frame_stack
         self.duration, self.goal_at = duration, goal_at
+        self.players, self.game = players, game
+        self.actions: list[object] = []
         self.t = 0
         self.closed = False
 
-    def _obs(self) -> np.ndarray:
+    def _player_obs(self, player: int) -> np.ndarray:
         if self.representation == "extracted":
             planes = np.arange(4 * self.frame_stack) % 4
             return np.broadcast_to(10 * planes + self.t, (72, 96, 4 * self.frame_stack)).astype(
                 np.uint8
             )
-        return np.full(115 * self.frame_stack, self.t, dtype=np.float32)
+        value = 1000 * self.game + 100 * player + self.t
+        return np.full(115 * self.frame_stack, value, dtype=np.float32)
+
+    def _obs(self) -> np.ndarray:
+        if self.players == 1:
+            return self._player_obs(0)
+        return np.stack([self._player_obs(p) for p in range(self.players)])
 
     def observation(self) -> list[dict]:
-        return [{"steps_left": self.duration - self.t}]
+        return [{"steps_left": self.duration - self.t}] * self.players
 
     def reset(self) -> np.ndarray:
         self.t = 0
         self.engine_seeds.append(self._config["game_engine_random_seed"])
         return self._obs()
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, dict]:
+    def step(self, action: object) -> tuple[np.ndarray, object, bool, dict]:
+        if self.players > 1:
+            assert len(action) == self.players  # gfootball asserts one action per player
+        self.actions.append(action)
         self.t += 1
         goal = self.t == self.goal_at
         done = goal or self.t >= self.duration
-        return self._obs(), float(goal), done, {"score_reward": int(goal)}
+        reward = np.float32(goal) + np.arange(self.players, dtype=np.float32) / 10
+        reward = float(reward[0]) if self.players == 1 else reward
+        return self._obs(), reward, done, {"score_reward": int(goal)}
 
     def close(self) -> None:
         self.closed = True
@@ -83,7 +105,8 @@ class FakeFootballEnv:
 def fake_batch(
     goals: list[int | None], duration: int = 5, seed: int = 0, **cfg: object
 ) -> tuple[FootballBatch, list[FakeFootballEnv]]:
-    """A batch of one fake env per entry of ``goals`` (the step it scores on, or None)."""
+    """A batch of one fake game per entry of ``goals`` (the step it scores on, or None), each
+    filling ``controlled_players`` rows."""
     env_cfg = EnvConfig(**{"kind": "football", "frame_stack": 1, **cfg})  # as conf/env/football
     made: list[FakeFootballEnv] = []
 
@@ -94,11 +117,14 @@ def fake_batch(
             env_cfg.frame_stack,
             duration=duration,
             goal_at=goals[len(made)],
+            players=env_cfg.controlled_players,
+            game=len(made),
         )
         made.append(env)
         return env
 
-    return FootballBatch(env_cfg, len(goals), seed, make_env=make_env), made
+    rows = len(goals) * env_cfg.controlled_players
+    return FootballBatch(env_cfg, rows, seed, make_env=make_env), made
 
 
 def run(batch: FootballBatch, steps: int):
@@ -122,8 +148,8 @@ def test_clock_ends_are_truncated_and_goals_terminated():
 def test_truncated_envs_return_their_last_observation_and_start_a_new_episode():
     batch, _ = fake_batch(goals=[None, 2], duration=3)
     out = run(batch, 3)[-1]
-    # Env 0 ran out of time on step 3; env 1 scored on step 2 and has made 1 step since.
-    assert (out.final_obs[:, 0].tolist(), out.obs[:, 0].tolist()) == ([3.0], [0.0, 1.0])
+    # Env 0 ran out of time on step 3; env 1 (game 1) scored on step 2 and has made 1 step since.
+    assert (out.final_obs[:, 0].tolist(), out.obs[:, 0].tolist()) == ([3.0], [0.0, 1001.0])
 
 
 def test_goal_ends_carry_no_final_observation():
@@ -201,6 +227,132 @@ def test_out_of_range_actions_are_refused():
         batch.step(np.array([19]))
 
 
+# --------------------------------------------------------------------- controlled players
+
+
+def test_each_game_fills_one_row_per_controlled_player():
+    batch, games = fake_batch(goals=[None, None], controlled_players=3)
+    obs = batch.reset()
+    # Rows 0-2 are game 0's players 0-2, rows 3-5 game 1's.
+    assert (batch.num_envs, len(games), obs[:, 0].tolist()) == (
+        6,
+        2,
+        [0.0, 100.0, 200.0, 1000.0, 1100.0, 1200.0],
+    )
+
+
+def test_each_players_mini_map_becomes_a_row_of_channels():
+    batch, _ = fake_batch(
+        goals=[None], representation="extracted", frame_stack=4, controlled_players=2
+    )
+    out = run(batch, 1)[0]
+    assert (out.obs.shape, out.obs[:, :, 5, 7].tolist()) == (
+        (2, 16, 72, 96),
+        [[1, 11, 21, 31] * 4] * 2,
+    )
+
+
+def test_each_row_acts_for_its_own_player():
+    batch, games = fake_batch(goals=[None, None], controlled_players=3)
+    batch.reset()
+    batch.step(np.arange(6))
+    assert [game.actions for game in games] == [[[0, 1, 2]], [[3, 4, 5]]]
+
+
+def test_the_rows_of_a_game_end_together():
+    batch, _ = fake_batch(goals=[2, None], duration=3, controlled_players=2)
+    outs = run(batch, 3)
+    # Game 0 scores on step 2; game 1 runs out of time on step 3.
+    flags = [(out.terminated.tolist(), out.truncated.tolist()) for out in outs[1:]]
+    assert flags == [
+        ([True, True, False, False], [False] * 4),
+        ([False] * 4, [False, False, True, True]),
+    ]
+
+
+def test_every_truncated_row_gets_its_players_last_observation_in_row_order():
+    batch, _ = fake_batch(goals=[None, None], duration=2, controlled_players=2)
+    out = run(batch, 2)[-1]
+    assert (out.final_obs[:, 0].tolist(), out.obs[:, 0].tolist()) == (
+        [2.0, 102.0, 1002.0, 1102.0],
+        [0.0, 100.0, 1000.0, 1100.0],
+    )
+
+
+def test_each_row_is_paid_its_own_players_reward():
+    batch, _ = fake_batch(goals=[2], controlled_players=3)
+    rewards = np.stack([out.reward for out in run(batch, 2)])
+    np.testing.assert_allclose(rewards, [[0.0, 0.1, 0.2], [1.0, 1.1, 1.2]], rtol=1e-6)
+
+
+def test_each_game_seeds_its_engine_from_the_global_id_of_its_first_row():
+    _, games = fake_batch(goals=[None, None], seed=7, controlled_players=3)
+    first_seeds = [game.engine_seeds[0] for game in games]
+    expected = [football._draw_engine_seed(np.random.default_rng(7 + row)) for row in (0, 3)]
+    assert first_seeds == expected
+
+
+def test_a_batch_that_does_not_split_into_games_is_refused():
+    cfg = EnvConfig(kind="football", frame_stack=1, controlled_players=3)
+    with pytest.raises(EnvError, match=r"env.controlled_players=3.*actor.envs_per_batch"):
+        FootballBatch(cfg, 4, 0, make_env=lambda seed: FakeFootballEnv(seed, players=3))
+
+
+def test_more_players_than_the_scenario_has_names_the_key_and_the_limit():
+    with pytest.raises(EnvError, match=r"env.controlled_players=3 .*use at most 2"):
+        football.check_controlled_players("academy_empty_goal_close", 3, 2)
+
+
+def test_rows_per_env_is_the_controlled_players_for_football_only():
+    rows = [
+        rows_per_env(EnvConfig(kind="football", controlled_players=3)),
+        rows_per_env(EnvConfig(kind="cartpole", controlled_players=3)),
+    ]
+    assert rows == [3, 1]
+
+
+def test_probe_builds_one_game_with_a_row_per_controlled_player(monkeypatch):
+    from seedq.launch import local
+
+    requested: list[int] = []
+
+    def make_fake_batch(env_cfg: EnvConfig, num_envs: int, seed: int) -> FootballBatch:
+        requested.append(num_envs)
+        return FootballBatch(
+            env_cfg, num_envs, seed, make_env=lambda s: FakeFootballEnv(s, players=3)
+        )
+
+    monkeypatch.setattr(local, "make_env_batch", make_fake_batch)
+    config = to_config(
+        compose_config("env=football", "env.controlled_players=3", "actor.envs_per_batch=12")
+    )
+    spec = local.probe_env_spec(config)
+    assert (requested, spec) == ([3], EnvSpec((115,), "float32", 19))
+
+
+def test_eval_acts_for_every_player_and_reports_the_mean_of_their_returns(monkeypatch):
+    from seedq import evaluate
+    from seedq.config import ModelConfig
+    from seedq.learner.models import build_model
+
+    games: list[FakeFootballEnv] = []
+
+    def make_fake_batch(env_cfg: EnvConfig, num_envs: int, seed: int) -> FootballBatch:
+        def make_env(engine_seed: int) -> FakeFootballEnv:
+            games.append(FakeFootballEnv(engine_seed, goal_at=2, players=3))
+            return games[-1]
+
+        return FootballBatch(env_cfg, num_envs, seed, make_env=make_env)
+
+    monkeypatch.setattr(evaluate, "make_env_batch", make_fake_batch)
+    model = build_model((115,), 19, ModelConfig(hidden_sizes=[8]))
+    policy = evaluate.Policy(model, {"algorithm": {"name": "vtrace"}})
+    cfg = EnvConfig(kind="football", frame_stack=1, controlled_players=3)
+    returns = [total for total, _ in evaluate._atari_episodes(policy, cfg, 2, 0, False)]
+    # Players are paid 0, 0.1, 0.2 a step plus the goal on step 2: returns 1, 1.2, 1.4.
+    assert (returns, [len(a) for a in games[0].actions]) == (pytest.approx([1.2, 1.2]), [3] * 4)
+
+
 # --------------------------------------------------------------------- configuration
 
 
@@ -233,13 +385,30 @@ def test_the_run_is_named_after_the_scenario():
         ("env.representation=pixels", "env.representation", "simple115v2"),
         ("env.rewards=checkpoints", "env.rewards", "scoring,checkpoints"),
         ("env.frame_stack=2", "env.frame_stack", "1 or 4"),
-        ("env.controlled_players=2", "env.controlled_players", "use 1"),
+        ("env.controlled_players=0", "env.controlled_players", "[1, 11]"),
+        ("env.controlled_players=12", "env.controlled_players", "[1, 11]"),
+        ("env.controlled_players=3", "env.controlled_players=3", "actor.envs_per_batch=16"),
     ],
 )
 def test_bad_football_values_name_the_key_and_what_is_allowed(override, key, allowed):
     with pytest.raises(ConfigError, match=key) as info:
         to_config(compose_config("env=football", override))
     assert allowed in str(info.value)
+
+
+@pytest.mark.parametrize(("players", "envs_per_batch"), [(1, 5), (3, 12), (11, 11)])
+def test_config_accepts_controlled_players_that_divide_the_actor_batch(players, envs_per_batch):
+    config = to_config(
+        compose_config(
+            "env=football",
+            f"env.controlled_players={players}",
+            f"actor.envs_per_batch={envs_per_batch}",
+        )
+    )
+    assert (config.env.controlled_players, config.actor.envs_per_batch) == (
+        players,
+        envs_per_batch,
+    )
 
 
 @pytest.mark.parametrize("representation", list(football.REPRESENTATIONS))
@@ -357,6 +526,47 @@ def test_real_unknown_scenario_lists_gfootball_scenarios():
         make_env_batch(EnvConfig(kind="football", scenario="academy_3_vs_1"), 1, seed=0)
 
 
+def test_real_scenarios_limit_the_controlled_players():
+    _needs_gfootball()
+    cfg = EnvConfig(kind="football", scenario="academy_empty_goal_close", controlled_players=3)
+    # academy_3_vs_1_with_keeper: keeper and three attackers, all controllable.
+    assert football.controllable_players("academy_3_vs_1_with_keeper") == 4
+    with pytest.raises(EnvError, match=r"env.controlled_players=3 .*use at most 2"):
+        make_env_batch(cfg, 3, seed=0)
+
+
+def test_real_three_controlled_players_are_rows_of_one_game():
+    _needs_gfootball()
+    cfg = EnvConfig(
+        kind="football",
+        scenario="academy_3_vs_1_with_keeper",
+        rewards="scoring,checkpoints",
+        frame_stack=1,
+        controlled_players=3,
+    )
+    with make_env_batch(cfg, 6, seed=0) as env:
+        first = env.reset()
+        rng = np.random.default_rng(0)
+        outs = []
+        ended = np.zeros(2, dtype=bool)  # per game
+        # Random play loses the ball or kicks it out within ~100 steps; the clock ends at 400.
+        while not ended.all() and len(outs) < 401:
+            outs.append(env.step(rng.integers(env.num_actions, size=6)))
+            ended |= (outs[-1].terminated | outs[-1].truncated)[::3]
+    ends = np.stack([o.terminated | o.truncated for o in outs]).reshape(len(outs), 2, 3)
+    shared = bool((ends == ends[..., :1]).all())
+    final_rows = all(o.final_obs.shape == (int(o.truncated.sum()), 115) for o in outs)
+    # The player on the ball collects checkpoint rewards that its teammates do not.
+    own_rewards = any((o.reward.reshape(2, 3) != o.reward.reshape(2, 3)[:, :1]).any() for o in outs)
+    assert (first.shape, bool(ended.all()), shared, final_rows, own_rewards) == (
+        (6, 115),
+        True,
+        True,
+        True,
+        True,
+    )
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -396,3 +606,32 @@ def test_real_football_trains_through_actor_and_learner(tmp_path, overrides):
 
     assert eval_main([f"checkpoint={tmp_path}", "episodes=1"]) == 0
     assert eval_main([f"checkpoint={tmp_path}", "episodes=1", "video=true"]) != 0
+
+
+def test_real_football_trains_with_three_controlled_players(tmp_path):
+    _needs_gfootball()
+    from seedq.evaluate import main as eval_main
+    from seedq.launch.local import LocalRun
+
+    cfg = compose_config(
+        "env=football",
+        "env.scenario=academy_3_vs_1_with_keeper",
+        "env.controlled_players=3",
+        "total_env_steps=300",
+        "actor.num_actors=1",
+        "actor.envs_per_batch=6",
+        "algorithm=vtrace",
+        "algorithm.batch_size=4",
+        "algorithm.unroll_length=10",
+        "log_interval_s=1",
+        f"run_dir={tmp_path}",
+    )
+    run = LocalRun(to_config(cfg), str(tmp_path))
+    summary = run.run()
+    assert (run.spec, summary.env_steps >= 300, summary.updates >= 1) == (
+        EnvSpec((115,), "float32", 19),
+        True,
+        True,
+    )
+    # seedq-eval plays the three players of one game with the run's policy.
+    assert eval_main([f"checkpoint={tmp_path}", "episodes=1"]) == 0

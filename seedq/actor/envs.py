@@ -21,6 +21,8 @@ Backends (``EnvConfig.kind``):
 * ``football``: Google Research Football, :class:`seedq.actor.football.FootballBatch`: gfootball
   engines (old gym API) stepped in a Python loop, each reset on the step its episode ends; the
   scenario's clock running out is a truncation, a goal or a ball out of play a termination.
+  Each controlled player of a game is one env (row), so one game fills
+  ``env.controlled_players`` rows (:func:`rows_per_env`).
 * ``fake``: :class:`FakeEnvBatch`, pure numpy, whose observations encode (env id, step,
   episode) so pipeline tests can check that every transition arrives in order.
 
@@ -735,13 +737,23 @@ class AtariBatch(_BatchBase):
 # --------------------------------------------------------------------------------------------
 
 
+def rows_per_env(cfg: EnvConfig) -> int:
+    """Rows of an :class:`EnvBatch` that one environment of ``cfg`` fills.
+
+    ``env.controlled_players`` for football (one row per controlled player of a game), 1 for
+    the other kinds. A batch of this kind holds a multiple of it.
+    """
+    return int(cfg.controlled_players) if cfg.kind == "football" else 1
+
+
 def make_env_batch(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int = 0) -> EnvBatch:
     """Build ``num_envs`` environments described by ``cfg`` as one :class:`EnvBatch`.
 
     Args:
         cfg: the ``env`` section of the config; ``cfg.kind`` picks the backend.
-        num_envs: envs stepped together.
-        seed: base seed; on the first reset env ``i`` is seeded with ``seed + env_offset + i``.
+        num_envs: envs (rows) stepped together, a multiple of :func:`rows_per_env`.
+        seed: base seed; on the first reset env ``i`` is seeded with ``seed + env_offset + i``
+            (football: each game with the global id of its first row).
         env_offset: global index of this batch's first env (fake env ids, seed spreading).
 
     Raises:

@@ -1,8 +1,19 @@
 """Google Research Football (gfootball 2.10.2) adapted to seedq's :class:`EnvBatch` contract.
 
 gfootball speaks the old gym API (``reset() -> obs``, ``step(a) -> (obs, reward, done, info)``)
-and each env is one C++ engine, so :class:`FootballBatch` holds ``N`` engines in the actor
-process and steps them in a Python loop, resetting an env on the step its episode ends.
+and each game is one C++ engine, so :class:`FootballBatch` holds its engines in the actor process
+and steps them in a Python loop, resetting a game on the step its episode ends.
+
+Controlled players. With ``env.controlled_players=P`` the agent controls ``P`` left players of
+each game (gfootball's ``number_of_left_players_agent_controls``): a game then returns an
+observation per player (a leading ``[P]`` axis, which gfootball drops when ``P`` is 1), takes one
+action per player and returns one reward per player (the team's goal reward for each, plus that
+player's own checkpoint rewards with ``scoring,checkpoints``). Each controlled player is one row
+(env) of the batch: a batch of ``num_envs`` rows holds ``num_envs // P`` games, game ``g``
+owning rows ``g * P`` to ``g * P + P - 1``, so the rest of seedq (one action, one reward, one
+recurrent state per env id) is unchanged. The rows of a game share its episode: they end on the
+same step, with the same flags, and each truncated row gets its player's last observation in
+``final_obs``.
 
 Ending an episode (gfootball's ``football_env_core.py``). ``done`` comes from a goal or, in the
 academy scenarios, the ball going out of play or changing team (``end_episode_on_score``,
@@ -18,10 +29,10 @@ do: the engine's clock also runs while the ball is out of play, between agent st
 
 Seeding. gfootball reseeds its engine on every reset from its config's
 ``game_engine_random_seed``; passed once at construction (``other_config_options``), every
-episode would replay the same engine randomness. So env ``i`` gets a numpy generator seeded with
-``seed + env_offset + i`` and each reset writes a fresh draw into the config of the unwrapped
-``FootballEnv`` (its ``_config``, the only way in), as gfootball does itself from Python's
-global ``random`` when no seed is given.
+episode would replay the same engine randomness. So game ``g`` gets a numpy generator seeded with
+``seed + env_offset + g * P`` (the global id of its first row) and each reset writes a fresh draw
+into the config of the unwrapped ``FootballEnv`` (its ``_config``, the only way in), as gfootball
+does itself from Python's global ``random`` when no seed is given.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seedq.actor.envs import EnvError, StepBatch, _BatchBase
+from seedq.actor.envs import EnvError, StepBatch, _BatchBase, rows_per_env
 
 if TYPE_CHECKING:
     from seedq.config import EnvConfig
@@ -60,6 +71,7 @@ REPRESENTATIONS: dict[str, tuple[tuple[int, ...], np.dtype]] = {
 }
 REWARDS = ("scoring", "scoring,checkpoints")
 FRAME_STACKS = (1, 4)  # gfootball's stacked=True keeps the last 4 observations
+MAX_CONTROLLED_PLAYERS = 11  # a full team; each scenario may allow fewer
 # Packages under scenarios/ that are not scenarios.
 _NOT_SCENARIOS = frozenset({"tests"})
 # gfootball draws its own engine seeds from [0, 2e9] (scenario_builder.py).
@@ -118,6 +130,33 @@ def check_scenario(scenario: str, scenarios: Sequence[str]) -> None:
     )
 
 
+def controllable_players(scenario: str) -> int:
+    """How many left players of ``scenario`` the agent may control (its controllable ones).
+
+    Builds the scenario's config only, no engine; ``scenario`` must be a known one (gfootball
+    exits the process on an unknown name).
+    """
+    import_gfootball()
+    from gfootball.env import config
+
+    return int(config.Config({"level": scenario}).ScenarioConfig().controllable_left_players)
+
+
+def check_controlled_players(scenario: str, controlled_players: int, available: int) -> None:
+    """Raise an EnvError naming ``env.controlled_players`` if ``scenario`` has too few players.
+
+    Checked before any engine exists: gfootball fails with an IndexError deep in its engine
+    when asked to control more players than the scenario has (academy_3_vs_1_with_keeper with
+    6), or leaves the extra ones without a player to control (5_vs_5, whose keeper is not
+    controllable, with 5).
+    """
+    if controlled_players > available:
+        raise EnvError(
+            f"env.controlled_players={controlled_players} is more than scenario {scenario!r} "
+            f"allows: it has {available} controllable left players; use at most {available}"
+        )
+
+
 def check_football_config(cfg: EnvConfig) -> None:
     """The checks of ``seedq.config.validate`` for callers that build envs without it."""
     if cfg.representation not in REPRESENTATIONS:
@@ -132,10 +171,10 @@ def check_football_config(cfg: EnvConfig) -> None:
             f"env.frame_stack={cfg.frame_stack!r} is not allowed with env=football; choose one "
             f"of {list(FRAME_STACKS)}"
         )
-    if cfg.controlled_players != 1:
+    if not 1 <= cfg.controlled_players <= MAX_CONTROLLED_PLAYERS:
         raise EnvError(
-            f"env.controlled_players={cfg.controlled_players!r} is not supported; use 1 (seedq "
-            "sends one discrete action per env)"
+            f"env.controlled_players={cfg.controlled_players!r} is out of range; it must be in "
+            f"[1, {MAX_CONTROLLED_PLAYERS}] (left players of one team)"
         )
 
 
@@ -165,9 +204,13 @@ def create_football_env(cfg: EnvConfig, engine_seed: int) -> Any:
         )
 
 
-def _engine_seed_streams(base: int | None, num_envs: int) -> list[np.random.Generator]:
-    """One generator per env: ``base + i`` for env ``i``, or fresh entropy without a base."""
-    return [np.random.default_rng(None if base is None else base + i) for i in range(num_envs)]
+def _engine_seed_streams(
+    base: int | None, num_games: int, stride: int
+) -> list[np.random.Generator]:
+    """One generator per game: ``base + g * stride`` for game ``g``, or fresh entropy."""
+    return [
+        np.random.default_rng(None if base is None else base + g * stride) for g in range(num_games)
+    ]
 
 
 def _draw_engine_seed(rng: np.random.Generator) -> int:
@@ -185,22 +228,31 @@ def _time_ran_out(env: Any, info: dict) -> bool:
     return steps_left <= 0 and not info.get("score_reward", 0)
 
 
-class FootballBatch(_BatchBase):
-    """``num_envs`` gfootball envs with same-step autoreset (see the module doc).
+def _num_actions(action_space: Any) -> int:
+    """Actions per player: ``Discrete(n)`` for one player, ``MultiDiscrete([n] * P)`` for more."""
+    n = getattr(action_space, "n", None)
+    return int(n if n is not None else action_space.nvec[0])
 
-    Observations: simple115/simple115v2 float32 ``[115 * frame_stack]``; extracted (the super
-    mini-map) uint8 ``[4 * frame_stack, 72, 96]``, channels-first with the four planes of each
-    frame together, oldest frame first. Actions: gfootball's default set of 19.
+
+class FootballBatch(_BatchBase):
+    """``num_envs`` rows, ``env.controlled_players`` per gfootball game, with same-step autoreset.
+
+    See the module doc for the rows of a game, the episode ends and the seeding.
+
+    Observations (one player's, per row): simple115/simple115v2 float32 ``[115 * frame_stack]``;
+    extracted (the super mini-map) uint8 ``[4 * frame_stack, 72, 96]``, channels-first with the
+    four planes of each frame together, oldest frame first. Actions: gfootball's default set of
+    19, one per row. Rewards: each row's player's own.
 
     ``env.max_episode_steps`` (optional) truncates episodes after that many agent steps, on top
     of the scenario's own clock.
 
     Args:
         cfg: the ``env`` section (``kind: football``).
-        num_envs: engines in the batch.
-        seed: base seed; env ``i`` draws its engine seeds from ``seed + env_offset + i``.
-        env_offset: global index of the first env.
-        make_env: builds one old-API env from an engine seed; tests pass a fake.
+        num_envs: rows in the batch, a multiple of ``cfg.controlled_players``.
+        seed: base seed; game ``g`` draws its engine seeds from ``seed + env_offset + g * P``.
+        env_offset: global index of the first row.
+        make_env: builds one old-API game from an engine seed; tests pass a fake.
     """
 
     def __init__(
@@ -212,14 +264,27 @@ class FootballBatch(_BatchBase):
         make_env: Callable[[int], Any] | None = None,
     ) -> None:
         check_football_config(cfg)
+        players = rows_per_env(cfg)
+        if num_envs % players:
+            raise EnvError(
+                f"a football batch of {num_envs} envs (actor.envs_per_batch) cannot be split into "
+                f"games of env.controlled_players={players} rows, one per controlled player; "
+                f"make actor.envs_per_batch a multiple of {players}"
+            )
         if make_env is None:
             check_scenario(cfg.scenario, football_scenarios())
+            check_controlled_players(cfg.scenario, players, controllable_players(cfg.scenario))
             make_env = functools.partial(create_football_env, cfg)
         obs_shape, obs_dtype = observation_spec(cfg.representation, cfg.frame_stack)
+        self._players = players
+        self._num_games = num_envs // players
+        # gfootball's own layout of one player's observation: [115 * stack] or [72, 96, planes].
+        frame, _ = REPRESENTATIONS[cfg.representation]
+        self._raw_shape = (*frame[:-1], frame[-1] * cfg.frame_stack)
         self._channels_first = len(obs_shape) == 3
         self._max_steps = cfg.max_episode_steps
         base = None if seed is None else int(seed) + env_offset
-        self._rngs = _engine_seed_streams(base, num_envs)
+        self._rngs = _engine_seed_streams(base, self._num_games, players)
         self._envs: list[Any] = []
         try:
             for rng in self._rngs:
@@ -227,13 +292,16 @@ class FootballBatch(_BatchBase):
         except Exception:
             self.close()
             raise
-        num_actions = int(self._envs[0].action_space.n)
+        num_actions = _num_actions(self._envs[0].action_space)
         super().__init__(num_envs, obs_shape, obs_dtype, num_actions, seed, env_offset)
-        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._steps = np.zeros(self._num_games, dtype=np.int64)
         logger.info(
-            "football %s: %d envs, %s, obs %s %s, %d actions, rewards %s",
+            "football %s: %d envs (%d games x %d controlled players), %s, obs %s %s, %d actions, "
+            "rewards %s",
             cfg.scenario,
             num_envs,
+            self._num_games,
+            players,
             cfg.representation,
             self.obs_shape,
             self.obs_dtype,
@@ -242,61 +310,70 @@ class FootballBatch(_BatchBase):
         )
 
     def _layout(self, raw: Any) -> np.ndarray:
-        """One raw observation in seedq's layout (a view; callers copy it into their batch)."""
+        """One game's raw observation as ``[P, *obs_shape]`` (callers copy it into their batch).
+
+        gfootball drops the player axis when one player is controlled.
+        """
         raw = np.asarray(raw, dtype=self.obs_dtype)
-        if self._channels_first:
-            raw = raw.transpose(2, 0, 1)  # [72, 96, planes] -> [planes, 72, 96]
-        if raw.shape != self.obs_shape:
+        expected = self._raw_shape if self._players == 1 else (self._players, *self._raw_shape)
+        if raw.shape != expected:
             raise EnvError(
-                f"gfootball returned an observation of shape {raw.shape} after layout; expected "
-                f"{self.obs_shape} for this representation and frame_stack"
+                f"gfootball returned an observation of shape {raw.shape}; expected {expected} for "
+                "this representation, frame_stack and controlled_players"
             )
+        raw = raw.reshape(self._players, *self._raw_shape)
+        if self._channels_first:
+            raw = raw.transpose(0, 3, 1, 2)  # [P, 72, 96, planes] -> [P, planes, 72, 96]
         return raw
 
-    def _reset_env(self, i: int) -> np.ndarray:
-        env = self._envs[i]
-        _set_engine_seed(env, _draw_engine_seed(self._rngs[i]))
-        self._steps[i] = 0
+    def _reset_game(self, g: int) -> np.ndarray:
+        env = self._envs[g]
+        _set_engine_seed(env, _draw_engine_seed(self._rngs[g]))
+        self._steps[g] = 0
         return self._layout(env.reset())
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         base = self._reset_seed(seed)
         if base is not None:
-            self._rngs = _engine_seed_streams(base, self.num_envs)
+            self._rngs = _engine_seed_streams(base, self._num_games, self._players)
         obs = np.empty((self.num_envs, *self.obs_shape), dtype=self.obs_dtype)
-        for i in range(self.num_envs):
-            obs[i] = self._reset_env(i)
+        p = self._players
+        for g in range(self._num_games):
+            obs[g * p : (g + 1) * p] = self._reset_game(g)
         return obs
 
     def step(self, actions: np.ndarray) -> StepBatch:
         actions = self._check_actions(actions)
-        n = self.num_envs
+        n, p = self.num_envs, self._players
         obs = np.empty((n, *self.obs_shape), dtype=self.obs_dtype)
         reward = np.empty(n, dtype=np.float32)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
         final_obs: list[np.ndarray] = []
         self._steps += 1
-        for i, action in enumerate(actions.tolist()):
-            env = self._envs[i]
-            raw, r, done, info = env.step(action)
-            reward[i] = r
-            limit = self._max_steps is not None and self._steps[i] >= self._max_steps
+        per_game = actions.reshape(self._num_games, p).tolist()
+        for g, game_actions in enumerate(per_game):
+            env, rows = self._envs[g], slice(g * p, (g + 1) * p)
+            # One player takes a bare action (gfootball's single-agent wrappers), more a list.
+            raw, r, done, info = env.step(game_actions[0] if p == 1 else game_actions)
+            reward[rows] = np.asarray(r, dtype=np.float32).reshape(p)
+            limit = self._max_steps is not None and self._steps[g] >= self._max_steps
             if done or limit:
                 if done and not _time_ran_out(env, info):
-                    terminated[i] = True
+                    terminated[rows] = True
                 else:
-                    truncated[i] = True
+                    truncated[rows] = True
+                    # Games in order, a game's rows contiguous: final_obs in increasing row order.
                     final_obs.append(self._layout(raw))
-                obs[i] = self._reset_env(i)
+                obs[rows] = self._reset_game(g)
             else:
-                obs[i] = self._layout(raw)
+                obs[rows] = self._layout(raw)
         return StepBatch(
             obs,
             reward,
             terminated,
             truncated,
-            np.stack(final_obs) if final_obs else self._no_final_obs,
+            np.concatenate(final_obs) if final_obs else self._no_final_obs,
         )
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import zmq
 
-from seedq.actor.envs import make_env_batch
+from seedq.actor.envs import make_env_batch, rows_per_env
 from seedq.actor.exploration import epsilon_ladder
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
@@ -99,7 +99,8 @@ def resolve_device(name: str) -> torch.device:
 
 def probe_env_spec(cfg: SeedqConfig) -> EnvSpec:
     """Build one env to learn its spec; fails fast on a bad id or a missing package."""
-    env = make_env_batch(cfg.env, 1, seed=cfg.seed)
+    # One football game fills a row per controlled player.
+    env = make_env_batch(cfg.env, rows_per_env(cfg.env), seed=cfg.seed)
     try:
         return EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
     finally:
