@@ -6,7 +6,9 @@
 policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
 epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it). With ``video=true``
 each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen for gymnasium
-envs, the agent's own 84x84 view for Atari.
+envs, the agent's own 84x84 view for Atari. ``env.<key>=value`` changes the env for the
+evaluation, e.g. ``env.rewards=scoring`` so a football agent trained with checkpoint rewards
+is scored on goals alone (its mean return is then the scoring rate).
 
 Football with ``env.controlled_players=P`` plays one game whose ``P`` players each act through
 their own copy of the policy (as each is its own env in training), and an episode's return is
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from seedq.actor.envs import EnvError, make_env_batch, rows_per_env
 from seedq.config import EnvConfig
@@ -99,7 +102,9 @@ def load_policy(
         channels_last=config["hardware"]["channels_last"],
     )
     model.load_state_dict(state["model"])
-    return Policy(model, config, mode=mode, epsilon=epsilon, seed=seed)
+    policy = Policy(model, config, mode=mode, epsilon=epsilon, seed=seed)
+    policy.obs_shape = tuple(spec["obs_shape"])
+    return policy
 
 
 def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
@@ -199,11 +204,32 @@ def evaluate(
     mode: str = "sample",
     epsilon: float | None = None,
     seed: int = 0,
+    env_overrides: dict[str, Any] | None = None,
 ) -> tuple[list[float], list[Path]]:
-    """Returns of ``episodes`` episodes and the videos written."""
+    """Returns of ``episodes`` episodes and the videos written.
+
+    ``env_overrides``: env config keys to change for evaluation (e.g. ``{"rewards":
+    "scoring"}`` to count goals of a football agent trained with checkpoint rewards, or
+    another scenario); the observations must keep the shape the policy was trained on.
+    """
     path = find_checkpoint(checkpoint)
     policy = load_policy(str(path), mode=mode, epsilon=epsilon, seed=seed)
-    env_cfg = EnvConfig(**policy.config["env"])
+    try:
+        env_cfg = EnvConfig(**{**policy.config["env"], **(env_overrides or {})})
+    except TypeError:
+        allowed = sorted(policy.config["env"])
+        raise EnvError(
+            f"env overrides {sorted(env_overrides or {})}: keys are env.<one of {allowed}>"
+        ) from None
+    if env_overrides:
+        probe = make_env_batch(env_cfg, rows_per_env(env_cfg), seed=seed)
+        shape = tuple(probe.obs_shape)
+        probe.close()
+        if shape != policy.obs_shape:
+            raise EnvError(
+                f"with {env_overrides} the env gives observations of shape {shape}; the policy "
+                f"was trained on {policy.obs_shape}"
+            )
     if env_cfg.kind == "fake":
         raise EnvError("env.kind=fake has nothing to evaluate")
     if env_cfg.kind == "football" and video:
@@ -235,11 +261,16 @@ ARGUMENTS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args: dict[str, Any] = {}
+    env_overrides: dict[str, Any] = {}
     for item in sys.argv[1:] if argv is None else argv:
         key, sep, value = item.partition("=")
+        if sep and key.startswith("env.") and len(key) > 4:
+            env_overrides[key[4:]] = yaml.safe_load(value) if value else value
+            continue
         if not sep or key not in ARGUMENTS:
             print(
-                f"seedq-eval: {item!r} is not key=value with a key of {list(ARGUMENTS)}",
+                f"seedq-eval: {item!r} is not key=value with a key of {list(ARGUMENTS)} "
+                "or env.<key>",
                 file=sys.stderr,
             )
             return 2
@@ -248,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("seedq-eval: checkpoint=<checkpoint file or run dir> is required", file=sys.stderr)
         return 2
     try:
-        returns, videos = evaluate(args.pop("checkpoint"), **args)
+        returns, videos = evaluate(args.pop("checkpoint"), env_overrides=env_overrides, **args)
     except (CheckpointError, EnvError, ValueError) as exc:
         print(f"seedq-eval: {exc}", file=sys.stderr)
         return 2

@@ -51,3 +51,17 @@ def test_bad_arguments_and_missing_checkpoints_exit_2(tmp_path, capsys):
     assert main(["checkpoint", "x"]) == 2
     assert main([f"checkpoint={tmp_path}"]) == 2
     assert "no checkpoint there" in capsys.readouterr().err
+
+
+def test_env_overrides_change_the_evaluation_env_but_not_the_observation_shape(
+    cartpole_run, capsys
+):
+    assert main([f"checkpoint={cartpole_run}", "episodes=2", "env.max_episode_steps=20"]) == 0
+    stats = re.search(
+        r"return mean [\d.]+ std [\d.]+ min [\d.]+ max ([\d.]+)", capsys.readouterr().out
+    )
+    assert float(stats.group(1)) <= 20  # CartPole pays 1 a step: episodes were cut at 20
+    assert main([f"checkpoint={cartpole_run}", "env.colour=red"]) == 2
+    assert "env.<one of" in capsys.readouterr().err
+    assert main([f"checkpoint={cartpole_run}", "env.kind=gym", "env.id=Acrobot-v1"]) == 2
+    assert "trained on (4,)" in capsys.readouterr().err
