@@ -34,6 +34,10 @@ CASES: list[tuple[str, str]] = [
         "raw-env env=football env.scenario=academy_3_vs_1_with_keeper actor.envs_per_batch=8 "
         "seconds=10",
     ),
+    (
+        "pipeline",
+        "pipeline seconds=10 actor.num_actors=1 actor.envs_per_batch=8 broker.max_batch=16",
+    ),
     ("pipeline", "pipeline seconds=10 actor.envs_per_batch=16 broker.max_batch=64"),
     ("pipeline", "pipeline seconds=10 actor.envs_per_batch=64 broker.max_batch=256"),
     ("pipeline", "pipeline seconds=10 obs_shape=4,84,84 obs_dtype=uint8"),

@@ -24,6 +24,9 @@ IDLE_FRAMES = (
     "acquire",
     "epoll",
     "_run_once (asyncio",
+    # uvloop's loop is C: while it sits in epoll, the innermost Python frame is Runner.run.
+    "Runner.run (asyncio",
+    "GarbageCollectorThread.run (zmq",
 )
 
 
