@@ -89,11 +89,11 @@ class InferenceEngine:
         """
         self.model = model
         self.compiled = compile_mode != "none"
-        self._forward = model
+        self._compiled_model = None
         if self.compiled:
             # One graph per padded batch size: up to 2**20 envs stays under the limit.
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 24)
-            self._forward = torch.compile(
+            self._compiled_model = torch.compile(
                 model, mode=None if compile_mode == "default" else compile_mode, dynamic=False
             )
         self.select = select or SampleFromPolicy()
@@ -169,7 +169,8 @@ class InferenceEngine:
         obs_t = self._to_device(np.ascontiguousarray(all_obs))[None]
         done_t = self._to_device(np.ascontiguousarray(all_done))[None]
         with self.weights_lock, self._autocast():
-            out, new_state = self._forward(obs_t, done_t, state)
+            forward = self._compiled_model if self.compiled else self.model
+            out, new_state = forward(obs_t, done_t, state)
         eps = None
         if epsilon is not None:
             # The K final observations (and padding rows) only give values: their epsilon
