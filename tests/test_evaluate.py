@@ -15,7 +15,13 @@ from seedq.evaluate import main
 def cartpole_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     result = run_cli(
-        "total_env_steps=200000", "actor.num_actors=1", f"hydra.run.dir={run_dir}", timeout=300
+        "total_env_steps=200000",
+        "actor.num_actors=1",
+        # Few envs per batch: more updates per env step, so 200k steps train a real policy.
+        "actor.envs_per_batch=16",
+        "broker.max_batch=32",
+        f"hydra.run.dir={run_dir}",
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout
     return run_dir
