@@ -291,23 +291,18 @@ def validate(cfg: Any) -> None:
 
 
 def _validate_football(env: Any, actor: Any) -> None:
-    """The football keys. The scenario, and how many of its players the agent may control, are
-    checked against gfootball when the env is built.
+    """The football keys: the backend's own checks (seedq.actor.football), then the actor batch.
 
-    The allowed values mirror ``seedq.actor.football`` (a test keeps the two in step).
+    The scenario, and how many of its players the agent may control, are checked against
+    gfootball when the env is built.
     """
-    _choice("env.representation", env.representation, ["simple115v2", "simple115", "extracted"])
-    _choice("env.rewards", env.rewards, ["scoring", "scoring,checkpoints"])
-    if env.frame_stack not in (1, 4):
-        raise ConfigError(
-            f"env.frame_stack={env.frame_stack!r} is not allowed with env=football; choose 1 or 4 "
-            "(gfootball stacks the last 4 observations or none)"
-        )
-    if not 1 <= env.controlled_players <= 11:
-        raise ConfigError(
-            f"env.controlled_players={env.controlled_players!r} is out of range; it must be in "
-            "[1, 11] (left players of one team; the scenario may have fewer)"
-        )
+    from seedq.actor.envs import EnvError
+    from seedq.actor.football import check_football_config
+
+    try:
+        check_football_config(env)
+    except EnvError as exc:
+        raise ConfigError(str(exc)) from None
     if actor.envs_per_batch % env.controlled_players:
         raise ConfigError(
             f"actor.envs_per_batch={actor.envs_per_batch} is not a multiple of "

@@ -158,7 +158,7 @@ def check_controlled_players(scenario: str, controlled_players: int, available: 
 
 
 def check_football_config(cfg: EnvConfig) -> None:
-    """The checks of ``seedq.config.validate`` for callers that build envs without it."""
+    """The football values the backend supports; ``seedq.config.validate`` runs these too."""
     if cfg.representation not in REPRESENTATIONS:
         raise EnvError(
             f"env.representation={cfg.representation!r} is not allowed; choose one of "
@@ -168,13 +168,14 @@ def check_football_config(cfg: EnvConfig) -> None:
         raise EnvError(f"env.rewards={cfg.rewards!r} is not allowed; choose one of {list(REWARDS)}")
     if cfg.frame_stack not in FRAME_STACKS:
         raise EnvError(
-            f"env.frame_stack={cfg.frame_stack!r} is not allowed with env=football; choose one "
-            f"of {list(FRAME_STACKS)}"
+            f"env.frame_stack={cfg.frame_stack!r} is not allowed with env=football; choose 1 or 4 "
+            "(gfootball stacks the last 4 observations or none)"
         )
     if not 1 <= cfg.controlled_players <= MAX_CONTROLLED_PLAYERS:
         raise EnvError(
             f"env.controlled_players={cfg.controlled_players!r} is out of range; it must be in "
-            f"[1, {MAX_CONTROLLED_PLAYERS}] (left players of one team)"
+            f"[1, {MAX_CONTROLLED_PLAYERS}] (left players of one team; the scenario may have "
+            "fewer)"
         )
 
 

@@ -106,7 +106,7 @@ async def run_env_batch(
         )
         latencies = stats.latencies
         while not stop.is_set():
-            sent = time.perf_counter()
+            sent = time.perf_counter() if latencies is not None else 0.0
             await sock.send_multipart(encode(step), copy=False)
             actions = await _receive_actions(sock, actor_id, step.seq, n, reply_timeout_s, stop)
             if actions is None:

@@ -88,9 +88,8 @@ class InferenceEngine:
         instead of one per batch size the batcher happens to produce.
         """
         self.model = model
-        self.compiled = compile_mode != "none"
         self._compiled_model = None
-        if self.compiled:
+        if compile_mode != "none":
             # One graph per padded batch size: up to 2**20 envs stays under the limit.
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 24)
             self._compiled_model = torch.compile(
@@ -164,12 +163,13 @@ class InferenceEngine:
             state = tuple(torch.cat([s, s[trunc]]) for s in input_state)
         else:
             all_obs, all_done, state = obs, done, input_state
-        if self.compiled:
+        compiled = self._compiled_model
+        if compiled is not None:
             all_obs, all_done, state = _pad_to_bucket(all_obs, all_done, state)
         obs_t = self._to_device(np.ascontiguousarray(all_obs))[None]
         done_t = self._to_device(np.ascontiguousarray(all_done))[None]
         with self.weights_lock, self._autocast():
-            forward = self._compiled_model if self.compiled else self.model
+            forward = self.model if compiled is None else compiled
             out, new_state = forward(obs_t, done_t, state)
         eps = None
         if epsilon is not None:
