@@ -1,0 +1,68 @@
+"""Building blocks of the typed config: documented fields, ``ConfigError`` and range checks.
+
+Each config section is a dataclass that lives with the code it configures (``seedq.envs.config``,
+``seedq.agents.vtrace.config``, ...); ``seedq.config`` only composes them. Every field is made
+with :func:`setting`, so it has exactly one default and a help text that ``seedq-train --keys``
+and the README's key table show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range; the message names the key and what is allowed."""
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable | None = None):
+    """A dataclass field with its one default and a help text (``metadata["help"]``)."""
+    if not help:
+        raise ValueError("every setting needs a help text")
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    key: str
+    default: Any
+    help: str
+
+
+def describe(schema: Any, prefix: str = "") -> Iterator[KeyDoc]:
+    """Every leaf key of a config dataclass (type or instance), with its default and help."""
+    instance = schema() if isinstance(schema, type) else schema
+    for f in dataclasses.fields(instance):
+        value = getattr(instance, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            yield from describe(value, key + ".")
+        else:
+            yield KeyDoc(key, value, f.metadata.get("help", ""))
+
+
+def choice(key: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def positive(key: str, value: float, *, zero_ok: bool = False) -> None:
+    if value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ConfigError(f"{key}={value!r} is out of range; it must be {bound}")
+
+
+def in_unit_interval(key: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{key}={value!r} is out of range; it must be in [0, 1]")
+
+
+def check_positive(section: Any, prefix: str, names: Sequence[str], *, zero_ok: bool = False):
+    """:func:`positive` for several fields of one section, named ``prefix.field``."""
+    for name in names:
+        positive(f"{prefix}.{name}", getattr(section, name), zero_ok=zero_ok)
