@@ -68,7 +68,7 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
-    from seedq.actor.envs import EnvError
+    from seedq.envs import EnvError
     from seedq.launch.local import LocalRun
 
     try:

@@ -14,43 +14,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-
-@dataclass
-class EnvConfig:
-    # cartpole: gymnasium's native CartPole vector env; gym: any gymnasium id (vectorised in
-    # Python); atari: ale_py's C++ AtariVectorEnv; football: gfootball engines stepped in the
-    # actor process; fake: observations encode (env id, step).
-    kind: str = "cartpole"
-    id: str = "CartPole-v1"
-    max_episode_steps: int | None = None
-    # Atari preprocessing (DeepMind): frame skip, max-pool, 84x84 grey, frame stack, no-ops.
-    frame_skip: int = 4
-    frame_stack: int = 4
-    screen_size: int = 84
-    grayscale: bool = True
-    noop_max: int = 30
-    episodic_life: bool = False
-    repeat_action_probability: float = 0.25
-    full_action_space: bool = False
-    # gym: how to vectorise a Python env ("sync" runs in the actor process, "async" in
-    # subprocesses).
-    vectorization: str = "sync"
-    # football (Google Research Football, gfootball 2.10.2). representation: simple115v2 |
-    # simple115 (float32 [115] -> MLP) or extracted (the 72x96 super mini-map, uint8
-    # [4 * frame_stack, 72, 96] -> CNN); frame_stack 1 or 4 (gfootball stacks 4 or none).
-    # rewards: scoring | scoring,checkpoints. controlled_players: left players the agent controls
-    # in each game (1-11, at most the scenario's), each one env of its own: a game fills that many
-    # rows of an actor batch, so actor.envs_per_batch must be a multiple of it.
-    scenario: str = "academy_empty_goal_close"
-    representation: str = "simple115v2"
-    rewards: str = "scoring"
-    controlled_players: int = 1
-    # fake env (tests and benchmarks)
-    obs_shape: list[int] = field(default_factory=lambda: [4])
-    obs_dtype: str = "float32"
-    num_actions: int = 2
-    episode_length: int = 10
-    truncate_episodes: bool = False
+from seedq.envs.config import EnvConfig, validate_env
+from seedq.schema import ConfigError
 
 
 @dataclass
@@ -207,10 +172,6 @@ def register_configs() -> None:
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 
 
-class ConfigError(ValueError):
-    """A configuration value is out of range; the message names the key and what is allowed."""
-
-
 def _choice(key: str, value: Any, allowed: list[Any]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not allowed; choose one of {allowed}")
@@ -229,10 +190,8 @@ def _in_unit_interval(key: str, value: float) -> None:
 
 def validate(cfg: Any) -> None:
     """Check ranges and choices of a composed config (a SeedqConfig or DictConfig of one)."""
-    env, alg, hw, actor, broker = cfg.env, cfg.algorithm, cfg.hardware, cfg.actor, cfg.broker
+    alg, hw, actor, broker = cfg.algorithm, cfg.hardware, cfg.actor, cfg.broker
     _choice("algorithm.name", alg.name, ["vtrace", "r2d2"])
-    _choice("env.kind", env.kind, ["cartpole", "gym", "atari", "football", "fake"])
-    _choice("env.vectorization", env.vectorization, ["sync", "async"])
     _choice("algorithm.reward_clip", alg.reward_clip, ["none", "abs_one", "tanh"])
     _choice("algorithm.model.torso", alg.model.torso, ["auto", "mlp", "nature", "impala"])
     _choice("hardware.amp", hw.amp, ["none", "bf16", "fp16"])
@@ -255,15 +214,9 @@ def validate(cfg: Any) -> None:
         ("log_interval_s", cfg.log_interval_s),
         ("checkpoint.keep", cfg.checkpoint.keep),
         ("total_env_steps", cfg.total_env_steps),
-        ("env.frame_skip", env.frame_skip),
-        ("env.frame_stack", env.frame_stack),
-        ("env.screen_size", env.screen_size),
-        ("env.num_actions", env.num_actions),
-        ("env.episode_length", env.episode_length),
     ]:
         _positive(key, value)
     for key, value in [
-        ("env.noop_max", env.noop_max),
         ("max_minutes", cfg.max_minutes),
         ("checkpoint.every_minutes", cfg.checkpoint.every_minutes),
         ("hardware.num_threads", hw.num_threads),
@@ -271,46 +224,19 @@ def validate(cfg: Any) -> None:
     ]:
         _positive(key, value, zero_ok=True)
     _in_unit_interval("algorithm.gamma", alg.gamma)
-    _in_unit_interval("env.repeat_action_probability", env.repeat_action_probability)
     if not 0 <= broker.port <= 65535:
         raise ConfigError(f"broker.port={broker.port!r} is out of range; it must be in [0, 65535]")
     if any(h <= 0 for h in alg.model.hidden_sizes):
         raise ConfigError(
             f"algorithm.model.hidden_sizes={list(alg.model.hidden_sizes)} must all be > 0"
         )
-    if env.max_episode_steps is not None:
-        _positive("env.max_episode_steps", env.max_episode_steps)
     if alg.model.use_lstm and alg.model.lstm_size <= 0:
         raise ConfigError("algorithm.model.lstm_size must be > 0 when algorithm.model.use_lstm")
-    if env.kind == "football":
-        _validate_football(env, actor)
+    validate_env(cfg.env, actor)
     if alg.name == "vtrace":
         _validate_vtrace(alg)
     else:
         _validate_r2d2(alg, actor)
-
-
-def _validate_football(env: Any, actor: Any) -> None:
-    """The football keys: the backend's own checks (seedq.actor.football), then the actor batch.
-
-    The scenario, and how many of its players the agent may control, are checked against
-    gfootball when the env is built.
-    """
-    from seedq.actor.envs import EnvError
-    from seedq.actor.football import check_football_config
-
-    try:
-        check_football_config(env)
-    except EnvError as exc:
-        raise ConfigError(str(exc)) from None
-    if actor.envs_per_batch % env.controlled_players:
-        raise ConfigError(
-            f"actor.envs_per_batch={actor.envs_per_batch} is not a multiple of "
-            f"env.controlled_players={env.controlled_players}: each game fills one env row per "
-            "controlled player; make actor.envs_per_batch a multiple of env.controlled_players"
-        )
-    if not env.scenario:
-        raise ConfigError("env.scenario is empty; name a gfootball scenario, e.g. academy_corner")
 
 
 def _validate_vtrace(alg: Any) -> None:

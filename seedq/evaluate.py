@@ -32,8 +32,7 @@ import numpy as np
 import torch
 import yaml
 
-from seedq.actor.envs import EnvError, make_env_batch, rows_per_env
-from seedq.config import EnvConfig
+from seedq.envs import EnvConfig, EnvError, make_env_batch, rows_per_env
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from seedq.learner.models import build_model
 

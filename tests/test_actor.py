@@ -7,9 +7,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from seedq.actor.envs import make_env_batch
 from seedq.actor.loop import ActorError, EpisodeTracker, run_env_batch
-from seedq.config import EnvConfig
+from seedq.envs import EnvConfig, make_env_batch
 
 
 def test_episode_tracker_reports_raw_returns_and_lengths_of_ended_episodes():

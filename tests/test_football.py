@@ -17,11 +17,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import seedq
-from seedq.actor import football
-from seedq.actor.envs import KINDS, EnvError, make_env_batch, rows_per_env
-from seedq.actor.football import INSTALL_HINT, FootballBatch, check_scenario
 from seedq.cli import to_config
-from seedq.config import ConfigError, EnvConfig, register_configs
+from seedq.config import ConfigError, register_configs
+from seedq.envs import KINDS, EnvConfig, EnvError, football, make_env_batch, rows_per_env
+from seedq.envs.football import INSTALL_HINT, FootballBatch, check_scenario
 from seedq.messages import EnvSpec
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")

@@ -15,10 +15,10 @@ import torch
 from seedq.config import (
     ActorConfig,
     BrokerConfig,
-    EnvConfig,
     SeedqConfig,
     VTraceConfig,
 )
+from seedq.envs import EnvConfig
 from seedq.launch.local import LocalRun
 from seedq.learner.models import AgentOutput
 

@@ -14,11 +14,11 @@ from seedq.config import (
     ActorConfig,
     BrokerConfig,
     ConfigError,
-    EnvConfig,
     QModelConfig,
     R2D2Config,
     SeedqConfig,
 )
+from seedq.envs import EnvConfig
 from seedq.launch.local import LocalRun
 from seedq.learner.r2d2 import check_replay_fits, replay_fields
 from seedq.learner.replay import SequenceReplay

@@ -18,7 +18,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from seedq.actor.envs import EnvBatch
+from seedq.envs import EnvBatch
 from seedq.messages import (
     ACTIONS,
     ERROR,

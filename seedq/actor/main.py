@@ -14,9 +14,8 @@ from dataclasses import asdict
 import zmq
 import zmq.asyncio
 
-from seedq.actor.envs import EnvError, make_env_batch
 from seedq.actor.loop import ActorError, ActorStats, install_event_loop_policy, run_env_batch
-from seedq.config import EnvConfig
+from seedq.envs import EnvConfig, EnvError, make_env_batch
 from seedq.logging_setup import setup_logging
 
 log = logging.getLogger(__name__)

@@ -22,16 +22,16 @@ from typing import Any
 import numpy as np
 import zmq
 
-from seedq.actor.envs import StepBatch, _BatchBase
 from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Batch, Broker
+from seedq.envs import BatchBase, StepBatch
 from seedq.messages import EnvSpec
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0, "obs_shape": [4], "obs_dtype": "float32"}
 
 
-class NullEnvBatch(_BatchBase):
+class NullEnvBatch(BatchBase):
     """``num_envs`` envs that return the same zero observation forever, at no cost."""
 
     def __init__(

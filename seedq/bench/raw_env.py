@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from seedq.bench.common import compose, frames_per_step, print_json, print_table, split_args
-from seedq.config import EnvConfig
+from seedq.envs import EnvConfig
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0}
 
@@ -30,7 +30,7 @@ def step_batches(
     warmup_s: float,
 ) -> dict[str, float]:
     """Step ``num_batches`` env batches round-robin for ``seconds`` after a warm-up."""
-    from seedq.actor.envs import make_env_batch
+    from seedq.envs import make_env_batch
 
     cfg = EnvConfig(**env_cfg)
     envs = [

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from seedq.actor.main import actor_command, run_actor_thread
-from seedq.config import EnvConfig
+from seedq.envs import EnvConfig
 
 log = logging.getLogger(__name__)
 

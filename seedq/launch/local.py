@@ -21,11 +21,11 @@ import numpy as np
 import torch
 import zmq
 
-from seedq.actor.envs import make_env_batch, rows_per_env
 from seedq.actor.exploration import epsilon_ladder
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.config import ConfigError, SeedqConfig
+from seedq.envs import make_env_batch, rows_per_env
 from seedq.launch.actors import ActorPool
 from seedq.learner.checkpoint import (
     REPLAY_NAME,

@@ -1,4 +1,4 @@
-"""Google Research Football (gfootball 2.10.2) adapted to seedq's :class:`EnvBatch` contract.
+"""Google Research Football (gfootball 2.10.2), ``env.kind=football``, as an :class:`EnvBatch`.
 
 gfootball speaks the old gym API (``reset() -> obs``, ``step(a) -> (obs, reward, done, info)``)
 and each game is one C++ engine, so :class:`FootballBatch` holds its engines in the actor process
@@ -49,10 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seedq.actor.envs import EnvError, StepBatch, _BatchBase, rows_per_env
+from seedq.envs.base import BatchBase, EnvError, StepBatch
 
 if TYPE_CHECKING:
-    from seedq.config import EnvConfig
+    from seedq.envs.config import EnvConfig
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +157,17 @@ def check_controlled_players(scenario: str, controlled_players: int, available: 
         )
 
 
+def football_rows_per_env(cfg: EnvConfig) -> int:
+    """Rows one game fills: one per controlled player."""
+    return int(cfg.controlled_players)
+
+
 def check_football_config(cfg: EnvConfig) -> None:
-    """The football values the backend supports; ``seedq.config.validate`` runs these too."""
+    """The football values the backend supports; config validation runs these too.
+
+    The scenario, and how many of its players the agent may control, are checked against
+    gfootball when the env is built (:func:`check_scenario`, :func:`check_controlled_players`).
+    """
     if cfg.representation not in REPRESENTATIONS:
         raise EnvError(
             f"env.representation={cfg.representation!r} is not allowed; choose one of "
@@ -168,8 +177,9 @@ def check_football_config(cfg: EnvConfig) -> None:
         raise EnvError(f"env.rewards={cfg.rewards!r} is not allowed; choose one of {list(REWARDS)}")
     if cfg.frame_stack not in FRAME_STACKS:
         raise EnvError(
-            f"env.frame_stack={cfg.frame_stack!r} is not allowed with env=football; choose 1 or 4 "
-            "(gfootball stacks the last 4 observations or none)"
+            f"env.frame_stack={cfg.frame_stack!r} is not allowed with env=football; choose "
+            f"{' or '.join(map(str, FRAME_STACKS))} (gfootball stacks the last 4 observations "
+            "or none)"
         )
     if not 1 <= cfg.controlled_players <= MAX_CONTROLLED_PLAYERS:
         raise EnvError(
@@ -177,6 +187,8 @@ def check_football_config(cfg: EnvConfig) -> None:
             f"[1, {MAX_CONTROLLED_PLAYERS}] (left players of one team; the scenario may have "
             "fewer)"
         )
+    if not cfg.scenario:
+        raise EnvError("env.scenario is empty; name a gfootball scenario, e.g. academy_corner")
 
 
 def observation_spec(representation: str, frame_stack: int) -> tuple[tuple[int, ...], np.dtype]:
@@ -235,7 +247,7 @@ def _num_actions(action_space: Any) -> int:
     return int(n if n is not None else action_space.nvec[0])
 
 
-class FootballBatch(_BatchBase):
+class FootballBatch(BatchBase):
     """``num_envs`` rows, ``env.controlled_players`` per gfootball game, with same-step autoreset.
 
     See the module doc for the rows of a game, the episode ends and the seeding.
@@ -265,7 +277,7 @@ class FootballBatch(_BatchBase):
         make_env: Callable[[int], Any] | None = None,
     ) -> None:
         check_football_config(cfg)
-        players = rows_per_env(cfg)
+        players = football_rows_per_env(cfg)
         if num_envs % players:
             raise EnvError(
                 f"a football batch of {num_envs} envs (actor.envs_per_batch) cannot be split into "

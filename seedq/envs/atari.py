@@ -1,0 +1,205 @@
+"""``env.kind=atari``: ale_py's C++ ``AtariVectorEnv`` with DeepMind preprocessing.
+
+The vector env runs in ``SameStep`` autoreset mode (``info["final_obs"]`` is a full ``[N, ...]``
+uint8 array, valid only in the rows of envs that ended; ``Disabled`` is rejected by ale_py 0.12).
+ale_py and gymnasium are imported when an env is built, not with this module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done
+from seedq.envs.gym import import_gymnasium
+
+if TYPE_CHECKING:
+    from seedq.envs.config import EnvConfig
+
+logger = logging.getLogger(__name__)
+
+# DeepMind's limit: 30 minutes of play at 60 Hz.
+ATARI_MAX_EPISODE_FRAMES = 108_000
+
+
+def _atari_game(env_id: str) -> str:
+    """The snake_case ROM name (``"pong"``) of ``env_id`` (``"ALE/Pong-v5"`` or ``"pong"``)."""
+    try:
+        import ale_py
+        from ale_py import roms
+    except ImportError as exc:
+        raise EnvError(
+            'env.kind=atari needs ale_py (ROMs included); run: pip install "ale-py>=0.10"'
+        ) from exc
+    gym = import_gymnasium()
+    gym.register_envs(ale_py)
+    rom_ids = roms.get_all_rom_ids()
+    if env_id in rom_ids:
+        return env_id
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        spec = None
+    game = spec.kwargs.get("game") if spec is not None else None
+    if spec is not None and game is None:
+        raise EnvError(
+            f"{env_id!r} is not an Atari id; use env.kind=gym (or cartpole) for it, or an "
+            "Atari id like 'ALE/Pong-v5' with env.kind=atari"
+        )
+    if game is None:
+        ale_ids = [i for i in gym.registry if i.startswith("ALE/")]
+        close = difflib.get_close_matches(env_id, ale_ids, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise EnvError(
+            f"unknown Atari env id {env_id!r}.{hint} Atari ids look like 'ALE/Pong-v5'; list "
+            "the games with `python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())'` "
+            "or the ids with `python -c 'import gymnasium, ale_py; "
+            "gymnasium.register_envs(ale_py); gymnasium.pprint_registry()'`"
+        )
+    return str(game)
+
+
+def _atari_rom_path(game: str) -> Any:
+    from ale_py import roms
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # get_rom_path warns before returning None
+            path = roms.get_rom_path(game)
+    except OSError as exc:  # missing or corrupt .bin, or a bad ALE_ROMS_DIR
+        raise EnvError(
+            f"the ROM for {game!r} cannot be loaded ({exc}); reinstall the ROMs with: "
+            'pip install --force-reinstall "ale-py>=0.10"'
+        ) from exc
+    if path is None:
+        raise EnvError(
+            f"ale_py has no ROM named {game!r}; list them with "
+            "`python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())'`"
+        )
+    return path
+
+
+def _default_num_threads(num_envs: int) -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))  # respects taskset / container CPU sets
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(num_envs, cpus))
+
+
+class AtariBatch(BatchBase):
+    """ale_py's C++ ``AtariVectorEnv`` with DeepMind preprocessing and SameStep autoreset.
+
+    Preprocessing (all in C++): ``frame_skip`` with max-pooling of the last two frames,
+    ``screen_size`` square grey (or RGB) frames, ``frame_stack`` stacked frames, up to
+    ``noop_max`` no-ops and FIRE on reset, sticky actions with ``repeat_action_probability``,
+    no reward clipping (the learner clips). ``max_episode_steps`` counts agent steps; ale_py
+    counts frames, so it gets ``max_episode_steps * frame_skip`` (default 108000 frames).
+
+    ``episodic_life`` maps to ale_py's ``life_loss_info``: a life loss reports terminated while
+    the game goes on, and only game over resets (DeepMind's semantics). ale_py's own
+    ``episodic_life`` would restart the game on every life loss, so it is not used.
+
+    Observations are uint8 ``[frame_stack, S, S]`` (grey) or ``[3 * frame_stack, S, S]`` (RGB,
+    channels of each frame together).
+    """
+
+    def __init__(
+        self, cfg: EnvConfig, num_envs: int, seed: int | None, env_offset: int = 0
+    ) -> None:
+        game = _atari_game(cfg.id)
+        _atari_rom_path(game)
+        from ale_py.vector_env import AtariVectorEnv
+        from gymnasium.vector import AutoresetMode
+
+        if cfg.max_episode_steps is not None:
+            max_frames = int(cfg.max_episode_steps) * int(cfg.frame_skip)
+        else:
+            max_frames = ATARI_MAX_EPISODE_FRAMES
+        num_threads = _default_num_threads(num_envs)
+        try:
+            env = AtariVectorEnv(
+                game,
+                num_envs,
+                # batch_size == num_envs: step() waits for every env (no async batches).
+                batch_size=num_envs,
+                num_threads=num_threads,
+                max_num_frames_per_episode=max_frames,
+                repeat_action_probability=float(cfg.repeat_action_probability),
+                full_action_space=bool(cfg.full_action_space),
+                autoreset_mode=AutoresetMode.SAME_STEP,
+                img_height=int(cfg.screen_size),
+                img_width=int(cfg.screen_size),
+                grayscale=bool(cfg.grayscale),
+                stack_num=int(cfg.frame_stack),
+                frameskip=int(cfg.frame_skip),
+                maxpool=True,
+                noop_max=int(cfg.noop_max),
+                episodic_life=False,
+                life_loss_info=bool(cfg.episodic_life),
+                reward_clipping=False,
+                use_fire_reset=True,
+            )
+        except (ValueError, RuntimeError, AssertionError) as exc:
+            raise EnvError(f"cannot build AtariVectorEnv for {cfg.id!r} ({game}): {exc}") from exc
+        self._env = env
+        self._grayscale = bool(cfg.grayscale)
+        stack, size = int(cfg.frame_stack), int(cfg.screen_size)
+        channels = stack if self._grayscale else 3 * stack
+        super().__init__(
+            num_envs,
+            (channels, size, size),
+            np.dtype(np.uint8),
+            int(env.single_action_space.n),
+            seed,
+            env_offset,
+        )
+        logger.info(
+            "atari env %s (%s): %d envs, %d threads, obs %s, %d actions, max %d frames",
+            cfg.id,
+            game,
+            num_envs,
+            num_threads,
+            self.obs_shape,
+            self.num_actions,
+            max_frames,
+        )
+
+    def _layout(self, obs: np.ndarray) -> np.ndarray:
+        """Grey ``[B, stack, H, W]`` as is; RGB ``[B, stack, H, W, 3]`` -> ``[B, 3*stack, H, W]``.
+
+        The three channels of each frame stay adjacent, so a model's first conv sees frames in
+        order.
+        """
+        if self._grayscale:
+            return obs
+        b, stack, h, w, c = obs.shape
+        return np.ascontiguousarray(obs.transpose(0, 1, 4, 2, 3)).reshape(b, stack * c, h, w)
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        obs, _ = self._env.reset(seed=self._reset_seed(seed))
+        return self._layout(obs)
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        actions = self._check_actions(actions)
+        obs, reward, terminated, truncated, info = self._env.step(actions)
+        terminated, truncated = split_done(terminated, truncated)
+        if truncated.any():
+            # info["final_obs"] is [N, ...]; rows of envs that did not end hold stale frames.
+            final_obs = self._layout(info["final_obs"][truncated])
+        else:
+            final_obs = self._no_final_obs
+        return StepBatch(
+            self._layout(obs), reward.astype(np.float32), terminated, truncated, final_obs
+        )
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            # The C++ worker threads stop when the interface is freed.
+            self._env = None

@@ -1,0 +1,147 @@
+"""The contract every env backend meets: :class:`EnvBatch`, with same-step autoreset.
+
+An actor steps ``N`` environments together and sends one message per batch step. When an env
+ends an episode on a step, that step already returns the first observation of its next episode,
+and the true last observation of each *truncated* env comes back separately in
+``StepBatch.final_obs`` so the learner can bootstrap from it. A terminated env needs no final
+observation (its value is zero).
+
+Observations are delivered channels-first (``[C, H, W]``) for images so that models see the
+same layout whatever the backend; float64 vectors are cast to float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Self, runtime_checkable
+
+import numpy as np
+
+
+class EnvError(RuntimeError):
+    """An environment cannot be built or stepped; the message says what to change."""
+
+
+@dataclass
+class StepBatch:
+    """The result of stepping every env of a batch once.
+
+    Attributes:
+        obs: ``[N, *obs_shape]``; for envs that ended this step, the first observation of their
+            next episode (same-step autoreset).
+        reward: float32 ``[N]``, the reward of the action just taken (for envs that ended, the
+            last reward of the episode).
+        terminated: bool ``[N]``, the episode reached a terminal state.
+        truncated: bool ``[N]``, the episode was cut (time limit). Never True where
+            ``terminated`` is: an env that does both is reported as terminated only.
+        final_obs: ``[K, *obs_shape]`` with ``K = truncated.sum()``: the true last observation of
+            each truncated env, in increasing env index order. ``[0, *obs_shape]`` when none.
+    """
+
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray
+
+
+@runtime_checkable
+class EnvBatch(Protocol):
+    """``num_envs`` environments stepped together with same-step autoreset."""
+
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    num_actions: int
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every env; returns ``[N, *obs_shape]``."""
+        ...
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """Step every env with integer ``actions`` ``[N]``."""
+        ...
+
+    def close(self) -> None:
+        """Release threads, subprocesses and emulators. Safe to call twice."""
+        ...
+
+
+class BatchBase:
+    """Shared bookkeeping of a backend: spaces, seeding, action checks, context-manager support.
+
+    A backend subclasses it, calls ``super().__init__`` once it knows its spaces, and implements
+    ``reset``, ``step`` and ``close`` of :class:`EnvBatch`.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: np.dtype,
+        num_actions: int,
+        seed: int | None,
+        env_offset: int,
+    ) -> None:
+        self.num_envs = num_envs
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.obs_dtype = np.dtype(obs_dtype)
+        self.num_actions = int(num_actions)
+        self.env_offset = env_offset
+        self._seed = seed
+        self._seeded = False
+        # Reused for the (common) steps on which nothing is truncated; a size-0 array cannot be
+        # mutated by a consumer, so sharing it is safe.
+        self._no_final_obs = np.zeros((0, *self.obs_shape), dtype=self.obs_dtype)
+
+    def _reset_seed(self, seed: int | None) -> int | None:
+        """The base seed for a reset: env ``i`` of the batch gets ``base + i``.
+
+        An explicit ``seed`` and the construction seed both become ``seed + env_offset``, so
+        batches built from one run seed with distinct offsets get distinct env seeds. Without an
+        explicit seed only the first reset is seeded; later ones continue the RNG streams.
+        """
+        if seed is None:
+            if self._seeded or self._seed is None:
+                return None
+            seed = self._seed
+        self._seeded = True
+        return int(seed) + self.env_offset
+
+    def _check_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Validate ``actions`` ``[N]`` and return them as int64.
+
+        Checked on every step because an out-of-range action is not caught by every backend:
+        ale_py's C++ vector env deadlocks on one.
+        """
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
+            raise EnvError(
+                f"actions must be an integer array of shape ({self.num_envs},); got "
+                f"{actions.dtype} {actions.shape}"
+            )
+        if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
+            raise EnvError(
+                f"actions must lie in [0, {self.num_actions}); got values in "
+                f"[{actions.min()}, {actions.max()}]"
+            )
+        return actions.astype(np.int64, copy=False)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Subclasses release their env here."""
+
+
+def split_done(terminated: np.ndarray, truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The flags as bool arrays, with ``truncated`` cleared where ``terminated`` is set.
+
+    A terminal state has value zero whatever the clock says, so terminated wins.
+    """
+    terminated = np.asarray(terminated, dtype=bool)
+    truncated = np.asarray(truncated, dtype=bool) & ~terminated
+    return terminated, truncated

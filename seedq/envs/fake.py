@@ -1,0 +1,132 @@
+"""``env.kind=fake``: deterministic numpy envs whose observations say who and when they are.
+
+Pipeline tests and ``seedq-bench pipeline`` use them to check that every transition arrives, in
+order, paired with the right action; nothing is random and nothing needs installing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from seedq.envs.base import BatchBase, EnvError, StepBatch
+
+if TYPE_CHECKING:
+    from seedq.envs.config import EnvConfig
+
+
+class FakeEnvBatch(BatchBase):
+    """Deterministic numpy envs whose observations say who and when they are.
+
+    The flattened observation of env ``i`` is ``[env_offset + i, t, e, a, 0, ...]`` where ``t`` is
+    the step within the episode (0 right after a reset) and ``e`` the number of episodes env
+    ``i`` has finished. The reward of a step is the new ``t`` (so ordering errors show up as
+    wrong rewards). Global env ``g = env_offset + i`` ends its episodes after
+    ``episode_length + (g % 3)`` steps, so every observation describes itself; the lengths
+    differ so that episode ends fall on different batch steps, as in real envs. They end as
+    truncated if ``truncate_episodes``, else as terminated; ``final_obs`` of a truncated env has
+    ``t == episode_length + (g % 3)``.
+
+    Integer dtypes wrap the encoded values (e.g. env ids beyond 255 in uint8); float32 is exact
+    up to 2**24.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        obs_shape: tuple[int, ...] = (4,),
+        obs_dtype: np.dtype | str = "float32",
+        num_actions: int = 2,
+        episode_length: int = 10,
+        truncate_episodes: bool = False,
+        env_offset: int = 0,
+    ) -> None:
+        obs_shape = tuple(int(d) for d in obs_shape)
+        try:
+            dtype = np.dtype(obs_dtype)
+        except TypeError as exc:
+            raise EnvError(f"fake env: env.obs_dtype={obs_dtype!r} is not a numpy dtype") from exc
+        flat = int(np.prod(obs_shape)) if obs_shape else 1
+        if flat < 3:
+            raise EnvError(
+                f"fake env: env.obs_shape={list(obs_shape)} has {flat} element(s); it needs at "
+                "least 3 to encode (env id, step, episode)"
+            )
+        if episode_length < 1 or num_actions < 1:
+            raise EnvError(
+                f"fake env: episode_length={episode_length} and num_actions={num_actions} must "
+                "both be >= 1"
+            )
+        super().__init__(num_envs, obs_shape, dtype, num_actions, None, env_offset)
+        self._flat = flat
+        self._truncate = bool(truncate_episodes)
+        self.env_ids = np.arange(env_offset, env_offset + num_envs, dtype=np.int64)
+        self.episode_lengths = (
+            episode_length + (env_offset + np.arange(num_envs, dtype=np.int64)) % 3
+        )
+        self._t = np.zeros(num_envs, dtype=np.int64)
+        self._episode = np.zeros(num_envs, dtype=np.int64)
+        self._no_done = np.zeros(num_envs, dtype=bool)
+
+    def _encode(
+        self, ids: np.ndarray, t: np.ndarray, episode: np.ndarray, last_action: np.ndarray | int
+    ) -> np.ndarray:
+        """``[len(ids), *obs_shape]`` observations for the given rows (all 1-D, same length).
+
+        With 4+ elements, element 3 is the action that led to this observation (-1 after a
+        reset), so a test can check that the learner pairs each action with the right step.
+        """
+        out = np.zeros((len(ids), self._flat), dtype=self.obs_dtype)
+        # Array-to-array assignment casts unsafely, which is the documented wrap-around.
+        out[:, 0] = ids
+        out[:, 1] = t
+        out[:, 2] = episode
+        if self._flat >= 4:
+            out[:, 3] = last_action
+        return out.reshape(len(ids), *self.obs_shape)
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Start episode 0 at step 0 in every env (``seed`` is ignored: nothing is random)."""
+        self._t[:] = 0
+        self._episode[:] = 0
+        return self._encode(self.env_ids, self._t, self._episode, -1)
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        self._check_actions(actions)
+        self._t += 1
+        reward = self._t.astype(np.float32)
+        done = self._t >= self.episode_lengths
+        if self._truncate:
+            terminated, truncated = self._no_done.copy(), done
+        else:
+            terminated, truncated = done, self._no_done.copy()
+        if done.any():
+            final_obs = (
+                self._encode(self.env_ids[done], self._t[done], self._episode[done], actions[done])
+                if self._truncate
+                else self._no_final_obs
+            )
+            self._t[done] = 0
+            self._episode += done
+        else:
+            final_obs = self._no_final_obs
+        obs = self._encode(self.env_ids, self._t, self._episode, np.where(done, -1, actions))
+        return StepBatch(obs, reward, terminated, truncated, final_obs)
+
+    def close(self) -> None:
+        pass
+
+
+def make_fake(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> FakeEnvBatch:
+    """The registry's factory: ``obs_shape``, ``obs_dtype``, ``num_actions``, ``episode_length``
+    and ``truncate_episodes`` of ``cfg`` (``seed`` is unused: nothing is random)."""
+    return FakeEnvBatch(
+        num_envs,
+        tuple(cfg.obs_shape),
+        cfg.obs_dtype,
+        cfg.num_actions,
+        cfg.episode_length,
+        cfg.truncate_episodes,
+        env_offset,
+    )
