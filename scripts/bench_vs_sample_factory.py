@@ -485,7 +485,10 @@ def seedq_curve(run_dir: Path, started: float) -> Curve:
         t = float(row["wall_time"]) + offset
         steps = int(float(row["env_steps"]))
         progress.append(Point(t, steps, math.nan))
-        if row.get("return_mean") and float(row.get("episodes") or 0) >= 100:
+        if (
+            row.get("return_mean")
+            and float(row.get("episode/count") or row.get("episodes") or 0) >= 100
+        ):
             returns.append(Point(t, steps, float(row["return_mean"])))
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}

@@ -32,8 +32,15 @@ def read_rows(run_dir: Path) -> list[dict[str, float]]:
 
 def return_keys(rows: list[dict[str, float]]) -> tuple[str, str]:
     """R2D2 runs are judged by their eval episodes (epsilon 0.001), V-trace by all episodes."""
-    if any("eval_return_mean" in row for row in rows):
-        return "eval_return_mean", "eval_episodes"
+    # Column names of seedq >= 0.2 first, then those of older runs.
+    for ret, episodes in (
+        ("eval/return_mean", "eval/episodes"),
+        ("eval_return_mean", "eval_episodes"),
+    ):
+        if any(ret in row for row in rows):
+            return ret, episodes
+    if any("episode/count" in row for row in rows):
+        return "return_mean", "episode/count"
     return "return_mean", "episodes"
 
 
@@ -89,12 +96,12 @@ def curve_table(run_dir: Path, every_min: float) -> str:
     if rows and (not picked or picked[-1] is not rows[-1]):
         picked.append(rows[-1])
     skip = frame_skip(run_dir)
-    ret, _ = return_keys(rows)
+    ret, episodes = return_keys(rows)
     for row in picked:
         lines.append(
             f"| {row['wall_time'] / 60:.1f} | {row['env_steps']:,.0f} | "
             f"{row['env_steps'] * skip:,.0f} | {row.get('steps_per_s', 0):,.0f} | "
-            f"{row.get(ret, float('nan')):.1f} | {row.get('episodes', 0):,.0f} |"
+            f"{row.get(ret, float('nan')):.1f} | {row.get(episodes, 0):,.0f} |"
         )
     return "\n".join(lines)
 

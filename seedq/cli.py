@@ -10,14 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from seedq.config import (
-    ConfigError,
-    R2D2Config,
-    SeedqConfig,
-    VTraceConfig,
-    register_configs,
-    validate,
-)
+from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
 from seedq.learner.checkpoint import (
     CheckpointError,
     check_compatible,
@@ -61,8 +54,7 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
         else:
             OmegaConf.update(saved, key, override.value(), merge=False)
     saved.resume = str(path)
-    schema = R2D2Config() if saved.algorithm.name == "r2d2" else VTraceConfig()
-    typed = OmegaConf.merge(OmegaConf.structured(SeedqConfig(algorithm=schema)), saved)
+    typed = OmegaConf.merge(OmegaConf.structured(schema_for(saved.algorithm.name)), saved)
     return to_config(typed), state
 
 
@@ -87,7 +79,25 @@ def _train(cfg: DictConfig) -> float | None:
     return summary.return_mean
 
 
+def print_keys(argv: list[str]) -> None:
+    """``seedq-train --keys [algorithm] [prefix]``: every config key, its default and help."""
+    from seedq.agents.registry import agent_names
+    from seedq.schema import describe
+
+    algorithm = next((a for a in argv if a in agent_names()), "vtrace")
+    prefixes = [a for a in argv if a not in agent_names()]
+    print(f"seedq-train keys (defaults of the dataclasses, algorithm={algorithm}; the env,")
+    print("hardware and tuning YAML groups may set others: seedq-train --cfg job shows a run's)")
+    for doc in describe(schema_for(algorithm)):
+        if prefixes and not any(doc.key.startswith(p) for p in prefixes):
+            continue
+        print(f"  {doc.key} = {doc.default!r}\n      {doc.help}")
+
+
 def train_main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--keys":
+        print_keys(sys.argv[2:])
+        return
     _train()
 
 

@@ -32,16 +32,17 @@ import numpy as np
 import torch
 import yaml
 
+from seedq.agents.registry import agent_class
 from seedq.envs import EnvConfig, EnvError, make_env_batch, rows_per_env
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
-from seedq.learner.models import build_model
+from seedq.messages import EnvSpec
 
 MODES = ("sample", "greedy")
 
 
 class Policy:
     """A trained seedq policy for one env: call it on each observation, ``reset()`` between
-    episodes. It keeps the LSTM state itself."""
+    episodes. It keeps the LSTM state itself and acts with its algorithm's own selector."""
 
     def __init__(
         self,
@@ -58,9 +59,11 @@ class Policy:
         self.config = config
         self.algorithm = config["algorithm"]["name"]
         self.mode = mode
-        default = config["algorithm"].get("eval_epsilon", 0.0)
+        agent = agent_class(self.algorithm)
+        alg = SimpleNamespace(**config["algorithm"])
+        self.select = agent.make_selector(alg, greedy=mode == "greedy")
+        default = agent.default_epsilon(alg)
         self.epsilon = default if epsilon is None else epsilon
-        self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
         self.reset()
 
@@ -75,15 +78,8 @@ class Policy:
         done = torch.tensor([[self._new_episode]])
         out, self._state = self.model(obs_t, done, self._state)
         self._new_episode = False
-        if self.algorithm == "r2d2":
-            q = out.q[0, 0]
-            if self.rng.random() < self.epsilon:
-                return int(self.rng.integers(q.shape[0]))
-            return int(q.argmax())
-        logits = out.logits[0, 0].float()
-        if self.mode == "greedy":
-            return int(logits.argmax())
-        return int(torch.multinomial(logits.softmax(-1), 1, generator=self.generator))
+        epsilon = None if self.epsilon is None else torch.tensor([float(self.epsilon)])
+        return int(self.select(out, epsilon, self.generator).actions[0])
 
 
 def load_policy(
@@ -93,11 +89,11 @@ def load_policy(
     state = load_checkpoint(find_checkpoint(path))
     config = state["config"]
     spec = state["spec"]
-    model_cfg = SimpleNamespace(**config["algorithm"]["model"])
-    model = build_model(
-        spec["obs_shape"],
-        spec["num_actions"],
-        model_cfg,
+    alg = config["algorithm"]
+    model_cfg = SimpleNamespace(**alg["model"])
+    model = agent_class(alg["name"]).build_model(
+        EnvSpec(tuple(spec["obs_shape"]), spec["obs_dtype"], spec["num_actions"]),
+        SimpleNamespace(**{**alg, "model": model_cfg}),
         channels_last=config["hardware"]["channels_last"],
     )
     model.load_state_dict(state["model"])
@@ -155,7 +151,7 @@ def _row_policies(policy: Policy, rows: int) -> list[Policy]:
     return [policy, *(copy.copy(policy) for _ in range(rows - 1))]
 
 
-def _atari_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
+def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
     """Episodes played through seedq's env batch: one env, which may fill several rows
     (football's controlled players); an episode's return is the mean of its rows' returns."""
     rows = rows_per_env(env_cfg)
@@ -237,7 +233,7 @@ def evaluate(
             "which seedq does not set up; evaluate without video"
         )
     # Atari and football play through seedq's own env batch (the training preprocessing).
-    run = _atari_episodes if env_cfg.kind in ("atari", "football") else _gym_episodes
+    run = _env_batch_episodes if env_cfg.kind in ("atari", "football") else _gym_episodes
     returns, videos = [], []
     folder = path.parent.parent / "videos"
     for i, (total, frames) in enumerate(run(policy, env_cfg, episodes, seed, video)):

@@ -73,7 +73,9 @@ def group_key(run_dir: Path) -> str:
 def read_curve(run_dir: Path) -> RunCurve:
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    key = "eval_return_mean" if rows and "eval_return_mean" in rows[0] else "return_mean"
+    # R2D2 runs are judged by their eval episodes ("eval_return_mean" in runs before 0.2).
+    evals = [k for k in ("eval/return_mean", "eval_return_mean") if rows and k in rows[0]]
+    key = evals[0] if evals else "return_mean"
     rows = [r for r in rows if r.get(key) not in ("", None)]
     return RunCurve(
         name=run_dir.name,

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from seedq.agents.vtrace.acting import SampleFromPolicy
+from seedq.agents.vtrace.network import ActorCriticNet
 from seedq.learner.inference import InferenceEngine
-from seedq.learner.models import ActorCriticNet
 
 OBS_DIM, ACTIONS, ENVS, STEPS = 3, 4, 5, 12
 
@@ -21,7 +22,9 @@ def lstm_engine():
     torch.manual_seed(0)
     model = ActorCriticNet((OBS_DIM,), ACTIONS, hidden_sizes=(8,), use_lstm=True, lstm_size=6)
     model.eval()
-    engine = InferenceEngine(model, torch.device("cpu"), threading.Lock(), seed=0)
+    engine = InferenceEngine(
+        model, torch.device("cpu"), threading.Lock(), select=SampleFromPolicy(), seed=0
+    )
     engine.ensure_rows(ENVS)
     return model, engine
 
@@ -132,9 +135,16 @@ def test_compiled_forward_pads_batches_and_matches_eager(batch):
     torch.manual_seed(0)
     model = ActorCriticNet((OBS_DIM,), ACTIONS, hidden_sizes=(8,), use_lstm=True, lstm_size=6)
     model.eval()
-    eager = InferenceEngine(model, torch.device("cpu"), threading.Lock(), seed=0)
+    eager = InferenceEngine(
+        model, torch.device("cpu"), threading.Lock(), select=SampleFromPolicy(), seed=0
+    )
     compiled = InferenceEngine(
-        model, torch.device("cpu"), threading.Lock(), seed=0, compile_mode="default"
+        model,
+        torch.device("cpu"),
+        threading.Lock(),
+        select=SampleFromPolicy(),
+        seed=0,
+        compile_mode="default",
     )
     rng = np.random.default_rng(batch)
     rows = rng.permutation(16)[:batch]

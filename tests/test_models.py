@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from seedq.config import ModelConfig
-from seedq.learner.models import ActorCriticNet, AgentOutput, build_model
+from seedq.agents.config import TORSOS as CONFIG_TORSOS
+from seedq.agents.config import ModelConfig
+from seedq.agents.vtrace.network import ActorCriticNet, AgentOutput, build_network
+from seedq.learner.models import TORSOS as MODEL_TORSOS
 
 VEC_SHAPE = (4,)
 FRAME_SHAPE = (4, 84, 84)
@@ -239,12 +241,16 @@ def test_initial_policy_is_near_uniform() -> None:
     assert out.logits.abs().max() < 0.1
 
 
+def test_config_torsos_are_the_ones_the_model_builds() -> None:
+    assert CONFIG_TORSOS == MODEL_TORSOS
+
+
 def test_build_model_from_config() -> None:
     cfg = ModelConfig(torso="auto", hidden_sizes=[32], use_lstm=True, lstm_size=16)
-    net = build_model([4], 2, cfg)
+    net = build_network([4], 2, cfg, channels_last=True)
     assert net.torso_name == "mlp" and net.use_lstm and net.lstm_size == 16
     assert [m.out_features for m in net.torso.net if isinstance(m, torch.nn.Linear)] == [32]
-    frames = build_model(
+    frames = build_network(
         (4, 84, 84),
         6,
         SimpleNamespace(torso="impala", hidden_sizes=[], use_lstm=False, lstm_size=1),

@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from seedq.config import (
-    ActorConfig,
-    BrokerConfig,
-    SeedqConfig,
-    VTraceConfig,
-)
+from seedq.actor.config import ActorConfig
+from seedq.agents.vtrace import VTraceAgent
+from seedq.agents.vtrace.config import VTraceConfig
+from seedq.agents.vtrace.network import AgentOutput
+from seedq.broker.config import BrokerConfig
+from seedq.config import SeedqConfig
 from seedq.envs import EnvConfig
 from seedq.launch.local import LocalRun
-from seedq.learner.models import AgentOutput
 
 EPISODE_LENGTH = 4
 UNROLL = 5
@@ -32,6 +31,7 @@ class StepValueNet(torch.nn.Module):
     def __init__(self, num_actions: int) -> None:
         super().__init__()
         self.num_actions = num_actions
+        self.unused = torch.nn.Parameter(torch.zeros(1))  # the optimizer needs a parameter
 
     def initial_state(self, batch_size: int, device=None) -> tuple:
         return ()
@@ -60,8 +60,6 @@ def run_pipeline(tmp_path, *, truncate: bool, total_env_steps: int = 3000):
         log_interval_s=0.2,
         max_minutes=2,
     )
-    run = LocalRun(cfg, str(tmp_path))
-    run.engine.model = StepValueNet(num_actions=3)
     batches = []
     lock = threading.Lock()
 
@@ -70,7 +68,11 @@ def run_pipeline(tmp_path, *, truncate: bool, total_env_steps: int = 3000):
             batches.append(batch)
         return {}
 
-    run.learner.train_step = capture
+    with pytest.MonkeyPatch.context() as patch:
+        # The agent builds the network the run acts with: give it the test's.
+        patch.setattr(VTraceAgent, "build_model", classmethod(lambda cls, *a, **k: StepValueNet(3)))
+        run = LocalRun(cfg, str(tmp_path))
+    run.agent.learner.train_step = capture
     summary = run.run()
     return summary, batches
 

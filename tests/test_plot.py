@@ -13,7 +13,7 @@ def fake_run(path, overrides, returns, *, eval_returns=None):
     (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     columns = ["wall_time", "env_steps", "return_mean", "steps_per_s"]
     if eval_returns is not None:
-        columns.append("eval_return_mean")
+        columns.append("eval/return_mean")
     with open(path / "metrics.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)

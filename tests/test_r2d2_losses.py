@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from seedq.learner.losses.r2d2 import (
+from seedq.agents.r2d2.loss import (
     inverse_value_rescale,
     n_step_double_q_targets,
     sequence_priorities,
@@ -148,24 +148,24 @@ def test_sequence_priorities_mix_max_and_mean():
 
 
 def test_transitions_bootstrap_truncated_ends_from_the_final_value_and_stop_at_terminal():
-    from seedq.learner.r2d2 import transition_inputs
+    from seedq.agents.r2d2.config import R2D2Config
+    from seedq.agents.r2d2.sequences import trained_transitions
 
     # Rows 0..4, burn-in 1: trained transitions 1->2, 2->3, 3->4.
     reward = torch.tensor([[0.0], [1.0], [2.0], [3.0], [4.0]])
     done = torch.tensor([[True], [False], [True], [False], [True]])
     truncated = torch.tensor([[False], [False], [True], [False], [False]])
     final_value = torch.tensor([[0.0], [0.0], [10.0], [0.0], [0.0]])
-    rewards, dones = transition_inputs(
-        reward, done, truncated, final_value, burn_in=1, gamma=0.5, reward_clip="none"
-    )
+    cfg = R2D2Config(burn_in=1, gamma=0.5, reward_clip="none")
+    rewards, dones = trained_transitions(reward, done, truncated, final_value, cfg)
     # Row 2 was truncated: 2 + 0.5 * V(final obs); row 4 terminated: no bootstrap, reward only.
     assert rewards[:, 0].tolist() == [7.0, 3.0, 4.0]
     assert dones[:, 0].tolist() == [1.0, 0.0, 1.0]
 
 
 def test_epsilon_greedy_values_map_q_back_through_the_rescaling():
-    from seedq.learner.inference import EpsilonGreedy
-    from seedq.learner.models import QOutput
+    from seedq.agents.r2d2.acting import EpsilonGreedy
+    from seedq.agents.r2d2.network import QOutput
 
     q = value_rescale(torch.tensor([[[1.0, 7.0], [-3.0, -5.0]]]), 1e-3)
     generator = torch.Generator().manual_seed(0)

@@ -10,17 +10,13 @@ import threading
 import numpy as np
 import pytest
 
-from seedq.config import (
-    ActorConfig,
-    BrokerConfig,
-    ConfigError,
-    QModelConfig,
-    R2D2Config,
-    SeedqConfig,
-)
+from seedq.actor.config import ActorConfig
+from seedq.agents.r2d2.config import QModelConfig, R2D2Config
+from seedq.agents.r2d2.sequences import check_replay_fits, replay_fields
+from seedq.broker.config import BrokerConfig
+from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import EnvConfig
 from seedq.launch.local import LocalRun
-from seedq.learner.r2d2 import check_replay_fits, replay_fields
 from seedq.learner.replay import SequenceReplay
 from seedq.messages import EnvSpec
 
@@ -71,7 +67,7 @@ def r2d2_run(tmp_path_factory):
 
     run.engine.infer = recording_infer
     summary = run.run()
-    replay = run.replay
+    replay = run.agent.replay
     stored = {name: array[: len(replay)] for name, array in replay.storage.items()}
     return run, summary, seen, stored
 
@@ -125,7 +121,7 @@ def test_exploring_envs_follow_the_ladder_and_eval_envs_the_eval_epsilon(r2d2_ru
 
 def test_training_ran_and_kept_the_replay_ratio(r2d2_run):
     run, summary, _, _ = r2d2_run
-    limiter = run.replay.limiter
+    limiter = run.agent.replay.limiter
     slack = run.cfg.algorithm.replay_slack_batches * run.cfg.algorithm.batch_size
     assert summary.updates > 0
     assert limiter.samples <= limiter.samples_per_insert * (limiter.inserts - limiter.min_size)
@@ -140,12 +136,12 @@ def test_metrics_have_the_r2d2_columns(r2d2_run):
         header = f.readline().strip().split(",")
     for column in (
         "loss/td",
-        "q_mean",
-        "priority_mean",
-        "replay_size",
-        "replay_ratio",
-        "eval_return_mean",
-        "eval_epsilon",
+        "train/q_mean",
+        "replay/priority_mean",
+        "replay/size",
+        "replay/ratio",
+        "eval/return_mean",
+        "eval/epsilon",
     ):
         assert column in header
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from seedq.actor.exploration import epsilon_ladder
+from seedq.agents.r2d2.exploration import epsilon_ladder
 from seedq.learner.replay import (
     RateLimiter,
     SequenceReplay,

@@ -127,7 +127,7 @@ def test_r2d2_runs_on_atari_frames_with_the_paper_layout(tmp_path):
         "log_interval_s=1",
     )
     rows = metrics(tmp_path)
-    assert (summary.updates >= 1, float(rows[-1]["replay_size"]) > 0) == (True, True)
+    assert (summary.updates >= 1, float(rows[-1]["replay/size"]) > 0) == (True, True)
 
 
 @pytest.mark.slow
@@ -146,6 +146,6 @@ def test_bf16_autocast_trains_with_finite_losses(tmp_path, algorithm):
         "actor.num_actors=1",
         "log_interval_s=1",
     )
-    rows = [r for r in metrics(tmp_path) if r.get("grad_norm")]
-    grad_norms = [float(r["grad_norm"]) for r in rows]
+    rows = [r for r in metrics(tmp_path) if r.get("train/grad_norm")]
+    grad_norms = [float(r["train/grad_norm"]) for r in rows]
     assert summary.updates >= 1 and grad_norms and all(map(math.isfinite, grad_norms))

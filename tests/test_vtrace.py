@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from seedq.learner.losses.vtrace import (
+from seedq.agents.vtrace.loss import (
     VTraceLoss,
     VTraceReturns,
     action_log_probs,

@@ -2,8 +2,8 @@
 
 Times :meth:`InferenceEngine.infer` (the exact call central inference makes: host arrays in,
 state rows gathered and scattered, action selection, host arrays out) for each model at each
-batch size, with the algorithm's network (V-trace actor-critic or R2D2's dueling Q-net with its
-LSTM) and the ``hardware`` group's device, AMP, channels_last, pinned memory and compile switch.
+batch size, with the configured algorithm's own network and selector (the agent builds both)
+and the ``hardware`` group's device, AMP, channels_last, pinned memory and compile switch.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from seedq.agents.registry import agent_class
 from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
-from seedq.learner.inference import EpsilonGreedy, InferenceEngine
-from seedq.learner.models import build_model
+from seedq.learner.inference import InferenceEngine
+from seedq.messages import EnvSpec
 
 OPTIONS = {
     "models": ["mlp", "nature", "impala"],
@@ -35,8 +36,15 @@ OBS = {
 
 
 def time_engine(
-    engine: InferenceEngine, obs_shape: tuple[int, ...], dtype: type, batch: int, seconds: float
+    engine: InferenceEngine,
+    obs_shape: tuple[int, ...],
+    dtype: type,
+    batch: int,
+    seconds: float,
+    epsilon: float | None = None,
 ) -> dict[str, float]:
+    """Batches per second of ``engine.infer``; ``epsilon``: the per-env exploration rate for
+    agents that act by one (None: they don't)."""
     rng = np.random.default_rng(0)
     if np.dtype(dtype) == np.uint8:
         obs = rng.integers(0, 255, (batch, *obs_shape), dtype=np.uint8)
@@ -48,10 +56,10 @@ def time_engine(
     engine.ensure_rows(batch)
     no_trunc = np.zeros(0, np.int64)
     no_final = obs[:0]
-    epsilon = np.full(batch, 0.01, np.float32) if isinstance(engine.select, EpsilonGreedy) else None
+    eps = None if epsilon is None else np.full(batch, epsilon, np.float32)
 
     def call() -> None:
-        engine.infer(obs, done, rows, no_trunc, no_final, epsilon)
+        engine.infer(obs, done, rows, no_trunc, no_final, eps)
 
     for _ in range(3):  # warm-up: allocator, cuDNN autotuning, compilation
         call()
@@ -84,21 +92,25 @@ def run(argv: list[str]) -> dict[str, Any]:
     for name in options["models"]:
         shape, dtype = OBS[name]
         model_cfg = dataclasses.replace(alg.model, torso=name)
-        model = build_model(
-            shape, options["num_actions"], model_cfg, channels_last=hw.channels_last
+        agent = agent_class(alg.name)
+        spec = EnvSpec(shape, np.dtype(dtype).name, options["num_actions"])
+        model = agent.build_model(
+            spec, dataclasses.replace(alg, model=model_cfg), channels_last=hw.channels_last
         ).to(device)
         engine = InferenceEngine(
             model,
             device,
             threading.Lock(),
-            select=EpsilonGreedy(alg.value_rescale_eps) if alg.name == "r2d2" else None,
+            select=agent.make_selector(alg),
             pin_memory=hw.pin_memory,
             amp_dtype=AMP_DTYPES[hw.amp],
             compile_mode=hw.compile,
         )
         label = name + ("+lstm" if model_cfg.use_lstm else "")
         for batch in options["batch_sizes"]:
-            timing = time_engine(engine, shape, dtype, batch, options["seconds"])
+            timing = time_engine(
+                engine, shape, dtype, batch, options["seconds"], agent.default_epsilon(alg)
+            )
             rows.append([label, batch, timing["ms_per_batch"], round(timing["samples_per_s"])])
             results.append(
                 {"model": label, "batch": batch, **{k: round(v, 4) for k, v in timing.items()}}

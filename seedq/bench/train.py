@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from seedq.agents.registry import agent_class
 from seedq.bench.common import compose, frames_per_step, print_json, print_table, split_args
 
 OPTIONS = {"seconds": 20.0, "warmup_s": 5.0, "run_dir": ""}
@@ -57,15 +58,13 @@ def run(argv: list[str]) -> dict[str, Any]:
         else _mean(rows, "steps_per_s")
     )
     updates = (
-        (float(last["updates"]) - float(first["updates"])) / dt
+        (float(last["train/updates"]) - float(first["train/updates"])) / dt
         if dt > 0
-        else _mean(rows, "updates_per_s")
+        else _mean(rows, "train/updates_per_s")
     )
     frames = frames_per_step(cfg)
     alg = cfg.algorithm
-    samples_per_update = alg.batch_size * (
-        alg.unroll_length if alg.name == "vtrace" else alg.sequence_length
-    )
+    samples_per_update = agent_class(alg.name).samples_per_update(alg)
     figures = {
         "algorithm": alg.name,
         "env": cfg.env.id,
@@ -76,8 +75,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         "frames_per_s": round(steps * frames, 1),
         "updates_per_s": round(updates, 3),
         "trained_samples_per_s": round(updates * samples_per_update, 1),
-        "batch_fill": _mean(rows, "batch_fill"),
-        "learner_wait_frac": _mean(rows, "learner_wait_frac"),
+        "batch_fill": _mean(rows, "perf/batch_fill"),
+        "learner_wait_frac": _mean(rows, "perf/learner_wait_frac"),
         "return_mean": summary.return_mean,
         "run_dir": run_dir,
     }

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from seedq.learner.losses.r2d2 import inverse_value_rescale
+from seedq.agents.base import Selector
 from seedq.learner.tensors import to_device
 
 
@@ -25,45 +25,6 @@ class InferenceResult(NamedTuple):
     behaviour: np.ndarray  # float32 [B, A]: policy logits (V-trace) or Q-values (R2D2)
     truncation_value: np.ndarray  # float32 [B], V(final obs) where truncated, else 0
     input_state: tuple[np.ndarray, ...]  # each [B, H]: state before this step (pre-reset)
-
-
-class Selection(NamedTuple):
-    actions: torch.Tensor  # long [N]
-    behaviour: torch.Tensor  # float [N, A]
-    values: torch.Tensor  # float [N], the state value in reward units (truncation bootstrap)
-
-
-class SampleFromPolicy:
-    """V-trace: sample from softmax(logits) by Gumbel-max (one kernel, our own generator)."""
-
-    def __call__(self, out, epsilon, generator: torch.Generator) -> Selection:  # noqa: ANN001
-        # epsilon: unused; sampling from the policy is V-trace's exploration.
-        logits = out.logits[0].float()
-        noise = torch.rand(logits.shape, generator=generator, device=logits.device)
-        actions = torch.argmax(logits - torch.log(-torch.log(noise + 1e-20)), -1)
-        return Selection(actions, logits, out.baseline[0].float())
-
-
-class EpsilonGreedy:
-    """R2D2: greedy in Q with probability 1 - epsilon (per env), else a uniform action.
-
-    ``epsilon``: float ``[N]`` on the device, or None for greedy actions. The value of a state is
-    max_a Q mapped back through the value rescaling.
-    """
-
-    def __init__(self, rescale_eps: float) -> None:
-        self.rescale_eps = rescale_eps
-
-    def __call__(self, out, epsilon, generator: torch.Generator) -> Selection:  # noqa: ANN001
-        q = out.q[0].float()
-        actions = q.argmax(-1)
-        if epsilon is not None:
-            device = q.device
-            explore = torch.rand(q.shape[0], generator=generator, device=device) < epsilon
-            random = torch.randint(q.shape[1], (q.shape[0],), generator=generator, device=device)
-            actions = torch.where(explore, random, actions)
-        values = inverse_value_rescale(q.max(-1).values, self.rescale_eps)
-        return Selection(actions, q, values)
 
 
 class InferenceEngine:
@@ -75,7 +36,7 @@ class InferenceEngine:
         device: torch.device,
         weights_lock: threading.Lock,
         *,
-        select: SampleFromPolicy | EpsilonGreedy | None = None,
+        select: Selector,
         seed: int = 0,
         pin_memory: bool = False,
         amp_dtype: torch.dtype | None = None,
@@ -88,14 +49,15 @@ class InferenceEngine:
         instead of one per batch size the batcher happens to produce.
         """
         self.model = model
-        self._compiled_model = None
-        if compile_mode != "none":
+        self.compiled = compile_mode != "none"
+        self._forward = model
+        if self.compiled:
             # One graph per padded batch size: up to 2**20 envs stays under the limit.
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 24)
-            self._compiled_model = torch.compile(
+            self._forward = torch.compile(
                 model, mode=None if compile_mode == "default" else compile_mode, dynamic=False
             )
-        self.select = select or SampleFromPolicy()
+        self.select = select
         self.device = device
         self.weights_lock = weights_lock
         self.pin_memory = pin_memory and device.type == "cuda"
@@ -163,14 +125,12 @@ class InferenceEngine:
             state = tuple(torch.cat([s, s[trunc]]) for s in input_state)
         else:
             all_obs, all_done, state = obs, done, input_state
-        compiled = self._compiled_model
-        if compiled is not None:
+        if self.compiled:
             all_obs, all_done, state = _pad_to_bucket(all_obs, all_done, state)
         obs_t = self._to_device(np.ascontiguousarray(all_obs))[None]
         done_t = self._to_device(np.ascontiguousarray(all_done))[None]
         with self.weights_lock, self._autocast():
-            forward = self.model if compiled is None else compiled
-            out, new_state = forward(obs_t, done_t, state)
+            out, new_state = self._forward(obs_t, done_t, state)
         eps = None
         if epsilon is not None:
             # The K final observations (and padding rows) only give values: their epsilon

@@ -1,9 +1,10 @@
-"""Actor-critic and Q networks shared by the central inference server and the learner.
+"""The network body every algorithm shares: torsos and the optional LSTM core.
 
 One module serves both callers of a SEED-style learner: inference runs ``T = 1`` steps for a batch
 of envs with a carried recurrent state, and training runs ``T = unroll_length + 1`` steps from the
-state stored at the start of each unroll. Both go through the same :meth:`ActorCriticNet.forward`,
-so the policy that acted and the policy that is trained compute identical functions.
+state stored at the start of each unroll. Both go through the same ``forward`` of the agent's
+network (its heads live with the agent, ``seedq.agents.<name>.network``), so the policy that
+acted and the policy that is trained compute identical functions.
 
 Shape conventions (``T`` time, ``B`` batch, ``A`` actions):
 
@@ -11,54 +12,37 @@ Shape conventions (``T`` time, ``B`` batch, ``A`` actions):
   values are scaled to ``[0, 1]`` inside the model so that the wire format stays one byte/pixel).
 * ``done``: bool ``[T, B]``; ``done[t]`` means ``obs[t]`` starts a new episode, so the recurrent
   state is zeroed before step ``t`` is processed (the SEED RL convention).
-* Output: :class:`AgentOutput` with ``logits [T, B, A]`` and ``baseline [T, B]`` for
-  :class:`ActorCriticNet` (V-trace), :class:`QOutput` with ``q [T, B, A]`` for
-  :class:`RecurrentQNet` (R2D2). Both share the torso and LSTM core in :class:`RecurrentBody`.
+* Output: the agent's heads on top of :meth:`RecurrentBody.embed`'s features.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 __all__ = [
-    "AgentOutput",
-    "QOutput",
     "CoreState",
     "RecurrentBody",
-    "ActorCriticNet",
-    "RecurrentQNet",
     "MLPTorso",
     "NatureTorso",
     "ImpalaTorso",
-    "build_model",
+    "body_kwargs",
 ]
 
+# The torso names configs may use (seedq.agents.config.TORSOS repeats them without torch; a
+# test keeps the two equal).
 TORSOS = ("auto", "mlp", "nature", "impala")
-
-
-class AgentOutput(NamedTuple):
-    """Network outputs for a ``[T, B]`` block of observations."""
-
-    logits: Tensor  # [T, B, A] unnormalised policy logits
-    baseline: Tensor  # [T, B] state-value estimate
-
-
-class QOutput(NamedTuple):
-    """Q-values for a ``[T, B]`` block of observations (in value-rescaled space for R2D2)."""
-
-    q: Tensor  # [T, B, A]
 
 
 # () for a feed-forward net; (h, c), each [B, lstm_size], for the LSTM core.
 CoreState = tuple[Tensor, ...]
 
 
-def _orthogonal_(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
+def orthogonal_(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
     """Orthogonal weights and zero bias (the cleanrl/baselines init that trains CartPole well)."""
     nn.init.orthogonal_(layer.weight, gain)
     if layer.bias is not None:
@@ -91,7 +75,7 @@ class MLPTorso(nn.Module):
         size = in_features
         for hidden in hidden_sizes:
             linear = nn.Linear(size, hidden)
-            _orthogonal_(linear, math.sqrt(2.0))  # sqrt(2): the ReLU gain
+            orthogonal_(linear, math.sqrt(2.0))  # sqrt(2): the ReLU gain
             layers += [linear, nn.ReLU()]
             size = hidden
         self.net = nn.Sequential(*layers)
@@ -166,11 +150,11 @@ class NatureTorso(_ConvTorso):
         ]
         layers: list[nn.Module] = []
         for conv in convs:
-            _orthogonal_(conv, math.sqrt(2.0))
+            orthogonal_(conv, math.sqrt(2.0))
             layers += [conv, nn.ReLU()]
         self.convs = nn.Sequential(*layers)
         self._finish(512, "nature", relu_before_fc=False)
-        _orthogonal_(self.fc, math.sqrt(2.0))
+        orthogonal_(self.fc, math.sqrt(2.0))
 
 
 class _ResidualBlock(nn.Module):
@@ -379,94 +363,13 @@ class RecurrentBody(nn.Module):
         return torch.stack(outputs), (h, c)
 
 
-class ActorCriticNet(RecurrentBody):
-    """Body -> policy logits and baseline heads (V-trace). Arguments as :class:`RecurrentBody`."""
-
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, **body: Any) -> None:
-        super().__init__(obs_shape, num_actions, **body)
-        self.policy = nn.Linear(self.core_out, num_actions)
-        self.baseline = nn.Linear(self.core_out, 1)
-        # Near-uniform initial policy (gain 0.01) and unit-scale value head.
-        _orthogonal_(self.policy, 0.01)
-        _orthogonal_(self.baseline, 1.0)
-
-    def forward(
-        self, obs: Tensor, done: Tensor, core_state: CoreState
-    ) -> tuple[AgentOutput, CoreState]:
-        """``(AgentOutput(logits [T, B, A], baseline [T, B]), state after step T-1)``."""
-        T, B = obs.shape[0], obs.shape[1]
-        features, new_state = self.embed(obs, done, core_state)
-        logits = self.policy(features).view(T, B, self.num_actions)
-        baseline = self.baseline(features).view(T, B)
-        return AgentOutput(logits, baseline), new_state
-
-
-class RecurrentQNet(RecurrentBody):
-    """Body -> Q-values, with dueling heads (Wang et al. 2016) by default (R2D2).
-
-    Dueling: ``Q = V + A - mean_a A``, each head a hidden layer of ``head_size`` then linear.
-    """
-
-    def __init__(
-        self,
-        obs_shape: tuple[int, ...],
-        num_actions: int,
-        *,
-        dueling: bool = True,
-        head_size: int = 512,
-        **body: Any,
-    ) -> None:
-        super().__init__(obs_shape, num_actions, **body)
-        self.dueling = dueling
-
-        def head(out: int) -> nn.Sequential:
-            hidden = nn.Linear(self.core_out, head_size)
-            last = nn.Linear(head_size, out)
-            _orthogonal_(hidden, math.sqrt(2))
-            _orthogonal_(last, 1.0)
-            return nn.Sequential(hidden, nn.ReLU(), last)
-
-        self.advantage = head(num_actions)
-        self.value = head(1) if dueling else None
-
-    def forward(
-        self, obs: Tensor, done: Tensor, core_state: CoreState
-    ) -> tuple[QOutput, CoreState]:
-        """``(QOutput(q [T, B, A]), state after step T-1)``."""
-        T, B = obs.shape[0], obs.shape[1]
-        features, new_state = self.embed(obs, done, core_state)
-        q = self.advantage(features)
-        if self.value is not None:
-            q = self.value(features) + q - q.mean(-1, keepdim=True)
-        return QOutput(q.view(T, B, self.num_actions)), new_state
-
-
-def build_model(
-    obs_shape: Sequence[int],
-    num_actions: int,
-    model_cfg: Any,
-    channels_last: bool = True,
-) -> ActorCriticNet | RecurrentQNet:
-    """Build the network a ``ModelConfig``-like object describes.
-
-    ``model_cfg`` needs ``torso``, ``hidden_sizes``, ``use_lstm`` and ``lstm_size``; with a
-    ``dueling`` attribute (R2D2's model config) it builds a :class:`RecurrentQNet`, otherwise an
-    :class:`ActorCriticNet`. Dataclasses and OmegaConf nodes both work.
-    """
-    body = dict(
+def body_kwargs(model_cfg: Any, channels_last: bool) -> dict[str, Any]:
+    """:class:`RecurrentBody` arguments from a ``ModelConfig``-like object (dataclass or
+    OmegaConf node): the part of every algorithm's network that is not its head."""
+    return dict(
         torso=str(model_cfg.torso),
         hidden_sizes=tuple(int(h) for h in model_cfg.hidden_sizes),
         use_lstm=bool(model_cfg.use_lstm),
         lstm_size=int(model_cfg.lstm_size),
         channels_last=channels_last,
     )
-    shape = tuple(int(d) for d in obs_shape)
-    if hasattr(model_cfg, "dueling"):
-        return RecurrentQNet(
-            shape,
-            int(num_actions),
-            dueling=bool(model_cfg.dueling),
-            head_size=int(model_cfg.head_size),
-            **body,
-        )
-    return ActorCriticNet(shape, int(num_actions), **body)

@@ -1,0 +1,173 @@
+"""R2D2 (Kapturowski et al. 2019) on central inference: recurrent DQN with prioritised sequence
+replay, stored state and burn-in, n-step double-Q targets with value rescaling.
+
+The learner acts epsilon-greedily with the online network: exploring envs on the Ape-X epsilon
+ladder, the last ``eval_batches`` env batches with ``eval_epsilon`` (the run is judged by
+them). Sequences go to the replay at a bounded replay ratio; the training thread samples them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from seedq.agents.base import RunContext
+from seedq.agents.r2d2.acting import EpsilonGreedy
+from seedq.agents.r2d2.config import R2D2Config
+from seedq.agents.r2d2.exploration import Exploration, epsilon_ladder
+from seedq.agents.r2d2.learner import R2D2Learner
+from seedq.agents.r2d2.network import build_network
+from seedq.agents.r2d2.sequences import ReplaySink, make_replay
+from seedq.learner.checkpoint import REPLAY_NAME, CheckpointError, load_arrays, save_arrays
+from seedq.learner.unroll_store import Unroll
+from seedq.messages import EnvSpec
+
+log = logging.getLogger(__name__)
+
+
+class R2D2Agent:
+    name: ClassVar[str] = "r2d2"
+    metric_columns: ClassVar[list[str]] = [
+        "eval/return_mean",
+        "eval/episodes",
+        "eval/epsilon",
+        "loss/td",
+        "train/q_mean",
+        "train/grad_norm",
+        "train/lr",
+        "replay/size",
+        "replay/ratio",
+        "replay/priority_mean",
+    ]
+
+    def __init__(self, ctx: RunContext) -> None:
+        cfg, alg, actor = ctx.cfg, ctx.cfg.algorithm, ctx.cfg.actor
+        self.ctx = ctx
+        self.alg: R2D2Config = alg
+        self.save_replay = bool(cfg.checkpoint.replay)
+        self.model = self.build_model(ctx.spec, alg, channels_last=cfg.hardware.channels_last).to(
+            ctx.device
+        )
+        self.selector = self.make_selector(alg)
+        batches = actor.num_actors * actor.batches_per_actor
+        exploring_envs = (batches - alg.eval_batches) * actor.envs_per_batch
+        self.exploration = Exploration(
+            epsilon_ladder(exploring_envs, alg.epsilon_base, alg.epsilon_alpha), alg.eval_epsilon
+        )
+        # The replay is the big allocation: check it fits before anything starts.
+        sizes = tuple(int(s.shape[1]) for s in self.model.initial_state(1, "cpu"))
+        self.replay = make_replay(alg, ctx.spec, sizes, cfg.seed)
+        self.sink = ReplaySink(self.replay, alg, ctx.stop)
+        self.learner = R2D2Learner(
+            self.model,
+            alg,
+            ctx.device,
+            ctx.weights_lock,
+            pin_memory=ctx.pin_memory,
+            amp_dtype=ctx.amp_dtype,
+        )
+        self.stats = self.learner.stats
+
+    @classmethod
+    def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
+        return build_network(
+            spec.obs_shape, spec.num_actions, alg.model, channels_last=channels_last
+        )
+
+    @classmethod
+    def make_selector(cls, alg: Any, *, greedy: bool = False) -> EpsilonGreedy:
+        # Greedy or not is the epsilon the caller passes.
+        return EpsilonGreedy(alg.value_rescale_eps)
+
+    @classmethod
+    def default_epsilon(cls, alg: Any) -> float | None:
+        return float(alg.eval_epsilon)
+
+    @classmethod
+    def samples_per_update(cls, alg: Any) -> int:
+        return alg.batch_size * alg.sequence_length
+
+    def unroll_layout(self) -> tuple[int, int]:
+        # Consecutive sequences share burn_in + 1 rows: the next one's burn-in and the row
+        # that bootstraps this one's last transition.
+        return self.alg.burn_in + self.alg.sequence_length, self.alg.burn_in + 1
+
+    def on_unroll(self, unroll: Unroll) -> None:
+        self.sink(unroll)
+
+    def train(self, env_steps: Callable[[], int]) -> None:
+        stats, stop, replay = self.stats, self.ctx.stop, self.replay
+        while not stop.is_set():
+            start = time.monotonic()
+            sample = replay.sample(self.alg.batch_size, stop.is_set)
+            stats.wait_s += time.monotonic() - start
+            if sample is None:
+                continue
+            begin = time.monotonic()
+            priorities = self.learner.train_step(sample)
+            if priorities is not None:
+                replay.update_priorities(sample.indices, sample.generations, priorities)
+            stats.busy_s += time.monotonic() - begin
+
+    def metrics(self) -> dict[str, Any]:
+        means = self.stats.pop_means()
+        evals = list(self.exploration.eval_returns)
+        return {
+            "eval/return_mean": float(np.mean(evals)) if evals else None,
+            "eval/episodes": self.exploration.eval_episodes,
+            "eval/epsilon": self.alg.eval_epsilon,
+            "loss/td": means.get("loss/td"),
+            "train/q_mean": means.get("q_mean"),
+            "train/grad_norm": means.get("grad_norm"),
+            "train/lr": means.get("lr"),
+            "replay/size": len(self.replay),
+            "replay/ratio": self.replay.limiter.replay_ratio(),
+            "replay/priority_mean": self.replay.mean_priority(),
+        }
+
+    def progress(self, row: dict[str, Any]) -> str:
+        if row.get("loss/td") is None:
+            return f"replay {row['replay/size']} (training starts at {self.alg.replay_min_size})"
+        evals = row["eval/return_mean"]
+        return (
+            f"loss td {row['loss/td']:.3g} q {row['train/q_mean']:.3g} | replay "
+            f"{row['replay/size']} ratio {row['replay/ratio']:.2f} | eval return "
+            + ("n/a" if evals is None else f"{evals:.1f}")
+        )
+
+    def judged_returns(self, returns: list[float]) -> list[float]:
+        # The exploring envs act with epsilon up to 0.4: judge the run by its eval episodes.
+        if self.alg.eval_batches:
+            return list(self.exploration.eval_returns)
+        return returns
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            **self.learner.state_dict(),
+            "rng": {"replay": self.replay.rng.bit_generator.state},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.learner.load_state_dict(state)
+        self.replay.rng.bit_generator.state = state["rng"]["replay"]
+
+    def save_files(self, run_dir: str) -> None:
+        if self.save_replay:
+            save_arrays(run_dir, self.replay.state_dict())
+
+    def restore_files(self, checkpoint_dir: str) -> None:
+        saved = Path(checkpoint_dir) / REPLAY_NAME
+        if not (self.save_replay and saved.exists()):
+            return
+        try:
+            self.replay.load_state_dict(load_arrays(saved))
+        except (KeyError, ValueError) as exc:
+            raise CheckpointError(f"{saved}: {exc}") from None
+        log.info("replay restored: %d sequences", len(self.replay))

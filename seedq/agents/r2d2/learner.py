@@ -1,0 +1,118 @@
+"""The R2D2 update on sampled sequences: burn-in, n-step double-Q targets, priorities."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from seedq.agents.r2d2.config import R2D2Config
+from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
+from seedq.agents.r2d2.sequences import trained_transitions
+from seedq.learner.replay import SampledSequences
+from seedq.learner.stats import TrainStats
+from seedq.learner.update import GradientStep
+
+
+class R2D2Learner:
+    """One R2D2 update per call; owns the optimizer and the target network."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: R2D2Config,
+        device: torch.device,
+        weights_lock: threading.Lock,
+        *,
+        pin_memory: bool = False,
+        amp_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.model = model
+        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.cfg = cfg
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.step = GradientStep(
+            model.parameters(),
+            self.optimizer,
+            device,
+            weights_lock,
+            grad_clip=cfg.grad_clip,
+            amp_dtype=amp_dtype,
+            pin_memory=pin_memory,
+        )
+        self.stats = TrainStats()
+
+    def td_errors(self, data: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        """TD errors ``[L, B]`` (gradient through the online Q only) and the taken Q-values.
+
+        ``data``: batch-major sequences ``[B, R, ...]`` as the replay stores them. The stored
+        state starts both networks; the first ``burn_in`` rows only warm it (no gradient).
+        """
+        cfg, tensor, burn = self.cfg, self.step.tensor, self.cfg.burn_in
+        obs = tensor(data["obs"]).transpose(0, 1)  # [R, B, ...]
+        done = tensor(data["done"]).T
+        core = tensor(data["core_state"])  # [B, k, H]
+        state = tuple(core[:, i] for i in range(core.shape[1]))  # (h, c), each [B, H]
+        with torch.no_grad(), self.step.autocast():
+            online_state, target_state = state, state
+            if burn:
+                _, online_state = self.model(obs[:burn], done[:burn], state)
+                _, target_state = self.target(obs[:burn], done[:burn], state)
+            q_target = self.target(obs[burn:], done[burn:], target_state)[0].q.float()
+        with self.step.autocast():
+            q_online = self.model(obs[burn:], done[burn:], online_state)[0].q.float()
+        rewards, dones = trained_transitions(
+            tensor(data["reward"]).T,
+            done,
+            tensor(data["truncated"]).T,
+            tensor(data["truncation_value"]).T,
+            cfg,
+        )
+        y = n_step_double_q_targets(
+            q_online.detach(),
+            q_target,
+            rewards,
+            dones,
+            gamma=cfg.gamma,
+            n=cfg.n_step,
+            eps=cfg.value_rescale_eps,
+        )
+        actions = tensor(data["action"]).T[burn:-1].long().unsqueeze(-1)
+        q_taken = q_online[:-1].gather(-1, actions).squeeze(-1)
+        return y - q_taken, q_taken  # y carries no gradient
+
+    def train_step(self, sample: SampledSequences) -> np.ndarray | None:
+        """Update on B sequences; their new priorities ``[B]``, or None if the update was
+        skipped (a loss or gradient that was not finite)."""
+        td, q_taken = self.td_errors(sample.data)
+        weights = self.step.tensor(sample.weights)
+        loss = (weights * (0.5 * td.pow(2)).mean(0)).mean()
+        grad_norm = self.step.apply(loss, after_step=self._after_step)
+        if not self.stats.record_step(grad_norm):
+            return None
+        self.stats.samples += int(td.numel())
+        self.stats.add(
+            {
+                "loss/td": float(loss.detach()),
+                "q_mean": float(q_taken.detach().mean()),
+                "grad_norm": grad_norm,
+                "lr": self.optimizer.param_groups[0]["lr"],
+            }
+        )
+        return sequence_priorities(td.detach(), self.cfg.priority_eta).cpu().numpy()
+
+    def _after_step(self) -> None:
+        # Runs under the weights lock, so a checkpoint never copies a half-updated target
+        # network; this update is counted right after, hence the + 1.
+        if (self.stats.updates + 1) % self.cfg.target_update_period == 0:
+            self.target.load_state_dict(self.model.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "target": self.target.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.target.load_state_dict(state["target"])

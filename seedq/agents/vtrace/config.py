@@ -1,0 +1,45 @@
+"""V-trace's settings (IMPALA, Espeholt et al. 2018); defaults tuned for small CPU runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common
+from seedq.schema import check_positive, choice, in_unit_interval, setting
+
+OPTIMIZERS = ("adam", "rmsprop")
+LR_SCHEDULES = ("constant", "linear")
+
+
+@dataclass
+class VTraceConfig(AlgorithmConfig):
+    name: str = setting("vtrace", "the algorithm")
+    unroll_length: int = setting(20, "transitions per unroll (an unroll has one more row)")
+    batch_size: int = setting(32, "unrolls (env columns) per training batch")
+    train_queue_batches: int = setting(
+        2, "bounded queue of ready training batches: small keeps the data fresh"
+    )
+    lambda_: float = setting(1.0, "V-trace lambda (1.0: the paper's targets)")
+    clip_rho_threshold: float | None = setting(
+        1.0, "rho-bar of the value targets (null: no clipping)"
+    )
+    clip_pg_rho_threshold: float | None = setting(
+        1.0, "rho-bar of the policy-gradient advantages (null: no clipping)"
+    )
+    baseline_cost: float = setting(0.5, "weight of the value loss")
+    entropy_cost: float = setting(0.01, "weight of the entropy bonus")
+    optimizer: str = setting("adam", f"optimizer: {', '.join(OPTIMIZERS)}")
+    lr_schedule: str = setting("constant", "constant, or linear (decays to 0 at total_env_steps)")
+    rmsprop_alpha: float = setting(0.99, "RMSprop smoothing constant")
+    rmsprop_eps: float = setting(1e-5, "RMSprop epsilon")
+    rmsprop_momentum: float = setting(0.0, "RMSprop momentum")
+    model: ModelConfig = setting(help="the actor-critic network", factory=ModelConfig)
+
+
+def validate(alg: VTraceConfig, cfg: object) -> None:
+    validate_common(alg)
+    choice("algorithm.optimizer", alg.optimizer, OPTIMIZERS)
+    choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
+    check_positive(alg, "algorithm", ["unroll_length", "train_queue_batches"])
+    check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
+    in_unit_interval("algorithm.lambda_", alg.lambda_)

@@ -1,0 +1,124 @@
+"""The V-trace update on a batch of unrolls ``[T+1, B]``."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from seedq.agents.vtrace.config import VTraceConfig
+from seedq.agents.vtrace.loss import vtrace_loss
+from seedq.learner.stats import TrainStats
+from seedq.learner.targets import transition_rewards
+from seedq.learner.unroll_store import Unroll
+from seedq.learner.update import GradientStep
+
+
+def make_optimizer(model: torch.nn.Module, cfg: VTraceConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+    return torch.optim.RMSprop(
+        model.parameters(),
+        lr=cfg.lr,
+        alpha=cfg.rmsprop_alpha,
+        eps=cfg.rmsprop_eps,
+        momentum=cfg.rmsprop_momentum,
+    )
+
+
+class VTraceLearner:
+    """One V-trace update per call; owns the optimizer."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: VTraceConfig,
+        device: torch.device,
+        weights_lock: threading.Lock,
+        *,
+        total_env_steps: int,
+        pin_memory: bool = False,
+        amp_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.total_env_steps = total_env_steps
+        self.optimizer = make_optimizer(model, cfg)
+        self.step = GradientStep(
+            model.parameters(),
+            self.optimizer,
+            device,
+            weights_lock,
+            grad_clip=cfg.grad_clip,
+            amp_dtype=amp_dtype,
+            pin_memory=pin_memory,
+        )
+        self.stats = TrainStats()
+
+    def set_progress(self, env_steps: int) -> None:
+        if self.cfg.lr_schedule == "linear":
+            fraction = max(0.0, 1.0 - env_steps / self.total_env_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.cfg.lr * fraction
+
+    def loss(self, batch: Unroll):  # noqa: ANN201 - a VTraceLoss
+        """The IMPALA loss of ``batch`` under the current weights.
+
+        Row t of ``batch`` holds obs t and the behaviour logits and action taken at it; the
+        last row only bootstraps (its value), so the loss sees rows ``[:-1]`` of everything
+        per-step and the transitions' rewards/discounts come from rows ``[1:]``.
+        """
+        cfg, tensor = self.cfg, self.step.tensor
+        obs, done = tensor(batch.obs), tensor(batch.done)
+        state = tuple(tensor(s) for s in batch.core_state)
+        with self.step.autocast():
+            out, _ = self.model(obs, done, state)
+        logits, values = out.logits.float(), out.baseline.float()
+        rewards = transition_rewards(
+            tensor(batch.reward),
+            tensor(batch.truncated),
+            tensor(batch.truncation_value),
+            first=1,
+            gamma=cfg.gamma,
+            reward_clip=cfg.reward_clip,
+        )
+        discounts = cfg.gamma * (~done[1:]).to(rewards.dtype)
+        return vtrace_loss(
+            target_logits=logits[:-1],
+            behaviour_logits=tensor(batch.behaviour)[:-1],
+            actions=tensor(batch.action).long()[:-1],
+            values=values[:-1],
+            bootstrap_value=values[-1],
+            rewards=rewards,
+            discounts=discounts,
+            baseline_cost=cfg.baseline_cost,
+            entropy_cost=cfg.entropy_cost,
+            clip_rho_threshold=cfg.clip_rho_threshold,
+            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            lambda_=cfg.lambda_,
+        )
+
+    def train_step(self, batch: Unroll) -> dict[str, Any]:
+        """One update; the returned stats have ``skipped=True`` when it was not finite."""
+        loss = self.loss(batch)
+        grad_norm = self.step.apply(loss.total)
+        if not self.stats.record_step(grad_norm):
+            return {"skipped": True}
+        stats = {
+            "loss/total": float(loss.total.detach()),
+            "loss/pg": float(loss.pg.detach()),
+            "loss/baseline": float(loss.baseline.detach()),
+            "loss/entropy": float(loss.entropy.detach()),
+            "grad_norm": grad_norm,
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
+        self.stats.samples += int(batch.action.shape[1]) * (int(batch.action.shape[0]) - 1)
+        self.stats.add(stats)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,48 @@
+"""V-trace's network: the shared body with policy-logits and baseline heads."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from torch import Tensor, nn
+
+from seedq.learner.models import CoreState, RecurrentBody, body_kwargs, orthogonal_
+
+
+class AgentOutput(NamedTuple):
+    """Network outputs for a ``[T, B]`` block of observations."""
+
+    logits: Tensor  # [T, B, A] unnormalised policy logits
+    baseline: Tensor  # [T, B] state-value estimate
+
+
+class ActorCriticNet(RecurrentBody):
+    """Body -> policy logits and baseline heads. Arguments as :class:`RecurrentBody`."""
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, **body: Any) -> None:
+        super().__init__(obs_shape, num_actions, **body)
+        self.policy = nn.Linear(self.core_out, num_actions)
+        self.baseline = nn.Linear(self.core_out, 1)
+        # Near-uniform initial policy (gain 0.01) and unit-scale value head.
+        orthogonal_(self.policy, 0.01)
+        orthogonal_(self.baseline, 1.0)
+
+    def forward(
+        self, obs: Tensor, done: Tensor, core_state: CoreState
+    ) -> tuple[AgentOutput, CoreState]:
+        """``(AgentOutput(logits [T, B, A], baseline [T, B]), state after step T-1)``."""
+        T, B = obs.shape[0], obs.shape[1]
+        features, new_state = self.embed(obs, done, core_state)
+        logits = self.policy(features).view(T, B, self.num_actions)
+        baseline = self.baseline(features).view(T, B)
+        return AgentOutput(logits, baseline), new_state
+
+
+def build_network(
+    obs_shape: tuple[int, ...], num_actions: int, model_cfg: Any, *, channels_last: bool
+) -> ActorCriticNet:
+    return ActorCriticNet(
+        tuple(int(d) for d in obs_shape),
+        int(num_actions),
+        **body_kwargs(model_cfg, channels_last),
+    )

@@ -1,0 +1,26 @@
+"""The ``broker`` section: where the learner listens and how it micro-batches requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seedq.schema import ConfigError, check_positive, setting
+
+
+@dataclass
+class BrokerConfig:
+    host: str = setting("127.0.0.1", "address the learner's broker binds")
+    port: int = setting(0, "TCP port of the broker (0: pick a free one)")
+    max_batch: int = setting(64, "envs per inference batch")
+    deadline_ms: float = setting(
+        2.0, "a batch goes to inference this long after its first request, full or not"
+    )
+    max_message_bytes: int = setting(
+        64 * 1024 * 1024, "largest message the broker accepts (ZMQ drops larger ones)"
+    )
+
+
+def validate_broker(broker: BrokerConfig) -> None:
+    check_positive(broker, "broker", ["max_batch", "deadline_ms", "max_message_bytes"])
+    if not 0 <= broker.port <= 65535:
+        raise ConfigError(f"broker.port={broker.port!r} is out of range; it must be in [0, 65535]")

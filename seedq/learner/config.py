@@ -1,0 +1,60 @@
+"""The learner's sections: where it computes (``hardware``) and what it saves (``checkpoint``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seedq.schema import ConfigError, check_positive, choice, setting
+
+AMP_MODES = ("none", "bf16", "fp16")
+# torch.compile modes of the inference forward ("none": eager).
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+
+
+@dataclass
+class HardwareConfig:
+    device: str = setting("cpu", "where inference and training run: cpu, cuda or cuda:N")
+    num_threads: int = setting(1, "torch intra-op threads in the learner (0: torch's default)")
+    pin_memory: bool = setting(
+        False, "stage host batches in page-locked memory for asynchronous copies (CUDA)"
+    )
+    channels_last: bool = setting(
+        True, "run image torsos in NHWC memory format (faster convolutions on CPU and cuDNN)"
+    )
+    amp: str = setting(
+        "none", "autocast for inference and the training forward: none, bf16 or fp16"
+    )
+    compile: str = setting(
+        "none",
+        "torch.compile of the inference forward: none, default, reduce-overhead (CUDA graphs) "
+        "or max-autotune; batches are padded to power-of-two sizes so few graphs are built",
+    )
+    gil_switch_interval_s: float = setting(
+        0.0002,
+        "Python's thread switch interval: short keeps the broker and training threads moving",
+    )
+
+
+@dataclass
+class CheckpointConfig:
+    every_minutes: float = setting(
+        10.0, "minutes between checkpoints (0: only at the end and on Ctrl-C / SIGTERM)"
+    )
+    keep: int = setting(3, "newest checkpoints kept in <run dir>/checkpoints")
+    replay: bool = setting(
+        False, "R2D2: also save the replay beside the checkpoints (replay.npz, can be GBs)"
+    )
+
+
+def validate_hardware(hw: HardwareConfig) -> None:
+    choice("hardware.amp", hw.amp, AMP_MODES)
+    choice("hardware.compile", hw.compile, COMPILE_MODES)
+    check_positive(hw, "hardware", ["num_threads"], zero_ok=True)
+    device = str(hw.device)
+    if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ConfigError(f"hardware.device={hw.device!r} is not allowed; use cpu, cuda or cuda:N")
+
+
+def validate_checkpoint(ckpt: CheckpointConfig) -> None:
+    check_positive(ckpt, "checkpoint", ["keep"])
+    check_positive(ckpt, "checkpoint", ["every_minutes"], zero_ok=True)
