@@ -29,9 +29,12 @@ scalars = st.one_of(
     st.sampled_from(["float32", "uint8", "bool", "object", "r", "step", "hello", "bye"]),
 )
 values = st.one_of(scalars, st.lists(scalars, max_size=4), st.lists(st.lists(scalars, max_size=2)))
+# Version and kind are mostly right so that most messages reach the per-kind decoders.
+required = {
+    "v": st.sampled_from([PROTOCOL_VERSION] * 6 + [None, PROTOCOL_VERSION + 1, "1", True]),
+    "kind": st.sampled_from(["step"] * 3 + ["hello"] * 2 + list(KINDS) + [None, 7, "x"]),
+}
 plausible = {
-    "v": st.one_of(st.just(PROTOCOL_VERSION), values),
-    "kind": st.one_of(st.sampled_from(KINDS), values),
     "actor_id": st.one_of(st.integers(0, 7), values),
     "run_id": st.one_of(st.just("r"), values),
     "seq": st.one_of(st.integers(0, 3), values),
@@ -45,7 +48,7 @@ plausible = {
     "episode_returns": values,
     "episode_lengths": values,
 }
-headers = st.fixed_dictionaries({}, optional=plausible).map(
+headers = st.fixed_dictionaries(required, optional=plausible).map(
     lambda h: msgpack.packb(h, use_bin_type=True)
 )
 frame = st.one_of(
