@@ -16,7 +16,11 @@ Kinds:
 
 Decoding validates version, kind, dtypes, shapes and sizes against the actor's ``Hello`` and
 bounds every length before allocating; any violation raises :class:`ProtocolError` carrying a
-short ``code`` the broker counts by.
+short ``code`` from :data:`ERROR_CODES` the broker counts by. Non-finite rewards, episode returns
+and float observations are refused (``non_finite``): one NaN would otherwise poison a whole
+training batch. The observation check costs one pass over the array (about 5 us for 32x4
+float32, about the price of a copy for large float frames) and is skipped for integer dtypes,
+so uint8 Atari frames pay nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +46,34 @@ ALLOWED_DTYPES = frozenset(
 
 HELLO, STEP, ACTIONS, BYE, ERROR = "hello", "step", "actions", "bye", "error"
 KINDS = (HELLO, STEP, ACTIONS, BYE, ERROR)
+MAX_FRAMES = 1 + 5  # header + the most array frames any kind carries (a Step's five)
+MAX_RUN_ID_CHARS = 256
+
+# Every code an Error may carry; the broker counts rejected messages by these.
+ERROR_CODES = frozenset(
+    [
+        "bad_header",  # frame 0 missing, not msgpack, or not a map
+        "bad_version",  # another PROTOCOL_VERSION
+        "bad_kind",  # unknown kind, or one the learner is not sent
+        "missing_field",  # a required header field is absent
+        "bad_field",  # a header field has the wrong type or is out of range
+        "bad_frames",  # wrong number of frames for the kind
+        "bad_dtype",  # array dtype other than the spec's
+        "bad_shape",  # array shape other than the spec's (or n_envs disagrees)
+        "truncated",  # a frame's byte size disagrees with its declared shape
+        "too_large",  # header, message or obs shape over its bound
+        "non_finite",  # NaN or inf in rewards, episode returns or float observations
+        "spec_mismatch",  # Hello with another env spec than the learner's model
+        "too_many_envs",  # no free state rows left for this Hello
+        "env_id_conflict",  # Hello claims env ids another actor steps
+        "unknown_actor",  # Step or Bye for an actor id with no Hello (or evicted)
+        "not_joined",  # Step from a connection that did not send this actor's Hello
+        "stale_run",  # Step from a run other than the actor's current one
+        "bad_seq",  # Step seq is not the next one
+        "busy",  # Step while the actor's previous request is unanswered
+        "internal",  # an unexpected exception while handling the message (a bug)
+    ]
+)
 
 Frame = Any  # bytes, memoryview, numpy array or zmq.Frame
 
@@ -50,6 +82,8 @@ class ProtocolError(ValueError):
     """A message broke the protocol; ``code`` is a short machine-readable reason."""
 
     def __init__(self, code: str, message: str) -> None:
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown error code {code!r}; add it to ERROR_CODES")
         super().__init__(f"{code}: {message}")
         self.code = code
         self.detail = message
@@ -195,6 +229,14 @@ def _field(header: dict, name: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _bounded_int(header: dict, name: str, lo: int, hi: int) -> int:
     value = _field(header, name, int)
     if not lo <= value <= hi:
@@ -254,7 +296,7 @@ def _arrays(
         )
     out = []
     for i, (frame, (want_dtype, want_shape)) in enumerate(zip(frames, expected, strict=True)):
-        if dtypes[i] != want_dtype:
+        if not isinstance(dtypes[i], str) or dtypes[i] != want_dtype:
             raise ProtocolError(
                 "bad_dtype", f"array {i} has dtype {dtypes[i]!r}, expected {want_dtype!r}"
             )
@@ -269,7 +311,10 @@ def _arrays(
             raise ProtocolError(
                 "truncated", f"array {i} frame has {len(buf)} bytes, expected {nbytes}"
             )
-        out.append(np.frombuffer(buf, dtype=dtype).reshape(want_shape))
+        array = np.frombuffer(buf, dtype=dtype).reshape(want_shape)
+        if dtype.kind == "f" and not np.isfinite(array).all():
+            raise ProtocolError("non_finite", f"array {i} holds NaN or inf")
+        out.append(array)
     return out
 
 
@@ -285,7 +330,7 @@ def decode_hello(header: dict) -> Hello:
     _check_dtype(dtype)
     return Hello(
         actor_id=_bounded_int(header, "actor_id", 0, 2**31 - 1),
-        run_id=_field(header, "run_id", str),
+        run_id=_run_id(header),
         n_envs=_bounded_int(header, "n_envs", 1, MAX_ENVS),
         spec=EnvSpec(
             obs_shape=tuple(shape),
@@ -310,7 +355,7 @@ def decode_step(header: dict, frames: Sequence[Frame], hello: Hello) -> Step:
     n = _bounded_int(header, "n_envs", 1, MAX_ENVS)
     if n != hello.n_envs:
         raise ProtocolError("bad_shape", f"step has n_envs={n}, hello declared {hello.n_envs}")
-    run_id = _field(header, "run_id", str)
+    run_id = _run_id(header)
     if run_id != hello.run_id:
         raise ProtocolError(
             "stale_run",
@@ -338,6 +383,12 @@ def decode_step(header: dict, frames: Sequence[Frame], hello: Hello) -> Step:
     lengths = _field(header, "episode_lengths", list)
     if len(returns) != len(lengths) or len(returns) > n:
         raise ProtocolError("bad_field", "episode_returns/lengths disagree or exceed n_envs")
+    if not all(_is_real(r) for r in returns):
+        raise ProtocolError("bad_field", "episode_returns must be numbers")
+    if not all(math.isfinite(r) for r in returns):
+        raise ProtocolError("non_finite", "episode_returns holds NaN or inf")
+    if not all(_is_int(x) and 0 <= x <= 2**63 - 1 for x in lengths):
+        raise ProtocolError("bad_field", "episode_lengths must be ints >= 0")
     return Step(
         actor_id=hello.actor_id,
         run_id=run_id,
@@ -365,16 +416,32 @@ def decode_actions(header: dict, frames: Sequence[Frame], n_envs: int) -> Action
 
 
 def decode_error(header: dict) -> Error:
+    actor_id, seq = header.get("actor_id", -1), header.get("seq", -1)
     return Error(
-        code=str(_field(header, "code", str)),
-        message=str(_field(header, "message", str)),
-        actor_id=int(header.get("actor_id", -1)),
-        seq=int(header.get("seq", -1)),
+        code=_field(header, "code", str),
+        message=_field(header, "message", str),
+        actor_id=actor_id if _is_int(actor_id) else -1,
+        seq=seq if _is_int(seq) else -1,
     )
 
 
 def decode_bye(header: dict) -> Bye:
-    return Bye(
-        actor_id=_bounded_int(header, "actor_id", 0, 2**31 - 1),
-        run_id=_field(header, "run_id", str),
-    )
+    return Bye(actor_id=_bounded_int(header, "actor_id", 0, 2**31 - 1), run_id=_run_id(header))
+
+
+def _run_id(header: dict) -> str:
+    run_id = _field(header, "run_id", str)
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        raise ProtocolError("bad_field", f"run_id longer than {MAX_RUN_ID_CHARS} characters")
+    return run_id
+
+
+def reply_address(header: dict) -> tuple[int, int]:
+    """``(actor_id, seq)`` of a header for an Error reply; -1 where absent or not an int."""
+    actor_id, seq = header.get("actor_id", -1), header.get("seq", -1)
+    return (actor_id if _is_int(actor_id) else -1, seq if _is_int(seq) else -1)
+
+
+def frames_size(frames: Sequence[Frame]) -> int:
+    """Total bytes of a multipart message's frames."""
+    return sum(_buffer(frame).nbytes for frame in frames)

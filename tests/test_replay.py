@@ -163,3 +163,43 @@ def test_a_replay_saved_with_other_fields_is_refused():
     state["storage/obs"] = np.zeros((0, 5, 2), np.uint8)
     with pytest.raises(ValueError, match="'obs' is uint8"):
         replay(capacity=4).load_state_dict(state)
+
+
+class SlowCopyReplay(SequenceReplay):
+    """The first batch copy waits for ``release`` after saying ``copying``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.copying, self.release = threading.Event(), threading.Event()
+
+    def _gather(self, indices):
+        if not self.copying.is_set():
+            self.copying.set()
+            assert self.release.wait(timeout=10)
+        return super()._gather(indices)
+
+
+def test_inserts_proceed_while_a_sample_is_copied_and_overwritten_rows_are_refreshed():
+    limits = {"samples_per_insert": 100.0, "min_size": 1, "max_credit": 1e9}
+    fields = {"obs": ((3, 2), np.uint8), "reward": ((3,), np.float32)}
+    buffer = SlowCopyReplay(2, fields, alpha=1.0, beta=1.0, limiter=RateLimiter(**limits))
+    buffer.insert(sequences(0, 2), np.ones(2), never)
+    got = []
+    sampler = threading.Thread(target=lambda: got.append(buffer.sample(2, never)))
+    sampler.start()
+    assert buffer.copying.wait(timeout=10)
+    inserter = threading.Thread(target=buffer.insert, args=(sequences(7, 1), np.ones(1), never))
+    inserter.start()
+    inserter.join(timeout=10)
+    inserted_during_copy = not inserter.is_alive()
+    buffer.release.set()
+    sampler.join(timeout=10)
+    sample = got[0]
+    current = buffer.storage["obs"][sample.indices, 0, 0].tolist()
+    assert (
+        inserted_during_copy,
+        sample.data["obs"][:, 0, 0].tolist() == current,
+        sample.data["reward"][:, 0].tolist() == [float(x) for x in current],
+        (sample.generations == buffer.generation[sample.indices]).all(),
+        7 in current,
+    ) == (True, True, True, True, True)

@@ -109,3 +109,34 @@ def test_longer_overlap_repeats_the_last_rows_and_their_states():
         [[0, 1, 2, 3, 4, 5], [3, 4, 5, 6, 7, 8], [6, 7, 8, 9, 10, 11]],
         [0, 3, 6],
     )
+
+
+def reference_unrolls(unroll_length: int, overlap: int, steps: int) -> list[tuple[list, int]]:
+    """Brute force: unroll k covers steps [k*stride, k*stride + L] and starts from the state of
+    its first step, stride = L + 1 - overlap."""
+    stride = unroll_length + 1 - overlap
+    starts = range(0, steps - unroll_length, stride)
+    return [(list(range(s, s + unroll_length + 1)), s) for s in starts]
+
+
+@pytest.mark.parametrize(
+    ("unroll_length", "overlap"), [(4, 1), (4, 2), (4, 3), (4, 4), (5, 3), (5, 5), (8, 7), (1, 1)]
+)
+def test_unrolls_and_their_states_match_a_brute_force_reference(unroll_length, overlap):
+    unrolls = []
+    store = UnrollStore(unroll_length, unrolls.append, overlap=overlap)
+    store.register("a", np.arange(2))
+    steps = 6 * unroll_length + 3
+    for t in range(steps):
+        store.append("a", record(t, 2))
+    got = [(u.obs[:, 0, 1].astype(int).tolist(), int(u.core_state[0][0, 0])) for u in unrolls]
+    assert got == reference_unrolls(unroll_length, overlap, steps)
+
+
+def test_overlap_beyond_half_an_unroll_keeps_the_state_of_each_first_row():
+    unrolls = []
+    store = UnrollStore(4, unrolls.append, overlap=3)
+    store.register("a", np.arange(2))
+    for t in range(13):
+        store.append("a", record(t, 2))
+    assert [int(u.core_state[0][0, 0]) for u in unrolls] == [0, 2, 4, 6, 8]

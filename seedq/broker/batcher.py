@@ -170,6 +170,20 @@ class Batcher(Generic[Request]):
         self.envs_taken += total
         return batch
 
+    def remove(self, predicate: Callable[[Request], bool]) -> list[Request]:
+        """Drop every queued request for which ``predicate`` is true; return them in order.
+
+        For requests that must not be answered any more (their actor left or restarted). The
+        others keep their place and arrival time; no statistic changes.
+        """
+        kept: deque[_Pending[Request]] = deque()
+        dropped = []
+        for item in self._queue:
+            (dropped if predicate(item.request) else kept).append(item)
+        self._queue = kept
+        self._pending_size -= sum(item.size for item in dropped)
+        return [item.request for item in dropped]
+
     def take_all(self) -> list[Request]:
         """Remove and return every queued request in arrival order (for shutdown).
 

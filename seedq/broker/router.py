@@ -1,9 +1,15 @@
 """The broker: a ZMQ ROUTER feeding the size-or-deadline batcher and replying to actors.
 
 It runs in the learner process (no copy between broker and inference) on one thread. Each
-actor has one request in flight, so the batcher never holds more than one request per actor:
-backpressure is built in. A bad message is answered with an ``Error`` and counted; it never
-stops the loop.
+actor has one request in flight (a second one is refused as ``busy``), so the batcher never
+holds more than one request per actor: backpressure is built in. A bad message is answered with
+an ``Error`` and counted by code in ``stats.bad_messages``; an unexpected exception while
+handling one message is counted as ``internal``. Neither stops the loop, and each code is
+logged once, so a flood of bad input cannot flood the log.
+
+Learner state rows are allocated only once a Hello is valid, and rows of actors that leave
+(Bye), restart with another ``n_envs`` or fall silent (evicted by last-seen time) are reused, so
+hello/bye churn never grows the state table.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,7 +28,9 @@ import zmq
 from seedq.broker.batcher import Batcher
 from seedq.messages import (
     BYE,
+    ERROR_CODES,
     HELLO,
+    MAX_FRAMES,
     STEP,
     Actions,
     Bye,
@@ -35,11 +44,15 @@ from seedq.messages import (
     decode_hello,
     decode_step,
     encode,
+    frames_size,
+    reply_address,
 )
 
 log = logging.getLogger(__name__)
 
 MAX_TOTAL_ENVS = 1 << 20
+DEFAULT_SILENT_TIMEOUT_S = 30.0
+DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 
 
 @dataclass
@@ -51,6 +64,14 @@ class ActorSlot:
     rows: np.ndarray  # the learner's state rows of its envs, int64 [N]
     env_ids: np.ndarray  # global env ids (first_env + i) that label its unrolls, int64 [N]
     next_seq: int = 0
+    last_seen: float = 0.0  # broker clock at its last valid message or our last reply to it
+    in_flight: bool = False  # a Step of it is queued or being answered
+
+
+def _zero_counts() -> collections.Counter:
+    # Every code present from the start: the dict never changes size, so a monitor thread can
+    # sum its values while the broker counts.
+    return collections.Counter(dict.fromkeys(sorted(ERROR_CODES), 0))
 
 
 @dataclass
@@ -59,7 +80,8 @@ class BrokerStats:
     messages: int = 0
     batches: int = 0
     batch_envs: int = 0
-    bad_messages: collections.Counter = field(default_factory=collections.Counter)
+    bad_messages: collections.Counter = field(default_factory=_zero_counts)
+    evicted: int = 0
     episodes: int = 0
     recent_returns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
     recent_lengths: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
@@ -82,11 +104,51 @@ class BatchConsumer(Protocol):
         """A new actor run began on ``slot.rows``: reset their state and partial unrolls."""
 
     def actor_left(self, slot: ActorSlot) -> None:
-        """The actor said Bye: drop its partial unroll."""
+        """The actor's run ended (Bye, eviction, or a new run replaced it): drop its partial
+        unroll and per-actor state; its rows may be given to another actor."""
+
+
+class RowPool:
+    """The learner's state rows: freed rows are handed out again, lowest first.
+
+    The table therefore never grows past the peak number of envs connected at once.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.high = 0  # rows [0, high) have been handed out at some point
+        self._free = np.empty(0, dtype=np.int64)  # sorted
+
+    @property
+    def in_use(self) -> int:
+        return self.high - len(self._free)
+
+    def allocate(self, n: int) -> np.ndarray | None:
+        """``n`` rows, or None when fewer than ``n`` are left."""
+        reused = self._free[:n]
+        fresh = n - len(reused)
+        if self.high + fresh > self.limit:
+            return None
+        self._free = self._free[len(reused) :]
+        rows = np.concatenate([reused, np.arange(self.high, self.high + fresh, dtype=np.int64)])
+        self.high += fresh
+        return rows
+
+    def release(self, rows: np.ndarray) -> None:
+        self._free = np.sort(np.concatenate([self._free, rows]))
 
 
 class Broker:
-    """ROUTER socket + batcher + actor registry. ``serve`` loops until ``stop`` is set."""
+    """ROUTER socket + batcher + actor registry. ``serve`` loops until ``stop`` is set.
+
+    Args:
+        silent_timeout_s: actors that sent nothing for this long (and wait for no reply) are
+            evicted as if they had said Bye; 0 disables eviction.
+        max_message_bytes: larger messages are refused (``too_large``); also set as the
+            socket's ``MAXMSGSIZE`` so over-size frames from TCP peers are dropped by ZeroMQ
+            before they are allocated (the peer is disconnected).
+        clock: monotonic seconds; injectable for tests.
+    """
 
     def __init__(
         self,
@@ -94,16 +156,26 @@ class Broker:
         spec: EnvSpec,
         batcher: Batcher,
         consumer: BatchConsumer,
+        *,
+        silent_timeout_s: float = DEFAULT_SILENT_TIMEOUT_S,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if silent_timeout_s < 0:
+            raise ValueError(f"silent_timeout_s must be >= 0 (0 disables), got {silent_timeout_s}")
         self.socket = socket
         self.spec = spec
         self.batcher = batcher
         self.consumer = consumer
+        self.silent_timeout_s = silent_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self.clock = clock
         self.actors: dict[int, ActorSlot] = {}
+        self.rows = RowPool(MAX_TOTAL_ENVS)
         self.stats = BrokerStats()
-        self._next_row = 0
-        self._waiting_actors = 0
-        self._last_warning = 0.0
+        self._logged_codes: set[str] = set()
+        self._next_eviction = 0.0
+        socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
 
     @property
     def connected_envs(self) -> int:
@@ -123,6 +195,34 @@ class Broker:
                 len(self.batcher) and self.batcher.pending_size >= self.connected_envs
             ):
                 self._run_batch(self.batcher.take())
+            self._maybe_evict()
+
+    def _maybe_evict(self) -> None:
+        if not self.silent_timeout_s:
+            return
+        now = self.clock()
+        if now >= self._next_eviction:
+            self._next_eviction = now + min(1.0, self.silent_timeout_s / 4)
+            self.evict_silent(now, self.silent_timeout_s)
+
+    def evict_silent(self, now: float, timeout_s: float) -> list[int]:
+        """Evict actors silent for more than ``timeout_s``; returns their ids.
+
+        An actor whose request is still queued is waiting for us, not silent; its silence
+        counts from our reply.
+        """
+        silent = [
+            slot
+            for slot in self.actors.values()
+            if not slot.in_flight and now - slot.last_seen > timeout_s
+        ]
+        for slot in silent:
+            self._remove(slot)
+        if silent:
+            self.stats.evicted += len(silent)
+            ids = [slot.hello.actor_id for slot in silent]
+            log.warning("evicted %d actor(s) silent for > %.1f s: %s", len(ids), timeout_s, ids)
+        return [slot.hello.actor_id for slot in silent]
 
     def _drain(self, limit: int = 256) -> None:
         for _ in range(limit):
@@ -134,43 +234,63 @@ class Broker:
             self.handle(frames)
 
     def handle(self, frames: list) -> None:
-        """Handle one message as received on the ROUTER (identity frame first)."""
-        identity = bytes(frames[0].buffer) if hasattr(frames[0], "buffer") else bytes(frames[0])
+        """Handle one message as received on the ROUTER (identity frame first).
+
+        Never raises: a protocol violation is answered with its code, anything else is counted
+        as ``internal``.
+        """
+        identity = bytes(getattr(frames[0], "buffer", frames[0]))
         header: dict = {}
         try:
-            if len(frames) < 2:
-                raise ProtocolError("bad_frames", "message has no header frame")
-            header = decode_header(frames[1])
-            kind = header["kind"]
-            if kind == STEP:
-                self._step(identity, header, frames[2:])
-            elif kind == HELLO:
-                self._hello(identity, decode_hello(header))
-            elif kind == BYE:
-                self._bye(decode_bye(header))
-            else:
-                raise ProtocolError("bad_kind", f"{kind!r} messages are not sent to the learner")
+            self._dispatch(identity, frames, header)
         except ProtocolError as exc:
-            self._reject(identity, header, exc)
+            self._reject(identity, header, exc.code, exc.detail, exc)
+        except Exception as exc:  # a bug must cost one message, not the run
+            self._reject(identity, header, "internal", "the learner failed on this message", exc)
 
-    def _reject(self, identity: bytes, header: dict, exc: ProtocolError) -> None:
-        self.stats.bad_messages[exc.code] += 1
-        now = time.monotonic()
-        if now - self._last_warning > 5.0:
-            self._last_warning = now
-            total = sum(self.stats.bad_messages.values())
-            log.warning("rejected a message (%s); %d rejected so far", exc, total)
-        actor_id = header.get("actor_id", -1)
-        seq = header.get("seq", -1)
-        error = Error(
-            code=exc.code,
-            message=exc.detail,
-            actor_id=actor_id if isinstance(actor_id, int) else -1,
-            seq=seq if isinstance(seq, int) else -1,
-        )
-        self.socket.send_multipart([identity, *encode(error)], copy=False)
+    def _dispatch(self, identity: bytes, frames: list, header: dict) -> None:
+        if len(frames) < 2:
+            raise ProtocolError("bad_frames", "message has no header frame")
+        if len(frames) - 1 > MAX_FRAMES:
+            raise ProtocolError("bad_frames", f"{len(frames) - 1} frames > {MAX_FRAMES}")
+        size = frames_size(frames[1:])
+        if size > self.max_message_bytes:
+            raise ProtocolError("too_large", f"message of {size} bytes > {self.max_message_bytes}")
+        header.update(decode_header(frames[1]))
+        kind = header["kind"]
+        now = self.clock()
+        if kind == STEP:
+            self._step(identity, header, frames[2:], now)
+            return
+        if len(frames) != 2:
+            raise ProtocolError("bad_frames", f"a {kind!r} message has only a header frame")
+        if kind == HELLO:
+            self._hello(identity, decode_hello(header), now)
+        elif kind == BYE:
+            self._bye(identity, decode_bye(header))
+        else:
+            raise ProtocolError("bad_kind", f"{kind!r} messages are not sent to the learner")
 
-    def _hello(self, identity: bytes, hello: Hello) -> None:
+    def _reject(
+        self, identity: bytes, header: dict, code: str, detail: str, exc: Exception
+    ) -> None:
+        self.stats.bad_messages[code] += 1
+        if code not in self._logged_codes:
+            self._logged_codes.add(code)
+            log.warning(
+                "rejected a message (%s); further %r rejections are only counted",
+                exc,
+                code,
+                exc_info=code == "internal",
+            )
+        actor_id, seq = reply_address(header)
+        error = Error(code=code, message=detail, actor_id=actor_id, seq=seq)
+        try:
+            self.socket.send_multipart([identity, *encode(error)], copy=False)
+        except zmq.ZMQError:
+            pass  # the peer is gone; the message is counted, there is no one to tell
+
+    def _hello(self, identity: bytes, hello: Hello, now: float) -> None:
         if hello.spec != self.spec:
             raise ProtocolError(
                 "spec_mismatch",
@@ -180,17 +300,25 @@ class Broker:
         old = self.actors.get(hello.actor_id)
         if old is not None and old.hello == hello:
             old.identity = identity  # a repeated Hello of the same run changes nothing
+            old.last_seen = now
             return
-        if old is not None and old.hello.n_envs == hello.n_envs:
-            rows = old.rows  # reconnect with a new run: same rows, fresh state
-        else:
-            if self._next_row + hello.n_envs > MAX_TOTAL_ENVS:
-                raise ProtocolError("too_many_envs", f"learner serves at most {MAX_TOTAL_ENVS}")
-            rows = np.arange(self._next_row, self._next_row + hello.n_envs, dtype=np.int64)
-            self._next_row += hello.n_envs
         env_ids = np.arange(hello.first_env, hello.first_env + hello.n_envs, dtype=np.int64)
         self._check_env_ids(hello, env_ids)
+        rows = None
+        if old is not None:
+            # A new run of this actor: its old requests must never be answered or recorded.
+            same_size = old.hello.n_envs == hello.n_envs
+            self._remove(old, release_rows=not same_size)
+            rows = old.rows if same_size else None
+        if rows is None:
+            rows = self.rows.allocate(hello.n_envs)
+            if rows is None:
+                raise ProtocolError(
+                    "too_many_envs",
+                    f"learner serves at most {MAX_TOTAL_ENVS} envs, {self.rows.in_use} in use",
+                )
         slot = ActorSlot(hello=hello, identity=identity, rows=rows, env_ids=env_ids)
+        slot.last_seen = now
         self.actors[hello.actor_id] = slot
         log.info("actor %d joined (run %s, %d envs)", hello.actor_id, hello.run_id, hello.n_envs)
         self.consumer.actor_started(slot)
@@ -208,25 +336,47 @@ class Broker:
                     "its own first_env",
                 )
 
-    def _bye(self, bye: Bye) -> None:
+    def _bye(self, identity: bytes, bye: Bye) -> None:
         slot = self.actors.get(bye.actor_id)
-        if slot is not None and slot.hello.run_id == bye.run_id:
-            del self.actors[bye.actor_id]
-            self.consumer.actor_left(slot)
-            log.info("actor %d left", bye.actor_id)
+        if slot is None:
+            raise ProtocolError("unknown_actor", f"Bye from actor {bye.actor_id}, not connected")
+        if slot.hello.run_id != bye.run_id:
+            raise ProtocolError("stale_run", f"Bye from run {bye.run_id!r}, not the current one")
+        if slot.identity != identity:
+            raise ProtocolError("not_joined", "Bye from a connection that did not send Hello")
+        self._remove(slot)
+        log.info("actor %d left", bye.actor_id)
 
-    def _step(self, identity: bytes, header: dict, frames: list) -> None:
+    def _remove(self, slot: ActorSlot, *, release_rows: bool = True) -> None:
+        """End an actor's run: its queued request is dropped, the consumer told, rows freed."""
+        self.actors.pop(slot.hello.actor_id, None)
+        self.batcher.remove(lambda request: request[0] is slot)
+        slot.in_flight = False
+        self.consumer.actor_left(slot)
+        if release_rows:
+            self.rows.release(slot.rows)
+
+    def _step(self, identity: bytes, header: dict, frames: list, now: float) -> None:
         actor_id = header.get("actor_id")
-        slot = self.actors.get(actor_id) if isinstance(actor_id, int) else None
+        slot = self.actors.get(actor_id) if type(actor_id) is int else None  # bools are not ids
         if slot is None:
             raise ProtocolError("unknown_actor", f"actor {actor_id!r} sent a step before Hello")
+        if slot.identity != identity:
+            raise ProtocolError(
+                "not_joined", f"step for actor {actor_id} from a connection that sent no Hello"
+            )
+        if slot.in_flight:
+            raise ProtocolError(
+                "busy", f"actor {actor_id} sent a step before its previous one was answered"
+            )
         step = decode_step(header, frames, slot.hello)
         if step.seq != slot.next_seq:
             raise ProtocolError(
                 "bad_seq", f"actor {actor_id} sent seq {step.seq}, expected {slot.next_seq}"
             )
-        slot.identity = identity
         slot.next_seq += 1
+        slot.last_seen = now
+        slot.in_flight = True
         self.batcher.add((slot, step), slot.hello.n_envs)
 
     def _run_batch(self, batch: Batch) -> None:
@@ -238,7 +388,11 @@ class Broker:
             n = slot.hello.n_envs
             reply = Actions(slot.hello.actor_id, step.seq, actions[offset : offset + n])
             self.socket.send_multipart([slot.identity, *encode(reply)], copy=False)
+            slot.in_flight = False
             offset += n
+        now = self.clock()
+        for slot, _ in batch:
+            slot.last_seen = now  # its silence counts from our reply
         envs = offset
         self.stats.batches += 1
         self.stats.batch_envs += envs

@@ -210,7 +210,15 @@ class SequenceReplay:
         return True
 
     def sample(self, batch_size: int, stop: Callable[[], bool]) -> SampledSequences | None:
-        """Sample B sequences by priority; waits for the rate limiter. None if stopped first."""
+        """Sample B sequences by priority; waits for the rate limiter. None if stopped first.
+
+        Only the sum-tree draw happens under the lock; the batch is copied outside it, so a
+        large copy never stalls inserts (and with them inference and every actor). Guarantee:
+        each returned row is a whole sequence, never a mix of two, and ``generations[i]`` is
+        the generation of the sequence in ``data`` row i. A slot overwritten while the copy ran
+        is copied again under the lock, so its row holds the newer sequence; its weight is the
+        one computed from the priority it was drawn with.
+        """
         with self.cond:
             while not self.limiter.can_sample(batch_size):
                 if stop():
@@ -219,10 +227,23 @@ class SequenceReplay:
             indices = self.tree.sample(batch_size, self.rng)
             probs = self.tree.get(indices) / self.tree.total
             weights = importance_weights(probs, self.size, self.beta).astype(np.float32)
-            data = {name: array[indices] for name, array in self.storage.items()}
+            generations = self.generation[indices].copy()
             self.limiter.samples += batch_size
             self.cond.notify_all()
-            return SampledSequences(indices, self.generation[indices].copy(), weights, data)
+        data = self._gather(indices)
+        with self.cond:
+            # insert writes a slot and bumps its generation in one critical section, so an
+            # unchanged generation means no write touched the slot while we copied it.
+            stale = np.flatnonzero(self.generation[indices] != generations)
+            if stale.size:
+                for name, rows in self._gather(indices[stale]).items():
+                    data[name][stale] = rows
+                generations[stale] = self.generation[indices[stale]]
+        return SampledSequences(indices, generations, weights, data)
+
+    def _gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """A copy of the sequences in ``indices`` ([B, ...] per field)."""
+        return {name: array[indices] for name, array in self.storage.items()}
 
     def update_priorities(
         self, indices: np.ndarray, generations: np.ndarray, priorities: np.ndarray

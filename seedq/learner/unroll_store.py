@@ -106,11 +106,12 @@ class _ActorTrack:
             name: np.empty((rows, *getattr(first, name).shape), getattr(first, name).dtype)
             for name in _TIME_FIELDS
         }
+        # The input state of every row, shifted with the rows: the state before the row that
+        # starts the next unroll may have been written one or more unrolls ago (overlap
+        # greater than half an unroll), so it cannot be captured only when that row is written.
+        self.states = [np.empty((rows, *s.shape), s.dtype) for s in first.core_state]
         self.env_id = env_id
         self.cursor = 0
-        # The state before row 0, and before the row that will start the next unroll.
-        self.initial_state: tuple[np.ndarray, ...] = ()
-        self.next_state: tuple[np.ndarray, ...] = ()
 
 
 class UnrollStore:
@@ -151,10 +152,8 @@ class UnrollStore:
         row = track.cursor
         for name in _TIME_FIELDS:
             track.buffers[name][row] = getattr(record, name)
-        if row == 0:
-            track.initial_state = tuple(np.array(s, copy=True) for s in record.core_state)
-        if row == self.unroll_length + 1 - self.overlap:
-            track.next_state = tuple(np.array(s, copy=True) for s in record.core_state)
+        for buf, state in zip(track.states, record.core_state, strict=True):
+            buf[row] = state
         if row == self.unroll_length:
             self._emit(track)
         else:
@@ -163,15 +162,14 @@ class UnrollStore:
     def _emit(self, track: _ActorTrack) -> None:
         unroll = Unroll(
             **{name: buf.copy() for name, buf in track.buffers.items()},
-            core_state=track.initial_state,
+            core_state=tuple(buf[0].copy() for buf in track.states),
             env_id=track.env_id,
         )
         # The last rows start the next unroll: for V-trace the bootstrap value comes from the
         # observation the next unroll starts at; for R2D2 they are the next burn-in.
         keep = slice(self.unroll_length + 1 - self.overlap, self.unroll_length + 1)
-        for buf in track.buffers.values():
-            buf[: self.overlap] = buf[keep]
-        track.initial_state = track.next_state
+        for buf in [*track.buffers.values(), *track.states]:
+            buf[: self.overlap] = buf[keep].copy()  # the ranges overlap when overlap > keep.start
         track.cursor = self.overlap
         self.unrolls_emitted += 1
         self._on_unroll(unroll)
