@@ -1,8 +1,12 @@
 """CURVE on real sockets: the actor key joins; no key, a wrong key or a wrong server key get
 nothing and are counted. Also seedq-keys and the ``security`` config checks."""
 
+import json
 import os
+import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 
@@ -29,6 +33,30 @@ from seedq.security import (
 
 NOTHING_MS = 300  # how long "gets nothing" is watched for
 DEADLINE_S = 5.0
+CARTPOLE = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
+
+
+class NoPolicy:
+    """Answers action 0 for every env."""
+
+    def act(self, batch):
+        return np.zeros(sum(step.obs.shape[0] for _, step in batch), np.int32)
+
+    def record(self, batch): ...
+    def actor_started(self, slot): ...
+    def actor_left(self, slot): ...
+
+
+@pytest.fixture()
+def broker(server):
+    """A Broker serving the CURVE ROUTER of ``server`` on a thread."""
+    broker = Broker(server[1], CARTPOLE, Batcher(8, 0.01), NoPolicy())
+    stop = threading.Event()
+    thread = threading.Thread(target=broker.serve, args=(stop,))
+    thread.start()
+    yield broker
+    stop.set()
+    thread.join()
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +89,8 @@ def dealer(ctx, endpoint, options=None):
     return sock
 
 
-def wait_for(predicate):
-    deadline = time.monotonic() + DEADLINE_S
+def wait_for(predicate, timeout_s=DEADLINE_S):
+    deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
@@ -149,33 +177,17 @@ def test_a_peer_without_the_actor_key_gets_nothing_and_is_counted(
         sock.close()
 
 
-def test_a_wrongly_keyed_actor_gets_no_row(server, keys_dir, tmp_path):
+def test_a_wrongly_keyed_actor_gets_no_row(server, broker, keys_dir, tmp_path):
     ctx, router, guard, endpoint = server
-    spec = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
-
-    class NoPolicy:
-        def act(self, batch):
-            return np.zeros(sum(step.obs.shape[0] for _, step in batch), np.int32)
-
-        def record(self, batch): ...
-        def actor_started(self, slot): ...
-        def actor_left(self, slot): ...
-
-    broker = Broker(router, spec, Batcher(8, 0.01), NoPolicy())
-    stop = threading.Event()
-    thread = threading.Thread(target=broker.serve, args=(stop,))
-    thread.start()
     stranger = dealer(ctx, endpoint, wrong_actor_options(tmp_path, keys_dir))
     actor = dealer(ctx, endpoint, client_options(keys_dir))
     try:
-        stranger.send_multipart(encode(Hello(0, "stranger", 1, spec)))
-        actor.send_multipart(encode(Hello(1, "actor", 1, spec)))
+        stranger.send_multipart(encode(Hello(0, "stranger", 1, CARTPOLE)))
+        actor.send_multipart(encode(Hello(1, "actor", 1, CARTPOLE)))
         wait_for(lambda: 1 in broker.actors and guard.refused > 0)
         time.sleep(NOTHING_MS / 1000)
         assert list(broker.actors) == [1]
     finally:
-        stop.set()
-        thread.join()
         stranger.close()
         actor.close()
 
@@ -228,3 +240,30 @@ def test_validation_refuses_a_secret_others_can_read(tmp_path):
     (tmp_path / "keys" / "learner.key_secret").chmod(0o644)
     with pytest.raises(ConfigError, match="chmod 600"):
         validate_security(SecurityConfig(keys_dir=str(tmp_path / "keys")), "0.0.0.0")
+
+
+def actor_process(endpoint, actor_id, keys_dir):
+    command = [sys.executable, "-m", "seedq.actor.main", "--endpoint", endpoint]
+    command += ["--actor-ids", str(actor_id), "--envs-per-batch", "2"]
+    command += ["--env-config", json.dumps({"kind": "cartpole"}), "--keys-dir", keys_dir]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_seedq_actor_with_keys_dir_steps_and_another_learners_keys_do_not(
+    server, broker, keys_dir, tmp_path
+):
+    _, _, guard, endpoint = server
+    create_keys(tmp_path / "other_learner")
+    actors = [
+        actor_process(endpoint, 0, keys_dir),
+        actor_process(endpoint, 1, str(tmp_path / "other_learner")),
+    ]
+    try:
+        # A cold actor process imports numpy and gymnasium first: seconds on a loaded box.
+        wait_for(lambda: broker.stats.env_steps > 0 and guard.refused > 0, timeout_s=60)
+        assert list(broker.actors) == [0]
+    finally:
+        for proc in actors:
+            proc.send_signal(signal.SIGTERM)
+        for proc in actors:
+            proc.wait(timeout=DEADLINE_S)
