@@ -79,8 +79,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         create_keys(tmp)
-        header = ("payload", "bytes", "plain rt/s", "curve rt/s", "curve/plain")
-        print(f"{header[0]:<10} {header[1]:>9} {header[2]:>11} {header[3]:>11} {header[4]:>12}")
+        header = ("payload", "bytes", "plain rt/s", "curve rt/s", "curve/plain", "+us/rt")
+        print(
+            f"{header[0]:<10} {header[1]:>9} {header[2]:>11} {header[3]:>11} {header[4]:>12}",
+            end="",
+        )
+        print(f" {header[5]:>8}")
         for name, (shape, dtype) in PAYLOADS.items():
             obs = np.zeros((args.envs, *shape), dtype)
             plain, curve = [], []
@@ -88,7 +92,10 @@ def main() -> None:
                 plain.append(round_trips_per_s(obs, args.seconds, None))
                 curve.append(round_trips_per_s(obs, args.seconds, tmp))
             p, c = statistics.median(plain), statistics.median(curve)
-            print(f"{name:<10} {obs.nbytes:>9} {p:>11.0f} {c:>11.0f} {c / p:>12.2f}")
+            added_us = 1e6 / c - 1e6 / p
+            print(
+                f"{name:<10} {obs.nbytes:>9} {p:>11.0f} {c:>11.0f} {c / p:>12.2f} {added_us:>8.0f}"
+            )
 
 
 if __name__ == "__main__":
