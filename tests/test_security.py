@@ -20,6 +20,7 @@ from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
 from seedq.keys import KeysExistError, create_keys
 from seedq.keys import main as keys_main
+from seedq.launch.remote_keys import actor_script
 from seedq.messages import EnvSpec, Hello, encode
 from seedq.schema import ConfigError
 from seedq.security import (
@@ -267,3 +268,17 @@ def test_seedq_actor_with_keys_dir_steps_and_another_learners_keys_do_not(
             proc.send_signal(signal.SIGTERM)
         for proc in actors:
             proc.wait(timeout=DEADLINE_S)
+
+
+def test_the_ssh_script_installs_owner_only_actor_keys_and_runs_the_actor(tmp_path, keys_dir):
+    remote = tmp_path / "remote keys"
+    marker = tmp_path / "ran"
+    script = actor_script(keys_dir, str(remote), ["touch", str(marker)])
+    subprocess.run(["sh", "-s"], input=script.encode(), check=True, timeout=DEADLINE_S)
+    assert marker.exists()
+    assert sorted(os.listdir(remote)) == ["actor.key_secret", "learner.key"]
+    assert stat.S_IMODE((remote / "actor.key_secret").stat().st_mode) == 0o600
+    assert stat.S_IMODE(remote.stat().st_mode) == 0o700
+    assert client_options(str(remote)) == client_options(keys_dir)
+    _, learner_secret = zmq.auth.load_certificate(os.path.join(keys_dir, "learner.key_secret"))
+    assert learner_secret.decode() not in script
