@@ -151,7 +151,8 @@ async def _receive_actions(
         if waited >= timeout_s:
             raise ActorError(
                 f"actor {actor_id}: no reply from the learner for {timeout_s:.0f} s; "
-                "is the learner running and reachable at this endpoint?"
+                "is the learner running and reachable at this endpoint, and (with CURVE) does "
+                "--keys-dir hold this learner's learner.key and an actor key it accepts?"
             )
     else:
         return None

@@ -17,6 +17,7 @@ import zmq.asyncio
 from seedq.actor.loop import ActorError, ActorStats, install_event_loop_policy, run_env_batch
 from seedq.envs import EnvConfig, EnvError, make_env_batch
 from seedq.logging_setup import setup_logging
+from seedq.security import client_options
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ async def _run(
     seed: int,
     stop: asyncio.Event,
     stats: ActorStats,
+    curve_client: dict | None = None,
 ) -> None:
     envs = []
     try:
@@ -52,6 +54,7 @@ async def _run(
                     seed=seed + 1000 * actor_id,
                     stop=stop,
                     stats=stats,
+                    curve_client=curve_client,
                 )
             )
             for actor_id, env in zip(actor_ids, envs, strict=True)
@@ -111,11 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-config", required=True, help="the env section as JSON")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-file", default=None)
+    parser.add_argument(
+        "--keys-dir", default="", help="CURVE keys (actor.key_secret, learner.key) from seedq-keys"
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_file, role="actor")
     try:
         env_cfg = EnvConfig(**json.loads(args.env_config))
         actor_ids = [int(x) for x in args.actor_ids.split(",")]
+        curve_client = client_options(args.keys_dir) if args.keys_dir else None
     except (TypeError, ValueError) as exc:
         log.error("bad actor arguments: %s", exc)
         return 2
@@ -137,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.seed,
                 stop,
                 ActorStats(),
+                curve_client,
             )
         finally:
             ctx.term()
@@ -158,6 +166,7 @@ def actor_command(
     envs_per_batch: int,
     seed: int,
     log_file: str,
+    keys_dir: str = "",
 ) -> list[str]:
     """The command line that starts an actor process (used by the launchers)."""
     return [
@@ -176,6 +185,7 @@ def actor_command(
         str(seed),
         "--log-file",
         log_file,
+        *(["--keys-dir", keys_dir] if keys_dir else []),
     ]
 
 

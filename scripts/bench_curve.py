@@ -1,0 +1,102 @@
+"""Steady-state DEALER<->ROUTER round trips per second, plain vs CURVE, side by side.
+
+Each round trip is what an actor batch does per step: a request of ``envs`` observations, a
+reply of ``envs`` int32 actions, over tcp://127.0.0.1. The connection (and the CURVE handshake)
+is made before timing starts, and plain and CURVE runs alternate, so both see the same box.
+
+    PYTHONPATH=. python scripts/bench_curve.py [--seconds 3] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+
+import numpy as np
+import zmq
+
+from seedq.broker.security import secure_server
+from seedq.keys import create_keys
+from seedq.security import secure_client
+
+PAYLOADS = {
+    # name: (observation shape per env, dtype)
+    "atari": ((4, 84, 84), np.uint8),
+    "cartpole": ((4,), np.float32),
+}
+
+
+def _echo(router: zmq.Socket, reply: bytes, stop: threading.Event) -> None:
+    while not stop.is_set():
+        if router.poll(50):
+            frames = router.recv_multipart(copy=False)
+            router.send_multipart([frames[0], reply])
+
+
+def round_trips_per_s(obs: np.ndarray, seconds: float, keys_dir: str | None) -> float:
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    dealer = ctx.socket(zmq.DEALER)
+    router.linger = dealer.linger = 0
+    guard = secure_server(router, ctx, keys_dir) if keys_dir else None
+    if keys_dir:
+        secure_client(dealer, keys_dir)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    stop = threading.Event()
+    server = threading.Thread(
+        target=_echo, args=(router, np.zeros(obs.shape[0], np.int32).tobytes(), stop)
+    )
+    server.start()
+    try:
+        for _ in range(20):  # connect, handshake, warm up
+            dealer.send(obs, copy=False)
+            dealer.recv()
+        n, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            dealer.send(obs, copy=False)
+            dealer.recv()
+            n += 1
+        return n / elapsed
+    finally:
+        stop.set()
+        server.join()
+        if guard is not None:
+            guard.stop()
+        dealer.close()
+        router.close()
+        ctx.term()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=32, help="envs per request")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per run")
+    parser.add_argument("--rounds", type=int, default=3, help="plain/CURVE pairs per payload")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        create_keys(tmp)
+        header = ("payload", "bytes", "plain rt/s", "curve rt/s", "curve/plain", "+us/rt")
+        print(
+            f"{header[0]:<10} {header[1]:>9} {header[2]:>11} {header[3]:>11} {header[4]:>12}",
+            end="",
+        )
+        print(f" {header[5]:>8}")
+        for name, (shape, dtype) in PAYLOADS.items():
+            obs = np.zeros((args.envs, *shape), dtype)
+            plain, curve = [], []
+            for _ in range(args.rounds):
+                plain.append(round_trips_per_s(obs, args.seconds, None))
+                curve.append(round_trips_per_s(obs, args.seconds, tmp))
+            p, c = statistics.median(plain), statistics.median(curve)
+            added_us = 1e6 / c - 1e6 / p
+            print(
+                f"{name:<10} {obs.nbytes:>9} {p:>11.0f} {c:>11.0f} {c / p:>12.2f} {added_us:>8.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

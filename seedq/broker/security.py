@@ -1,0 +1,140 @@
+"""The learner's ROUTER as a CURVE server that admits only known actor keys, counting refusals.
+
+Two layers refuse a peer, and both happen inside libzmq before a message reaches the broker
+(so a refused peer gets no reply, no row, no allocation):
+
+- the ZAP handler (a ``zmq.auth.ThreadAuthenticator``) answers 400 to a CURVE client whose
+  public key is not ``actor.key`` or one in ``authorized/``;
+- the CURVE handshake itself fails for a plain (NULL) socket (mechanism mismatch) and for a
+  client that encrypts to another server key. The ZAP handler never sees these.
+
+So the refused count comes from the ROUTER's socket monitor (``HANDSHAKE_FAILED_*`` events),
+which covers all three; the ZAP handler only logs which key it refused. libzmq reconnects a
+refused client every ``reconnect_ivl`` (100 ms by default), so the count is of refused
+handshakes, not of distinct peers: a steadily rising ``refused_peers`` column means a
+misconfigured or hostile peer keeps trying.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import recv_monitor_message
+
+from seedq.security import ACTOR, AUTHORIZED_DIR, LEARNER, LEARNER_FILES, check_key_files
+
+log = logging.getLogger(__name__)
+
+ZAP_DOMAIN = "seedq"
+_REFUSALS = {
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "protocol",  # plain socket, wrong server key
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "unknown_key",  # the ZAP handler said no
+}
+
+
+def authorized_keys(keys_dir: str) -> set[bytes]:
+    """Z85 public keys the learner accepts: ``actor.key`` and ``authorized/*.key``."""
+    directory = Path(keys_dir).expanduser()
+    public, _ = zmq.auth.load_certificate(directory / f"{ACTOR}.key")
+    keys = {public}
+    if (directory / AUTHORIZED_DIR).is_dir():
+        keys.update(zmq.auth.load_certificates(directory / AUTHORIZED_DIR))
+    return keys
+
+
+class _KeyList:
+    """``configure_curve_callback`` provider: a fixed key set, logging (rarely) whom it refuses."""
+
+    def __init__(self, keys: set[bytes]) -> None:
+        self.keys = frozenset(keys)
+        self._last_warning = 0.0
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        if key in self.keys:
+            return True
+        now = time.monotonic()
+        if now - self._last_warning > 5.0:
+            self._last_warning = now
+            log.warning("refused an actor with unknown CURVE key %s", key.decode("ascii"))
+        return False
+
+
+class CurveGuard:
+    """The ZAP handler and the refusal counter of one CURVE ROUTER; made by :func:`secure_server`.
+
+    ``refused`` (total) and ``refused_by_reason`` are safe to read from any thread.
+    ``stop()`` after the broker loop stopped and before closing the socket.
+    """
+
+    def __init__(self, sock: zmq.Socket, authenticator: ThreadAuthenticator) -> None:
+        self.authenticator = authenticator
+        self.accepted = 0
+        self.refused_by_reason: collections.Counter[str] = collections.Counter()
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | sum(_REFUSALS))
+        self._thread = threading.Thread(target=self._watch, name="curve-monitor", daemon=True)
+        self._thread.start()
+
+    @property
+    def refused(self) -> int:
+        with self._lock:
+            return sum(self.refused_by_reason.values())
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            if not self._monitor.poll(100):
+                continue
+            try:
+                event = recv_monitor_message(self._monitor)["event"]
+            except zmq.ZMQError:
+                return
+            with self._lock:
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self.accepted += 1
+                elif event in _REFUSALS:
+                    self.refused_by_reason[_REFUSALS[event]] += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._monitor.close(linger=0)
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:  # the socket is already closed
+            pass
+        self.authenticator.stop()
+
+
+def secure_server(sock: zmq.Socket, context: zmq.Context, keys_dir: str) -> CurveGuard:
+    """Make ``sock`` (a ROUTER, not yet bound) a CURVE server admitting only the actor keys.
+
+    Call before ``bind``: the ZAP handler must listen before the first peer knocks.
+    """
+    if sock.getsockopt(zmq.LAST_ENDPOINT):
+        raise RuntimeError("secure_server must be called before the socket is bound")
+    check_key_files(keys_dir, LEARNER_FILES, key="security.keys_dir")
+    directory = Path(keys_dir).expanduser()
+    public, secret = zmq.auth.load_certificate(directory / f"{LEARNER}.key_secret")
+    keys = authorized_keys(keys_dir)
+    authenticator = ThreadAuthenticator(context, log=logging.getLogger(f"{__name__}.zap"))
+    authenticator.start()
+    authenticator.configure_curve_callback(ZAP_DOMAIN, _KeyList(keys))
+    sock.curve_server = True
+    sock.curve_publickey = public
+    sock.curve_secretkey = secret
+    sock.zap_domain = ZAP_DOMAIN.encode()
+    # Without this, libzmq admits every CURVE client when no ZAP handler answers (say the
+    # authenticator thread died); with it, such handshakes fail.
+    sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+    log.info("broker is a CURVE server admitting %d actor key(s) from %s", len(keys), keys_dir)
+    return CurveGuard(sock, authenticator)

@@ -1,0 +1,82 @@
+"""``seedq-keys DIR``: write the learner's and the actors' CURVE key pairs.
+
+One key pair for the learner (the CURVE server) and one shared by all actors (the clients the
+learner accepts). Secret files are owner-only; the directory too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import zmq.auth
+
+from seedq.security import ACTOR, LEARNER
+
+
+class KeysExistError(FileExistsError):
+    """Keys are already there; overwriting them would lock out every deployed actor."""
+
+
+def key_paths(keys_dir: str | os.PathLike) -> list[Path]:
+    directory = Path(keys_dir).expanduser()
+    suffixes = (".key", ".key_secret")
+    return [directory / f"{name}{suffix}" for name in (LEARNER, ACTOR) for suffix in suffixes]
+
+
+def create_keys(keys_dir: str | os.PathLike, force: bool = False) -> list[Path]:
+    """Write ``learner.key[_secret]`` and ``actor.key[_secret]`` into ``keys_dir``; their paths.
+
+    Refuses to overwrite existing keys unless ``force``.
+    """
+    directory = Path(keys_dir).expanduser()
+    existing = [p for p in key_paths(directory) if p.exists()]
+    if existing and not force:
+        raise KeysExistError(
+            f"{', '.join(str(p) for p in existing)} already exist; new keys would lock out "
+            "actors that hold the old ones. Use --force to replace them"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    # The secret file is created with the default umask by pyzmq, so narrow the umask while
+    # writing and chmod afterwards: no moment where the secret is world-readable.
+    old_umask = os.umask(0o077)
+    try:
+        for name in (LEARNER, ACTOR):
+            _, secret_file = zmq.auth.create_certificates(directory, name)
+            Path(secret_file).chmod(0o600)
+            (directory / f"{name}.key").chmod(0o644)
+    finally:
+        os.umask(old_umask)
+    return key_paths(directory)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="seedq-keys",
+        description="write CURVE key pairs for a seedq learner and its actors",
+    )
+    parser.add_argument("dir", help="directory for the keys (created owner-only)")
+    parser.add_argument("--force", action="store_true", help="replace existing keys")
+    args = parser.parse_args(argv)
+    try:
+        paths = create_keys(args.dir, force=args.force)
+    except (KeysExistError, OSError) as exc:
+        print(f"seedq-keys: {exc}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(f"wrote {path}")
+    print(
+        f"\nlearner: seedq-train security.curve=true security.keys_dir={args.dir}\n"
+        f"actors:  seedq-actor --keys-dir DIR ..., DIR holding actor.key_secret and learner.key\n"
+        "         (the ssh launcher copies them; never copy learner.key_secret off the learner)\n"
+        "extra actor keys: put their public *.key files in "
+        f"{os.path.join(args.dir, 'authorized')}/"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""CURVE on real sockets: the actor key joins; no key, a wrong key or a wrong server key get
+nothing and are counted. Also seedq-keys and the ``security`` config checks."""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+import zmq.auth
+
+from seedq.broker.batcher import Batcher
+from seedq.broker.router import Broker
+from seedq.broker.security import secure_server
+from seedq.keys import KeysExistError, create_keys
+from seedq.keys import main as keys_main
+from seedq.launch.remote_keys import actor_script
+from seedq.messages import EnvSpec, Hello, encode
+from seedq.schema import ConfigError
+from seedq.security import (
+    SecurityConfig,
+    client_options,
+    curve_enabled,
+    is_loopback,
+    secure_client,
+    validate_security,
+)
+
+NOTHING_MS = 300  # how long "gets nothing" is watched for
+DEADLINE_S = 5.0
+CARTPOLE = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
+
+
+class NoPolicy:
+    """Answers action 0 for every env."""
+
+    def act(self, batch):
+        return np.zeros(sum(step.obs.shape[0] for _, step in batch), np.int32)
+
+    def record(self, batch): ...
+    def actor_started(self, slot): ...
+    def actor_left(self, slot): ...
+
+
+@pytest.fixture()
+def broker(server):
+    """A Broker serving the CURVE ROUTER of ``server`` on a thread."""
+    broker = Broker(server[1], CARTPOLE, Batcher(8, 0.01), NoPolicy())
+    stop = threading.Event()
+    thread = threading.Thread(target=broker.serve, args=(stop,))
+    thread.start()
+    yield broker
+    stop.set()
+    thread.join()
+
+
+@pytest.fixture(scope="module")
+def keys_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("keys")
+    create_keys(directory)
+    return str(directory)
+
+
+@pytest.fixture()
+def server(keys_dir):
+    """A CURVE ROUTER on tcp://127.0.0.1:<random port> with its guard; torn down in order."""
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    guard = secure_server(router, ctx, keys_dir)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    yield ctx, router, guard, f"tcp://127.0.0.1:{port}"
+    guard.stop()
+    router.close()
+    ctx.term()
+
+
+def dealer(ctx, endpoint, options=None):
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    for option, value in (options or {}).items():
+        sock.setsockopt(option, value)
+    sock.connect(endpoint)
+    return sock
+
+
+def wait_for(predicate, timeout_s=DEADLINE_S):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def wrong_actor_options(tmp_path, keys_dir):
+    """A fresh key pair the learner never listed, but the right server key."""
+    _, secret_file = zmq.auth.create_certificates(tmp_path, "stranger")
+    public, secret = zmq.auth.load_certificate(secret_file)
+    return {**client_options(keys_dir), zmq.CURVE_PUBLICKEY: public, zmq.CURVE_SECRETKEY: secret}
+
+
+def wrong_server_options(tmp_path, keys_dir):
+    """The actor's own key pair, encrypting to a server key that is not the learner's."""
+    other_server, _ = zmq.curve_keypair()
+    return {**client_options(keys_dir), zmq.CURVE_SERVERKEY: other_server}
+
+
+def test_seedq_keys_writes_owner_only_secrets_and_refuses_to_overwrite(tmp_path, capsys):
+    directory = tmp_path / "keys"
+    assert keys_main([str(directory)]) == 0
+    names = sorted(os.listdir(directory))
+    assert names == ["actor.key", "actor.key_secret", "learner.key", "learner.key_secret"]
+    for name in ("actor.key_secret", "learner.key_secret"):
+        assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    before = (directory / "learner.key_secret").read_bytes()
+
+    assert keys_main([str(directory)]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert (directory / "learner.key_secret").read_bytes() == before
+    with pytest.raises(KeysExistError):
+        create_keys(directory)
+    create_keys(directory, force=True)
+    assert (directory / "learner.key_secret").read_bytes() != before
+
+
+def test_the_actor_key_exchanges_messages(server, keys_dir):
+    ctx, router, guard, endpoint = server
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    secure_client(sock, keys_dir)
+    sock.connect(endpoint)
+    try:
+        sock.send(b"ping")
+        assert router.poll(int(DEADLINE_S * 1000))
+        identity, payload = router.recv_multipart()
+        router.send_multipart([identity, b"pong:" + payload])
+        assert sock.poll(int(DEADLINE_S * 1000))
+        assert sock.recv() == b"pong:ping"
+        assert guard.refused == 0
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize(
+    "peer, reason",
+    [
+        ("plain", "protocol"),  # NULL mechanism: refused by the handshake, ZAP never asked
+        ("wrong_key", "unknown_key"),  # an unlisted key pair: refused by the ZAP handler
+        ("wrong_server_key", "protocol"),  # its HELLO does not decrypt with our secret key
+    ],
+)
+def test_a_peer_without_the_actor_key_gets_nothing_and_is_counted(
+    server, keys_dir, tmp_path, peer, reason
+):
+    ctx, router, guard, endpoint = server
+    options = {
+        "plain": lambda: None,
+        "wrong_key": lambda: wrong_actor_options(tmp_path, keys_dir),
+        "wrong_server_key": lambda: wrong_server_options(tmp_path, keys_dir),
+    }[peer]()
+    sock = dealer(ctx, endpoint, options)
+    try:
+        try:
+            sock.send(b"ping", zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # no usable connection to queue on: nothing is sent either
+        wait_for(lambda: guard.refused_by_reason[reason] > 0)
+        assert not router.poll(NOTHING_MS)
+        assert not sock.poll(NOTHING_MS)
+        assert guard.accepted == 0
+    finally:
+        sock.close()
+
+
+def test_a_wrongly_keyed_actor_gets_no_row(server, broker, keys_dir, tmp_path):
+    ctx, router, guard, endpoint = server
+    stranger = dealer(ctx, endpoint, wrong_actor_options(tmp_path, keys_dir))
+    actor = dealer(ctx, endpoint, client_options(keys_dir))
+    try:
+        stranger.send_multipart(encode(Hello(0, "stranger", 1, CARTPOLE)))
+        actor.send_multipart(encode(Hello(1, "actor", 1, CARTPOLE)))
+        wait_for(lambda: 1 in broker.actors and guard.refused > 0)
+        time.sleep(NOTHING_MS / 1000)
+        assert list(broker.actors) == [1]
+    finally:
+        stranger.close()
+        actor.close()
+
+
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.3.2.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("::ffff:127.0.0.1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("*", False),
+        ("::", False),
+        ("10.1.2.3", False),
+        ("eth0", False),
+        ("no-such-host.invalid", False),
+    ],
+)
+def test_loopback_detection(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_curve_is_on_by_default_off_loopback():
+    assert curve_enabled(SecurityConfig(), "0.0.0.0")
+    assert not curve_enabled(SecurityConfig(), "127.0.0.1")
+    assert not curve_enabled(SecurityConfig(allow_insecure=True), "0.0.0.0")
+    assert curve_enabled(SecurityConfig(curve=True), "127.0.0.1")
+    assert not curve_enabled(SecurityConfig(curve=False), "0.0.0.0")
+
+
+def test_validation_demands_keys_or_an_explicit_insecure_choice(tmp_path, keys_dir):
+    validate_security(SecurityConfig(), "127.0.0.1")
+    validate_security(SecurityConfig(allow_insecure=True), "0.0.0.0")
+    validate_security(SecurityConfig(keys_dir=keys_dir), "0.0.0.0")
+    with pytest.raises(ConfigError, match="security.allow_insecure=true"):
+        validate_security(SecurityConfig(curve=False), "0.0.0.0")
+    with pytest.raises(ConfigError, match="seedq-keys DIR"):
+        validate_security(SecurityConfig(), "0.0.0.0")
+    with pytest.raises(ConfigError, match=r"lacks learner.key_secret.*seedq-keys"):
+        (tmp_path / "learner.key").write_text("")
+        (tmp_path / "actor.key").write_text("")
+        validate_security(SecurityConfig(keys_dir=str(tmp_path)), "0.0.0.0")
+
+
+def test_validation_refuses_a_secret_others_can_read(tmp_path):
+    create_keys(tmp_path / "keys")
+    (tmp_path / "keys" / "learner.key_secret").chmod(0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        validate_security(SecurityConfig(keys_dir=str(tmp_path / "keys")), "0.0.0.0")
+
+
+def actor_process(endpoint, actor_id, keys_dir):
+    command = [sys.executable, "-m", "seedq.actor.main", "--endpoint", endpoint]
+    command += ["--actor-ids", str(actor_id), "--envs-per-batch", "2"]
+    command += ["--env-config", json.dumps({"kind": "cartpole"}), "--keys-dir", keys_dir]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_seedq_actor_with_keys_dir_steps_and_another_learners_keys_do_not(
+    server, broker, keys_dir, tmp_path
+):
+    _, _, guard, endpoint = server
+    create_keys(tmp_path / "other_learner")
+    actors = [
+        actor_process(endpoint, 0, keys_dir),
+        actor_process(endpoint, 1, str(tmp_path / "other_learner")),
+    ]
+    try:
+        # A cold actor process imports numpy and gymnasium first: seconds on a loaded box.
+        wait_for(lambda: broker.stats.env_steps > 0 and guard.refused > 0, timeout_s=60)
+        assert list(broker.actors) == [0]
+    finally:
+        for proc in actors:
+            proc.send_signal(signal.SIGTERM)
+        for proc in actors:
+            proc.wait(timeout=DEADLINE_S)
+
+
+def test_the_ssh_script_installs_owner_only_actor_keys_and_runs_the_actor(tmp_path, keys_dir):
+    remote = tmp_path / "remote keys"
+    marker = tmp_path / "ran"
+    script = actor_script(keys_dir, str(remote), ["touch", str(marker)])
+    subprocess.run(["sh", "-s"], input=script.encode(), check=True, timeout=DEADLINE_S)
+    assert marker.exists()
+    assert sorted(os.listdir(remote)) == ["actor.key_secret", "learner.key"]
+    assert stat.S_IMODE((remote / "actor.key_secret").stat().st_mode) == 0o600
+    assert stat.S_IMODE(remote.stat().st_mode) == 0o700
+    assert client_options(str(remote)) == client_options(keys_dir)
+    _, learner_secret = zmq.auth.load_certificate(os.path.join(keys_dir, "learner.key_secret"))
+    assert learner_secret.decode() not in script
