@@ -33,6 +33,7 @@ from seedq.schema import (
     positive,
     setting,
 )
+from seedq.security import SecurityConfig, validate_security
 
 __all__ = ["ConfigError", "SeedqConfig", "register_configs", "validate", "schema_for"]
 
@@ -45,6 +46,9 @@ class SeedqConfig:
     launcher: LauncherConfig = setting(help="how the roles are started", factory=LauncherConfig)
     actor: ActorConfig = setting(help="the actor processes", factory=ActorConfig)
     broker: BrokerConfig = setting(help="the learner's front end", factory=BrokerConfig)
+    security: SecurityConfig = setting(
+        help="CURVE authentication of actors (seedq-keys)", factory=SecurityConfig
+    )
     seed: int = setting(0, "seed of the learner, the env batches and exploration")
     total_env_steps: int = setting(5_000_000, "stop after this many env steps")
     max_minutes: float = setting(10.0, "stop after this many minutes of training (0: no limit)")
@@ -79,6 +83,7 @@ def validate(cfg: Any) -> None:
     validate_hardware(cfg.hardware)
     validate_actor(cfg.actor)
     validate_broker(cfg.broker)
+    validate_security(cfg.security, cfg.broker.host)
     validate_launcher(cfg.launcher)
     validate_checkpoint(cfg.checkpoint)
     positive("log_interval_s", cfg.log_interval_s)

@@ -16,11 +16,18 @@ class BrokerConfig:
         2.0, "a batch goes to inference this long after its first request, full or not"
     )
     max_message_bytes: int = setting(
-        64 * 1024 * 1024, "largest message the broker accepts (ZMQ drops larger ones)"
+        64 * 1024 * 1024,
+        "largest message the broker accepts; a peer sending a larger one is disconnected",
+    )
+    silent_timeout_s: float = setting(
+        30.0,
+        "an actor silent this long (killed, stopped, host gone) is evicted: its rows, partial "
+        "unrolls and recurrent state are freed and batches stop waiting for it (0: never)",
     )
 
 
 def validate_broker(broker: BrokerConfig) -> None:
     check_positive(broker, "broker", ["max_batch", "deadline_ms", "max_message_bytes"])
+    check_positive(broker, "broker", ["silent_timeout_s"], zero_ok=True)
     if not 0 <= broker.port <= 65535:
         raise ConfigError(f"broker.port={broker.port!r} is out of range; it must be in [0, 65535]")

@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import zmq
 
@@ -15,6 +16,22 @@ from seedq.actor.main import actor_command, run_actor_thread
 from seedq.envs import EnvConfig
 
 log = logging.getLogger(__name__)
+
+
+class Spawner(Protocol):
+    """Starts actor process ``index`` from its command line (interpreter first).
+
+    The local launcher runs it here; other launchers (ssh, slurm) wrap it to run elsewhere.
+    The returned process stands for the actor: its exit is the actor's exit, terminating it
+    stops the actor.
+    """
+
+    def __call__(self, index: int, cmd: list[str], log_file: str) -> subprocess.Popen: ...
+
+
+def spawn_local(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
+    # The actor writes its own log file; its stderr duplicates it, so drop that.
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 class ActorFailure(RuntimeError):
@@ -41,6 +58,8 @@ class ActorPool:
     seed: int
     run_dir: str
     python: str = ""
+    keys_dir: str = ""  # CURVE keys the actors authenticate with ("" when CURVE is off)
+    spawn: Spawner = spawn_local
     inproc_context: zmq.Context | None = None
     _procs: list[subprocess.Popen] = field(default_factory=list)
     _logs: list[str] = field(default_factory=list)
@@ -81,9 +100,9 @@ class ActorPool:
                 self.envs_per_batch,
                 self.seed,
                 log_file,
+                keys_dir=self.keys_dir,
             )
-            # The actor writes its own log file; its stderr duplicates it, so drop that.
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = self.spawn(i, cmd, log_file)
             self._procs.append(proc)
             self._logs.append(log_file)
         log.info(

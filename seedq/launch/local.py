@@ -25,6 +25,7 @@ import zmq
 from seedq.agents.base import RunContext, build_agent
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
+from seedq.broker.security import secure_server
 from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import make_env_batch, rows_per_env
 from seedq.launch.actors import ActorPool
@@ -34,6 +35,7 @@ from seedq.learner.checkpoint import plain_config, save_checkpoint
 from seedq.learner.inference import InferenceEngine
 from seedq.messages import EnvSpec
 from seedq.metrics import MetricsWriter
+from seedq.security import curve_enabled
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +118,20 @@ class LocalRun:
         self.socket = self.ctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, cfg.broker.max_message_bytes)
+        # CURVE (and its ZAP handler) must be set up before the socket binds.
+        curve = cfg.actor.transport == "tcp" and curve_enabled(cfg.security, cfg.broker.host)
+        self.curve = secure_server(self.socket, self.ctx, cfg.security.keys_dir) if curve else None
+        self.keys_dir = cfg.security.keys_dir if curve else ""
         self.endpoint = self._bind()
         batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
-        self.broker = Broker(self.socket, self.spec, batcher, self.consumer)
+        self.broker = Broker(
+            self.socket,
+            self.spec,
+            batcher,
+            self.consumer,
+            silent_timeout_s=cfg.broker.silent_timeout_s,
+            max_message_bytes=cfg.broker.max_message_bytes,
+        )
         if resume is not None:
             self._restore(resume)
         self.actors = ActorPool(
@@ -130,6 +143,7 @@ class LocalRun:
             seed=cfg.seed,
             run_dir=run_dir,
             python=cfg.launcher.python,
+            keys_dir=self.keys_dir,
             inproc_context=self.ctx if cfg.actor.transport == "inproc" else None,
         )
 
@@ -243,7 +257,7 @@ class LocalRun:
         )
         # A resumed run's clock goes on from where it stopped.
         start = time.monotonic() - self.elapsed_before
-        monitor = Monitor(cfg, self.agent, self.broker.stats, writer, start)
+        monitor = Monitor(cfg, self.agent, self.broker.stats, writer, start, curve=self.curve)
         every = cfg.checkpoint.every_minutes * 60
         last_save = time.monotonic()
         reason = "interrupted"
@@ -278,6 +292,8 @@ class LocalRun:
             monitor.progress.close()
             writer.close()
             self.save(time.monotonic() - start)
+            if self.curve is not None:
+                self.curve.stop()
             self.socket.close(linger=0)
             if self._own_context:
                 self.ctx.term()

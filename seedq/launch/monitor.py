@@ -32,6 +32,8 @@ RUN_COLUMNS = [
     "perf/batch_fill",
     "perf/learner_wait_frac",
     "faults/bad_messages",
+    "faults/evicted_actors",
+    "faults/refused_peers",
 ]
 
 
@@ -57,8 +59,12 @@ class Monitor:
         broker_stats: BrokerStats,
         writer: MetricsWriter,
         start: float,
+        *,
+        curve: Any = None,
     ) -> None:
+        """``curve``: the CURVE guard of the broker's socket (counts refused handshakes)."""
         self.cfg, self.agent, self.stats, self.writer = cfg, agent, broker_stats, writer
+        self.curve = curve
         self.start = start
         self.last_time = time.monotonic()
         self.last_steps, self.last_updates = broker_stats.env_steps, agent.stats.updates
@@ -108,6 +114,8 @@ class Monitor:
             "perf/batch_fill": fill,
             "perf/learner_wait_frac": wait / (wait + busy) if wait + busy > 0 else None,
             "faults/bad_messages": sum(stats.bad_messages.values()),
+            "faults/evicted_actors": stats.evicted,
+            "faults/refused_peers": self.curve.refused if self.curve is not None else 0,
             **agent_row,
         }
         self.writer.write(row)
