@@ -1,5 +1,8 @@
 """The seedq wire format: the only module that knows how messages look on the wire.
 
+(Over 400 lines on purpose: encoding and the validation of every field of every kind stay in
+one place, so no other module can learn the wire format.)
+
 Every message is a ZeroMQ multipart message. Frame 0 is a msgpack header
 ``{v, kind, actor_id, run_id, seq, n_envs, dtypes, shapes, ...}``; frames 1..k are raw array
 buffers, sent without a copy (``send_multipart(copy=False)``) and read back with

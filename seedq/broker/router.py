@@ -26,6 +26,7 @@ import numpy as np
 import zmq
 
 from seedq.broker.batcher import Batcher
+from seedq.broker.rows import RowPool
 from seedq.messages import (
     BYE,
     ERROR_CODES,
@@ -106,36 +107,6 @@ class BatchConsumer(Protocol):
     def actor_left(self, slot: ActorSlot) -> None:
         """The actor's run ended (Bye, eviction, or a new run replaced it): drop its partial
         unroll and per-actor state; its rows may be given to another actor."""
-
-
-class RowPool:
-    """The learner's state rows: freed rows are handed out again, lowest first.
-
-    The table therefore never grows past the peak number of envs connected at once.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.high = 0  # rows [0, high) have been handed out at some point
-        self._free = np.empty(0, dtype=np.int64)  # sorted
-
-    @property
-    def in_use(self) -> int:
-        return self.high - len(self._free)
-
-    def allocate(self, n: int) -> np.ndarray | None:
-        """``n`` rows, or None when fewer than ``n`` are left."""
-        reused = self._free[:n]
-        fresh = n - len(reused)
-        if self.high + fresh > self.limit:
-            return None
-        self._free = self._free[len(reused) :]
-        rows = np.concatenate([reused, np.arange(self.high, self.high + fresh, dtype=np.int64)])
-        self.high += fresh
-        return rows
-
-    def release(self, rows: np.ndarray) -> None:
-        self._free = np.sort(np.concatenate([self._free, rows]))
 
 
 class Broker:
