@@ -2,7 +2,9 @@
 
 The fake env's observation is [global env id, step in episode, episode index, last action], so
 every row the learner trains on says where it came from. The test model's value of an
-observation is its step number, so a truncation bootstrap shows which observation it used.
+observation is its step number, so a truncation bootstrap shows which observation it used, and
+its logits differ per action and per observation, so behaviour logits stored one row off from
+their observation show.
 """
 
 import collections
@@ -25,8 +27,14 @@ EPISODE_LENGTH = 4
 UNROLL = 5
 
 
+def policy_logits(obs: np.ndarray) -> np.ndarray:
+    """Logits ``[..., 3]`` distinct per action and per (env, step, episode, last action)."""
+    code = obs[..., 0] * 7 + obs[..., 1] + obs[..., 2] * 0.5 + obs[..., 3] * 0.25
+    return 0.01 * code[..., None] * (np.arange(3) - 1) + 0.1 * np.arange(3)
+
+
 class StepValueNet(torch.nn.Module):
-    """Uniform policy; V(obs) = the step number encoded in the observation."""
+    """Logits = policy_logits(obs); V(obs) = the step number encoded in the observation."""
 
     def __init__(self, num_actions: int) -> None:
         super().__init__()
@@ -38,7 +46,8 @@ class StepValueNet(torch.nn.Module):
 
     def forward(self, obs, done, core_state):
         T, B = obs.shape[:2]
-        return AgentOutput(torch.zeros(T, B, self.num_actions), obs[..., 1].float()), ()
+        logits = torch.from_numpy(policy_logits(obs.double().numpy())).float()
+        return AgentOutput(logits, obs[..., 1].float()), ()
 
 
 def run_pipeline(tmp_path, *, truncate: bool, total_env_steps: int = 3000):
@@ -90,6 +99,7 @@ def columns_by_env(batches):
                     "truncated": batch.truncated[:, b],
                     "truncation_value": batch.truncation_value[:, b],
                     "action": batch.action[:, b],
+                    "behaviour": batch.behaviour[:, b],
                 }
             )
     return out
@@ -147,6 +157,25 @@ def test_training_sees_exactly_the_sequence_each_env_produced(pipeline):
         np.testing.assert_array_equal(stream["obs"], obs, err_msg=f"env {env_id}")
         np.testing.assert_array_equal(stream["reward"], reward, err_msg=f"env {env_id}")
         np.testing.assert_array_equal(stream["done"], done, err_msg=f"env {env_id}")
+
+
+def test_behaviour_logits_are_those_of_the_row_s_own_observation(pipeline):
+    _, _, batches = pipeline
+    for env_id, columns in columns_by_env(batches).items():
+        stream = stitch(columns)
+        np.testing.assert_allclose(
+            stream["behaviour"], policy_logits(stream["obs"]), rtol=1e-6, err_msg=f"env {env_id}"
+        )
+
+
+def test_each_action_is_the_one_the_next_observation_reports(pipeline):
+    _, _, batches = pipeline
+    for env_id, columns in columns_by_env(batches).items():
+        stream = stitch(columns)
+        continuing = ~stream["done"][1:]  # a reset observation reports -1, not the action
+        np.testing.assert_array_equal(
+            stream["action"][:-1][continuing], stream["obs"][1:, 3][continuing], f"env {env_id}"
+        )
 
 
 def test_episode_ends_are_flagged_as_the_env_reported_them(pipeline):

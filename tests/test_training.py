@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 import seedq
@@ -23,10 +24,14 @@ RANDOM_CARTPOLE_RETURN = 22.0
 register_configs()
 
 
-def train(tmp_path, *overrides: str):
+def local_run(tmp_path, *overrides: str) -> LocalRun:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"run_dir={tmp_path}", *overrides])
-    return LocalRun(to_config(cfg), str(tmp_path)).run()
+    return LocalRun(to_config(cfg), str(tmp_path))
+
+
+def train(tmp_path, *overrides: str):
+    return local_run(tmp_path, *overrides).run()
 
 
 def metrics(run_dir) -> list[dict]:
@@ -50,7 +55,8 @@ def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path):
     ) == (True, True, 1, True)
 
 
-def test_atari_pong_trains_with_deepmind_preprocessing(tmp_path):
+def test_smoke_atari_pong_trains_with_deepmind_preprocessing(tmp_path):
+    """Smoke test: the Atari family runs end to end and updates (no learning asserted)."""
     summary = train(
         tmp_path,
         "env=atari",
@@ -65,7 +71,8 @@ def test_atari_pong_trains_with_deepmind_preprocessing(tmp_path):
     assert (summary.env_steps >= 600, summary.updates >= 1) == (True, True)
 
 
-def test_gym_env_with_image_observations_trains(tmp_path):
+def test_smoke_gym_env_with_image_observations_trains(tmp_path):
+    """Smoke test: raw image observations from gymnasium run end to end and update."""
     # ALE through plain gymnasium: [210, 160, 3] RGB frames, no Atari preprocessing.
     summary = train(
         tmp_path,
@@ -82,7 +89,8 @@ def test_gym_env_with_image_observations_trains(tmp_path):
     assert summary.updates >= 1
 
 
-def test_gym_env_with_vector_observations_trains(tmp_path):
+def test_smoke_gym_env_with_vector_observations_trains(tmp_path):
+    """Smoke test: a gymnasium vector-observation env runs end to end and updates."""
     summary = train(
         tmp_path,
         "env=gym",
@@ -108,7 +116,9 @@ def test_cartpole_r2d2_learns_in_a_short_run(tmp_path):
     assert summary.return_mean >= 5 * RANDOM_CARTPOLE_RETURN, summary
 
 
-def test_r2d2_runs_on_atari_frames_with_the_paper_layout(tmp_path):
+def test_smoke_r2d2_runs_on_atari_frames_with_the_paper_layout(tmp_path):
+    """Smoke test: R2D2 with conv torso, LSTM and burn-in runs on frames, fills its replay and
+    updates (no learning asserted)."""
     summary = train(
         tmp_path,
         "algorithm=r2d2",
@@ -137,15 +147,26 @@ def test_cartpole_r2d2_reaches_475(tmp_path):
 
 
 @pytest.mark.parametrize("algorithm", ["vtrace", "r2d2"])
-def test_bf16_autocast_trains_with_finite_losses(tmp_path, algorithm):
-    summary = train(
+def test_bf16_autocast_runs_inference_and_training_forwards_in_bf16(tmp_path, algorithm):
+    run = local_run(
         tmp_path,
         f"algorithm={algorithm}",
         "hardware.amp=bf16",
-        "total_env_steps=40000",
+        "total_env_steps=3000",
         "actor.num_actors=1",
+        "actor.transport=inproc",
+        "algorithm.batch_size=4",
+        "algorithm.replay_min_size=8" if algorithm == "r2d2" else "algorithm.unroll_length=10",
         "log_interval_s=1",
     )
-    rows = [r for r in metrics(tmp_path) if r.get("train/grad_norm")]
-    grad_norms = [float(r["train/grad_norm"]) for r in rows]
+    # (training forward?, output dtype) of every Linear layer call of the run's network.
+    seen = set()
+    for module in run.agent.model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(
+                lambda m, args, out: seen.add((torch.is_grad_enabled(), out.dtype))
+            )
+    summary = run.run()
+    grad_norms = [float(r["train/grad_norm"]) for r in metrics(tmp_path) if r["train/grad_norm"]]
+    assert seen == {(False, torch.bfloat16), (True, torch.bfloat16)}
     assert summary.updates >= 1 and grad_norms and all(map(math.isfinite, grad_norms))

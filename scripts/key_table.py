@@ -1,0 +1,66 @@
+"""Print the README's table of config keys, generated from the dataclass defaults and help.
+
+``python scripts/key_table.py`` prints the Markdown; ``--update README.md`` replaces the block
+between the ``<!-- keys:begin -->`` and ``<!-- keys:end -->`` markers. ``tests/test_readme.py``
+checks that the README's block is what this prints, so a changed default or help text shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from seedq.agents.registry import agent_names
+from seedq.config import schema_for
+from seedq.schema import describe
+
+BEGIN, END = "<!-- keys:begin -->", "<!-- keys:end -->"
+
+
+def _default(value: object) -> str:
+    if value is None:
+        return "`null`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if value == "":
+        return '`""`'
+    return f"`{value}`"
+
+
+def _rows(docs) -> list[str]:  # noqa: ANN001 - KeyDoc iterable
+    return [f"| `{d.key}` | {_default(d.default)} | {d.help.replace('|', '/')} |" for d in docs]
+
+
+def key_table() -> str:
+    """Markdown: the keys every run has, then each algorithm's ``algorithm.*`` keys."""
+    header = ["| key | default | meaning |", "|---|---|---|"]
+    names = agent_names()
+    common = [d for d in describe(schema_for(names[0])) if not d.key.startswith("algorithm.")]
+    lines = ["Every run:", "", *header, *_rows(common)]
+    for name in names:
+        own = [d for d in describe(schema_for(name)) if d.key.startswith("algorithm.")]
+        lines += ["", f"`algorithm={name}`:", "", *header, *_rows(own)]
+    return "\n".join(lines) + "\n"
+
+
+def readme_block(text: str) -> str:
+    """What stands between the markers of ``text`` (ValueError without them)."""
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[start:end].strip("\n") + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", type=Path, help="rewrite the key block of this README")
+    args = parser.parse_args()
+    table = key_table()
+    if args.update is None:
+        print(table, end="")
+        return
+    text = args.update.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    args.update.write_text(text[:start] + "\n" + table + text[end:])
+
+
+if __name__ == "__main__":
+    main()

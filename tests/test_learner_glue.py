@@ -1,0 +1,432 @@
+"""What the learners feed their losses: the glue between stored rows and the loss functions.
+
+The loss functions are checked against slow references in test_vtrace.py and
+test_r2d2_losses.py; here each learner's ``train_step`` runs on a hand-built batch with a tiny
+deterministic model, and what it computes is compared with the reference fed explicitly sliced
+numbers. Rows the convention says are unused hold NaN or an impossible action, so a loss that
+read them would not be finite.
+"""
+
+import copy
+import threading
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_vtrace import _recursive_reference
+
+from seedq.agents.base import RunContext
+from seedq.agents.r2d2 import R2D2Agent
+from seedq.agents.r2d2.config import QModelConfig, R2D2Config
+from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
+from seedq.agents.r2d2.network import build_network as build_q_network
+from seedq.agents.vtrace.config import VTraceConfig
+from seedq.agents.vtrace.learner import VTraceLearner
+from seedq.agents.vtrace.network import AgentOutput
+from seedq.config import SeedqConfig
+from seedq.envs import EnvConfig
+from seedq.learner.replay import SampledSequences
+from seedq.learner.unroll_store import Unroll
+from seedq.messages import EnvSpec
+
+CPU = torch.device("cpu")
+OBS, ACTIONS = 3, 3
+
+# --- V-trace -------------------------------------------------------------------------------------
+
+
+class LinearPolicy(torch.nn.Module):
+    """logits = obs @ W, V = obs @ v: every number the loss sees is a function of its row."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w = torch.nn.Parameter(torch.randn(OBS, ACTIONS, generator=g, dtype=torch.float64))
+        self.v = torch.nn.Parameter(torch.randn(OBS, generator=g, dtype=torch.float64))
+
+    def initial_state(self, batch_size: int, device=None) -> tuple:
+        return ()
+
+    def forward(self, obs, done, core_state):
+        x = obs.to(torch.float64)
+        return AgentOutput(x @ self.w, x @ self.v), ()
+
+
+GAMMA = 0.9
+TRUNCATION_VALUE = 25.0
+
+
+def vtrace_batch() -> Unroll:
+    """T = 4 transitions (5 rows) for B = 2 columns.
+
+    Column 0: obs 3 starts a new episode because the one before was truncated (its final
+    observation is worth TRUNCATION_VALUE). Column 1: obs 2 starts a new episode after a
+    termination. Row 0's reward and the last row's behaviour and action belong to the
+    neighbouring unrolls and are poisoned.
+    """
+    rng = np.random.default_rng(7)
+    rows, cols = 5, 2
+    done = np.zeros((rows, cols), bool)
+    done[3, 0] = done[2, 1] = True
+    truncated = np.zeros((rows, cols), bool)
+    truncated[3, 0] = True
+    truncation_value = np.zeros((rows, cols), np.float32)
+    truncation_value[3, 0] = TRUNCATION_VALUE
+    reward = rng.normal(size=(rows, cols)).astype(np.float32)
+    reward[0] = np.nan
+    # Distinct behaviour logits per row and action: pairing a row with its neighbour's action
+    # or logits changes the importance weights.
+    behaviour = rng.normal(size=(rows, cols, ACTIONS)).astype(np.float32)
+    behaviour[-1] = np.nan
+    action = rng.integers(0, ACTIONS, size=(rows, cols)).astype(np.int32)
+    action[-1] = ACTIONS  # out of range: must never be gathered
+    return Unroll(
+        obs=rng.normal(size=(rows, cols, OBS)).astype(np.float32),
+        reward=reward,
+        done=done,
+        truncated=truncated,
+        truncation_value=truncation_value,
+        action=action,
+        behaviour=behaviour,
+        core_state=(),
+        env_id=np.arange(cols, dtype=np.int64),
+    )
+
+
+def vtrace_config() -> VTraceConfig:
+    # No clipping and lambda < 1, so every rho and every row's value reaches the loss.
+    return VTraceConfig(
+        gamma=GAMMA,
+        clip_rho_threshold=None,
+        clip_pg_rho_threshold=None,
+        lambda_=0.9,
+        baseline_cost=0.5,
+        entropy_cost=0.01,
+        grad_clip=1e6,
+    )
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def take(x: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(x, actions[..., None], -1)[..., 0]
+
+
+def reference_vtrace_terms(model: LinearPolicy, batch: Unroll, cfg: VTraceConfig):
+    """The transitions sliced by hand from the rows, and the NumPy reference's targets."""
+    w, v = model.w.detach().numpy(), model.v.detach().numpy()
+    obs = batch.obs.astype(np.float64)
+    logits, values = obs @ w, obs @ v  # [T+1, B, A], [T+1, B]
+    actions = batch.action[:-1].astype(np.int64)
+    rewards = batch.reward[1:] + cfg.gamma * batch.truncation_value[1:] * batch.truncated[1:]
+    discounts = cfg.gamma * (~batch.done[1:])
+    log_rhos = take(log_softmax(logits[:-1]), actions) - take(
+        log_softmax(batch.behaviour[:-1].astype(np.float64)), actions
+    )
+    vs, pg_adv = _recursive_reference(
+        log_rhos, discounts, rewards, values[:-1], values[-1], None, None, cfg.lambda_
+    )
+    return logits[:-1], actions, vs, pg_adv
+
+
+def reference_vtrace_loss(model: LinearPolicy, batch: Unroll, cfg: VTraceConfig):
+    """``(total, pg, baseline, entropy)`` as differentiable tensors of ``model``'s weights,
+    with the targets as constants from the NumPy reference."""
+    _, actions, vs, pg_adv = reference_vtrace_terms(model, batch, cfg)
+    obs = torch.from_numpy(batch.obs[:-1].astype(np.float64))
+    log_probs = F.log_softmax(obs @ model.w, -1)
+    taken = log_probs.gather(-1, torch.from_numpy(actions)[..., None])[..., 0]
+    pg = -(taken * torch.from_numpy(pg_adv)).mean()
+    baseline = cfg.baseline_cost * 0.5 * (torch.from_numpy(vs) - obs @ model.v).pow(2).mean()
+    entropy = cfg.entropy_cost * (log_probs.exp() * log_probs).sum(-1).mean()
+    return pg + baseline + entropy, pg, baseline, entropy
+
+
+def vtrace_learner(model: torch.nn.Module, cfg: VTraceConfig, **kw) -> VTraceLearner:
+    return VTraceLearner(model, cfg, CPU, threading.Lock(), total_env_steps=1000, **kw)
+
+
+def test_vtrace_loss_is_the_reference_on_the_rows_sliced_by_the_convention():
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    loss = vtrace_learner(model, cfg).loss(batch)
+    expected = reference_vtrace_loss(model, batch, cfg)
+    np.testing.assert_allclose(
+        [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
+    )
+
+
+def shift_rows(array: np.ndarray) -> np.ndarray:
+    """Rows one step late: row t holds what belongs to row t-1."""
+    return np.concatenate([array[:1], array[:-1]])
+
+
+MISALIGNMENTS = {
+    "behaviour one row late": lambda b: setattr(b, "behaviour", shift_rows(b.behaviour)),
+    "action one row late": lambda b: setattr(b, "action", shift_rows(b.action)),
+    "reward one row early": lambda b: setattr(
+        b, "reward", np.concatenate([b.reward[1:], np.zeros_like(b.reward[:1])])
+    ),
+    "truncation bootstrap lost": lambda b: b.truncation_value.fill(0.0),
+    "termination ignored": lambda b: b.done.fill(False),
+}
+
+
+@pytest.mark.parametrize("misalign", MISALIGNMENTS.values(), ids=MISALIGNMENTS.keys())
+def test_vtrace_loss_differs_from_the_reference_on_misaligned_rows(misalign):
+    """The comparison above has teeth: each of these slips would change the loss."""
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    wrong = copy.deepcopy(batch)
+    misalign(wrong)
+    wrong.reward[0], wrong.behaviour[-1], wrong.action[-1] = np.nan, np.nan, ACTIONS
+    loss = float(vtrace_learner(model, cfg).loss(batch).total.detach())
+    wrong_loss = float(reference_vtrace_loss(model, wrong, cfg)[0].detach())
+    assert np.isfinite(wrong_loss) and loss != pytest.approx(wrong_loss, rel=1e-3)
+
+
+def test_vtrace_train_step_takes_an_adam_step_along_the_reference_gradient():
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    reference = copy.deepcopy(model)
+    stats = vtrace_learner(model, cfg).train_step(batch)
+
+    optimizer = torch.optim.Adam(reference.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+    total = reference_vtrace_loss(reference, batch, cfg)[0]
+    total.backward()
+    grad_norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm()
+    optimizer.step()
+
+    references = dict(reference.named_parameters())
+    assert stats["grad_norm"] == pytest.approx(float(grad_norm), rel=1e-5)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, references[name].grad, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(param, references[name], msg=name)
+
+
+# --- R2D2 ----------------------------------------------------------------------------------------
+
+BURN_IN, LENGTH, BATCH = 3, 4, 2
+ROWS = BURN_IN + LENGTH + 1
+
+
+def r2d2_config(**overrides) -> R2D2Config:
+    model = QModelConfig(hidden_sizes=[8], lstm_size=4, head_size=8)
+    return R2D2Config(
+        burn_in=BURN_IN,
+        sequence_length=LENGTH,
+        n_step=2,
+        gamma=GAMMA,
+        batch_size=BATCH,
+        grad_clip=1e6,
+        model=model,
+        **overrides,
+    )
+
+
+def q_network(cfg: R2D2Config, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_q_network((OBS,), ACTIONS, cfg.model, channels_last=False)
+
+
+def r2d2_sample(weights=(1.0, 0.5)) -> SampledSequences:
+    """Two batch-major sequences as the replay returns them. Sequence 0 has a truncated episode
+    end inside its trained part, sequence 1 a termination; the stored LSTM state is not zero."""
+    rng = np.random.default_rng(3)
+    done = np.zeros((BATCH, ROWS), bool)
+    truncated = np.zeros((BATCH, ROWS), bool)
+    truncation_value = np.zeros((BATCH, ROWS), np.float32)
+    done[0, BURN_IN + 2] = truncated[0, BURN_IN + 2] = True
+    truncation_value[0, BURN_IN + 2] = TRUNCATION_VALUE
+    done[1, BURN_IN + 3] = True
+    action = rng.integers(0, ACTIONS, size=(BATCH, ROWS)).astype(np.int32)
+    action[:, -1] = ACTIONS  # the last row only bootstraps: its action must never be gathered
+    data = {
+        "obs": rng.normal(size=(BATCH, ROWS, OBS)).astype(np.float32),
+        "action": action,
+        "reward": rng.normal(size=(BATCH, ROWS)).astype(np.float32),
+        "done": done,
+        "truncated": truncated,
+        "truncation_value": truncation_value,
+        "core_state": rng.normal(size=(BATCH, 2, 4)).astype(np.float32),
+        "env_id": np.arange(BATCH, dtype=np.int64),
+    }
+    return SampledSequences(
+        indices=np.array([1, 0]),
+        generations=np.array([1, 1]),
+        weights=np.array(weights, np.float32),
+        data=data,
+    )
+
+
+def r2d2_learner(cfg: R2D2Config, **kw):
+    from seedq.agents.r2d2.learner import R2D2Learner
+
+    return R2D2Learner(q_network(cfg), cfg, CPU, threading.Lock(), **kw)
+
+
+def reference_td(learner, data: dict[str, np.ndarray], cfg: R2D2Config) -> torch.Tensor:
+    """TD errors ``[L, B]`` from rows sliced by hand: burn-in from the stored state through
+    each network, targets from the trained part, actions of rows burn_in .. R-2."""
+    obs = torch.from_numpy(data["obs"]).transpose(0, 1)
+    done = torch.from_numpy(data["done"]).T
+    core = torch.from_numpy(data["core_state"])
+    state = (core[:, 0], core[:, 1])
+    with torch.no_grad():
+        _, online_state = learner.model(obs[:BURN_IN], done[:BURN_IN], state)
+        _, target_state = learner.target(obs[:BURN_IN], done[:BURN_IN], state)
+        q_online = learner.model(obs[BURN_IN:], done[BURN_IN:], online_state)[0].q.double()
+        q_target = learner.target(obs[BURN_IN:], done[BURN_IN:], target_state)[0].q.double()
+    first = BURN_IN + 1
+    rewards = data["reward"].T[first:] + cfg.gamma * (
+        data["truncation_value"].T[first:] * data["truncated"].T[first:]
+    )
+    y = n_step_double_q_targets(
+        q_online,
+        q_target,
+        torch.from_numpy(rewards).double(),
+        torch.from_numpy(data["done"].T[first:]),
+        gamma=cfg.gamma,
+        n=cfg.n_step,
+        eps=cfg.value_rescale_eps,
+    )
+    actions = torch.from_numpy(data["action"].T[BURN_IN:-1]).long()
+    return y - q_online[:-1].gather(-1, actions[..., None])[..., 0]
+
+
+def td_of(learner, data) -> np.ndarray:
+    with torch.no_grad():
+        return learner.td_errors(data)[0].numpy()
+
+
+def test_r2d2_td_errors_are_the_reference_on_the_rows_sliced_by_the_convention():
+    cfg = r2d2_config()
+    learner, sample = r2d2_learner(cfg), r2d2_sample()
+    np.testing.assert_allclose(
+        td_of(learner, sample.data), reference_td(learner, sample.data, cfg), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_r2d2_burn_in_starts_from_the_stored_state():
+    cfg = r2d2_config()
+    learner, sample = r2d2_learner(cfg), r2d2_sample()
+    zeroed = {**sample.data, "core_state": np.zeros_like(sample.data["core_state"])}
+    assert not np.allclose(td_of(learner, sample.data), td_of(learner, zeroed), atol=1e-4)
+
+
+def test_r2d2_burn_in_runs_without_gradient_and_the_trained_part_with_it():
+    cfg = r2d2_config()
+    learner, sample = r2d2_learner(cfg), r2d2_sample()
+    calls = []
+    learner.model.register_forward_hook(
+        lambda module, args, out: calls.append((args[0].shape[0], out[0].q.requires_grad))
+    )
+    learner.td_errors(sample.data)
+    assert calls == [(BURN_IN, False), (LENGTH + 1, True)]
+
+
+def test_r2d2_bootstrap_comes_from_the_target_network():
+    cfg = r2d2_config()
+    learner, sample = r2d2_learner(cfg), r2d2_sample()
+    before = td_of(learner, sample.data)
+    learner.target.load_state_dict(q_network(cfg, seed=1).state_dict())
+    after = td_of(learner, sample.data)
+    np.testing.assert_allclose(after, reference_td(learner, sample.data, cfg), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(before, after, atol=1e-4)
+
+
+def test_r2d2_loss_weights_each_sequence_by_its_importance_weight():
+    cfg = r2d2_config()
+    learner, sample = r2d2_learner(cfg), r2d2_sample(weights=(1.0, 0.25))
+    td = reference_td(learner, sample.data, cfg).numpy()
+    learner.train_step(sample)
+    expected = np.mean(np.array([1.0, 0.25]) * (0.5 * td**2).mean(0))
+    assert learner.stats.pop_means()["loss/td"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_r2d2_sequence_with_zero_weight_gets_no_gradient():
+    cfg = r2d2_config()
+    sample = r2d2_sample(weights=(1.0, 0.0))
+    other = copy.deepcopy(sample)
+    other.data["reward"][1] += 10.0
+    grads = []
+    for s in (sample, other):
+        learner = r2d2_learner(cfg)
+        learner.train_step(s)
+        grads.append(torch.cat([p.grad.flatten() for p in learner.model.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_r2d2_train_step_returns_the_priorities_of_its_td_errors():
+    cfg = r2d2_config()
+    learner, sample = r2d2_learner(cfg), r2d2_sample()
+    td = reference_td(learner, sample.data, cfg)
+    priorities = learner.train_step(sample)
+    np.testing.assert_allclose(
+        priorities, sequence_priorities(td, cfg.priority_eta).numpy(), rtol=1e-5
+    )
+
+
+def r2d2_agent(cfg: R2D2Config) -> R2D2Agent:
+    run = SeedqConfig(env=EnvConfig(kind="fake", obs_shape=[OBS], num_actions=ACTIONS))
+    run.algorithm = cfg
+    spec = EnvSpec((OBS,), "float32", ACTIONS)
+    return R2D2Agent(RunContext(run, spec, CPU, threading.Lock(), threading.Event()))
+
+
+def test_r2d2_agent_writes_the_new_priorities_back_into_the_replay():
+    cfg = r2d2_config(replay_capacity=4, replay_min_size=2, replay_ratio=1.0)
+    agent = r2d2_agent(cfg)
+    stored = r2d2_sample().data
+    agent.replay.insert(stored, np.full(BATCH, 100.0), agent.ctx.stop.is_set)
+    agent.replay.insert(stored, np.full(BATCH, 100.0), agent.ctx.stop.is_set)
+    trained = []
+    train_step = agent.learner.train_step
+
+    def one_step(sample):
+        priorities = train_step(sample)
+        trained.append((sample.indices, priorities))
+        agent.ctx.stop.set()
+        return priorities
+
+    agent.learner.train_step = one_step
+    agent.train(lambda: 0)
+    indices, priorities = trained[0]
+    np.testing.assert_allclose(
+        agent.replay.tree.get(indices), np.maximum(priorities, 1e-6) ** cfg.priority_exponent
+    )
+
+
+# --- autocast ------------------------------------------------------------------------------------
+
+
+def linear_output_dtypes(model: torch.nn.Module) -> set[torch.dtype]:
+    dtypes: set[torch.dtype] = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda m, args, out: dtypes.add(out.dtype))
+    return dtypes
+
+
+def test_vtrace_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
+    from seedq.agents.vtrace.network import build_network
+
+    cfg = VTraceConfig()
+    model = build_network((OBS,), ACTIONS, cfg.model, channels_last=False)
+    before = copy.deepcopy(model.state_dict())
+    dtypes = linear_output_dtypes(model)
+    batch = vtrace_batch()
+    batch.reward[0] = 0.0  # the poison of the exactness tests is not the point here
+    batch.behaviour[-1] = 0.0
+    stats = vtrace_learner(model, cfg, amp_dtype=torch.bfloat16).train_step(batch)
+    assert (dtypes, np.isfinite(stats["loss/total"])) == ({torch.bfloat16}, True)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_r2d2_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
+    cfg = r2d2_config()
+    learner = r2d2_learner(cfg, amp_dtype=torch.bfloat16)
+    dtypes = linear_output_dtypes(learner.model)
+    priorities = learner.train_step(r2d2_sample())
+    assert (dtypes, bool(np.all(np.isfinite(priorities)))) == ({torch.bfloat16}, True)
