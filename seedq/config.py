@@ -64,8 +64,10 @@ class SeedqConfig:
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="seedq_schema", node=SeedqConfig)
+    # Each registered algorithm is an option of the algorithm group by itself: adding one
+    # needs no YAML file (its dataclass holds every default).
     for name in agent_names():
-        cs.store(group="algorithm", name=f"{name}_schema", node=config_class(name))
+        cs.store(group="algorithm", name=name, node=config_class(name))
     cs.store(group="env", name="env_schema", node=EnvConfig)
     cs.store(group="hardware", name="hardware_schema", node=HardwareConfig)
     cs.store(group="launcher", name="launcher_schema", node=LauncherConfig)
