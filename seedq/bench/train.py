@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,9 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def run(argv: list[str]) -> dict[str, Any]:
+def run(argv: list[str], runner: Callable[[Any, str], Any] | None = None) -> dict[str, Any]:
+    """``runner(cfg, run_dir)``: the run to time (default ``LocalRun``; benchmarks/
+    sebulba_vs_seed.py passes ``SebulbaRun``)."""
     from seedq.launch.local import LocalRun
 
     options, overrides = split_args(argv, OPTIONS)
@@ -45,7 +48,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         run_dir=run_dir,
     )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    summary = LocalRun(cfg, run_dir).run()
+    summary = (runner or LocalRun)(cfg, run_dir).run()
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > warmup_s]
     if not rows:

@@ -1,0 +1,240 @@
+"""``arch=sebulba``: vector envs stepped by threads of the learner process, no sockets.
+
+``threads`` actor threads each own one env batch of ``envs_per_thread`` envs, built by the env
+registry (``make_env_batch``: ale_py's C++ ``AtariVectorEnv`` for Atari, the native vector
+CartPole, any gymnasium id through the gym backend, the fake envs in tests). Each thread steps
+its batch and hands the ``Step`` straight to central inference through an
+:class:`~seedq.arch.sebulba_threads.InferenceDesk`; the agent trains on its own thread beside
+them, exactly as in ``arch=seed``. Agents, metrics, progress, checkpoints (same format as
+:class:`~seedq.launch.local.LocalRun`) and stop rules are shared with the SEED run.
+
+Copies: on the CPU an observation reaches the model without one when a batch holds one
+thread's step (``torch.from_numpy`` of the env's array); a batch merging several threads is
+concatenated once. On CUDA the engine stages each batch in page-locked memory
+(``hardware.pin_memory``) for an asynchronous upload: ale_py writes into arrays it allocates,
+so that staging copy is the one copy left.
+
+The env steps of ``AtariVectorEnv`` run in its C++ threads with the GIL released; what holds the
+GIL is Python glue (the desk, unroll bookkeeping) and the trainer's op dispatch. As in the SEED
+run, ``hardware.gil_switch_interval_s`` keeps the threads from starving each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from seedq.agents.base import RunContext, build_agent
+from seedq.arch.sebulba_state import checkpoint_state, restore_state
+from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
+from seedq.broker.router import BrokerStats
+from seedq.config import ConfigError
+from seedq.envs import EnvBatch, make_env_batch, rows_per_env
+from seedq.launch.local import AMP_DTYPES, probe_env_spec, resolve_device
+from seedq.launch.monitor import Monitor, RunSummary
+from seedq.learner.central_inference import CentralInference
+from seedq.learner.checkpoint import save_checkpoint
+from seedq.learner.inference import InferenceEngine
+from seedq.metrics import MetricsWriter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SebulbaRun", "sebulba_layout"]
+
+DEFAULT_THREADS = 2
+DEFAULT_ENVS_PER_THREAD = 32
+
+
+def sebulba_layout(cfg: Any) -> tuple[int, int]:
+    """``(threads, envs_per_thread)`` from ``cfg.arch.sebulba``, or the defaults without one."""
+    section = getattr(getattr(cfg, "arch", None), "sebulba", None)
+    threads = int(getattr(section, "threads", DEFAULT_THREADS))
+    envs = int(getattr(section, "envs_per_thread", DEFAULT_ENVS_PER_THREAD))
+    if threads < 1 or envs < 1:
+        raise ConfigError(
+            f"arch.sebulba.threads={threads} and arch.sebulba.envs_per_thread={envs} must both "
+            "be >= 1"
+        )
+    per_env = rows_per_env(cfg.env)
+    if envs % per_env:
+        raise ConfigError(
+            f"arch.sebulba.envs_per_thread={envs} must be a multiple of {per_env} (the rows one "
+            f"{cfg.env.kind} env fills)"
+        )
+    return threads, envs
+
+
+def layout_config(cfg: Any, threads: int, envs_per_thread: int) -> Any:
+    """``cfg`` as the agent and monitor should see it: one logical actor per thread (R2D2's
+    epsilon ladder and eval batches count them), and a batch can hold every env."""
+    actor = dataclasses.replace(
+        cfg.actor, num_actors=1, batches_per_actor=threads, envs_per_batch=envs_per_thread
+    )
+    broker = dataclasses.replace(cfg.broker, max_batch=threads * envs_per_thread)
+    return dataclasses.replace(cfg, actor=actor, broker=broker)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class SebulbaRun:
+    """Everything one Sebulba run owns; ``run()`` blocks until a stop condition."""
+
+    def __init__(self, cfg: Any, run_dir: str, *, resume: dict | None = None) -> None:
+        """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.elapsed_before = 0.0
+        self.threads_n, self.envs_per_thread = sebulba_layout(cfg)
+        self.layout = layout_config(cfg, self.threads_n, self.envs_per_thread)
+        hw = cfg.hardware
+        self.device = resolve_device(hw.device)
+        sys.setswitchinterval(hw.gil_switch_interval_s)
+        if hw.num_threads:
+            torch.set_num_threads(hw.num_threads)
+        torch.manual_seed(cfg.seed)
+        self.spec = probe_env_spec(cfg)
+        self.stop = threading.Event()
+        self.weights_lock = threading.Lock()
+        self.errors: list[BaseException] = []
+        amp = AMP_DTYPES[hw.amp]
+        context = RunContext(
+            self.layout, self.spec, self.device, self.weights_lock, self.stop, amp, hw.pin_memory
+        )
+        self.agent = build_agent(context)
+        self.engine = InferenceEngine(
+            self.agent.model,
+            self.device,
+            self.weights_lock,
+            select=self.agent.selector,
+            seed=cfg.seed,
+            pin_memory=hw.pin_memory,
+            amp_dtype=amp,
+            compile_mode=hw.compile,
+        )
+        self.consumer = CentralInference.for_agent(self.engine, self.agent)
+        self.stats = BrokerStats()
+        max_batch = self.threads_n * self.envs_per_thread
+        self.desk = InferenceDesk(self.consumer, self.stats, self.stop, max_batch)
+        if resume is not None:
+            restore_state(self, resume)
+        self.envs: list[EnvBatch] = []
+        try:
+            for i in range(self.threads_n):
+                offset = i * self.envs_per_thread
+                self.envs.append(make_env_batch(cfg.env, self.envs_per_thread, cfg.seed, offset))
+        except BaseException:
+            self._close_envs()
+            raise
+        self.slots = [
+            make_slot(i, env, self.spec, i * self.envs_per_thread)
+            for i, env in enumerate(self.envs)
+        ]
+        for slot in self.slots:
+            self.consumer.actor_started(slot)
+
+    def checkpoint_state(self, wall_time_s: float) -> dict:
+        return checkpoint_state(self, wall_time_s)
+
+    def save(self, wall_time_s: float) -> str:
+        # First, so that a checkpoint never points past the files saved beside it.
+        self.agent.save_files(self.run_dir)
+        return save_checkpoint(
+            self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
+        )
+
+    def _close_envs(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def _thread(self, name: str, target: Callable[..., Any], *args: Any) -> threading.Thread:
+        """A daemon thread whose exception is logged, kept for the run loop, and stops the run."""
+
+        def body() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:  # noqa: BLE001 - reported by the run loop
+                log.exception("%s thread failed", name)
+                self.errors.append(exc)
+                self.stop.set()
+
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def run(self) -> RunSummary:
+        """Train until a stop condition; Ctrl-C or SIGTERM stop it the same orderly way."""
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
+        try:
+            return self._run()
+        finally:
+            if on_main_thread:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _run(self) -> RunSummary:
+        cfg = self.cfg
+        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent))
+        threads = [self._thread("train", self.agent.train, lambda: self.stats.env_steps)]
+        threads += [
+            self._thread(f"actor-{i}", step_env_batch, env, slot, self.desk, self.stop, cfg.seed)
+            for i, (env, slot) in enumerate(zip(self.envs, self.slots, strict=True))
+        ]
+        log.info(
+            "training %s on %s (%s), sebulba: %d threads x %d envs; run dir %s",
+            cfg.algorithm.name,
+            cfg.env.id,
+            self.device,
+            self.threads_n,
+            self.envs_per_thread,
+            self.run_dir,
+        )
+        start = time.monotonic() - self.elapsed_before
+        monitor = Monitor(self.layout, self.agent, self.stats, writer, start)
+        every = cfg.checkpoint.every_minutes * 60
+        last_save = time.monotonic()
+        reason = "interrupted"
+        try:
+            next_row = time.monotonic() + cfg.log_interval_s
+            while True:
+                self.stop.wait(timeout=min(cfg.log_interval_s, 0.25))
+                now = time.monotonic()
+                if now < next_row and not monitor.budget_spent(now) and not self.errors:
+                    continue
+                next_row = now + cfg.log_interval_s
+                reason = monitor.tick()
+                if every and time.monotonic() - last_save >= every:
+                    self.save(time.monotonic() - start)
+                    last_save = time.monotonic()
+                if self.errors:
+                    raise self.errors[0]
+                if reason:
+                    break
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            log.warning("interrupted; stopping the actor threads and saving a checkpoint")
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=10)
+            self._close_envs()
+            monitor.tick(final=True)
+            monitor.progress.close()
+            writer.close()
+            self.save(time.monotonic() - start)
+        summary = monitor.summary(reason)
+        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
+            json.dump(summary.__dict__, f, indent=2)
+        log.info("run finished (%s): %s", reason, summary)
+        return summary
