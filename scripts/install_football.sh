@@ -49,7 +49,12 @@ die() {
 # Any command that fails without its own message still ends the run with one line naming the
 # step it was in.
 STEP="starting"
-trap 'rc=$?; echo "[install_football] error: $STEP failed (exit $rc); see the output above." >&2' ERR
+on_error() {
+  local rc=$?
+  ((BASH_SUBSHELL == 0)) || return "$rc"
+  echo "[install_football] error: $STEP failed (exit $rc); see the output above." >&2
+}
+trap on_error ERR
 
 # Write DIR/python3, a wrapper that execs $PYTHON's interpreter by its full path. The engine's
 # build script calls `python3` (for psutil); a symlink would not do, because an interpreter
