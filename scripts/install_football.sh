@@ -36,7 +36,7 @@ DEBIAN_PACKAGES=(
 # The build runs without build isolation (gfootball's sdist declares no build requirements),
 # so what setup.py and the engine's build script import must be in $PYTHON's environment.
 BUILD_REQUIREMENTS=("setuptools>=61" "wheel>=0.38" "psutil>=5.9")
-# Free space the build needs: sources, CMake tree and objects come to about 1 GiB in $TMPDIR.
+# Free space the build needs: sources, CMake tree and objects stay under 1 GiB in $TMPDIR.
 BUILD_SPACE_MB=2048
 CACHE_SPACE_MB=100
 
