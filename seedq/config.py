@@ -1,7 +1,8 @@
 """The whole config: composes the sections, each of which lives with its owner.
 
-Hydra composes the YAML groups (``algorithm``, ``env``, ``hardware``, ``launcher``, ``arch``) on top of
-these dataclasses, registered in a ConfigStore so that a wrong type fails at composition time.
+Hydra composes the YAML groups (``algorithm``, ``env``, ``hardware``, ``launcher``, ``arch``) on
+top of these dataclasses, registered in a ConfigStore so that a wrong type fails at composition
+time.
 :func:`validate` runs before any process starts: each section's own checks, then the checks
 that span sections. Every field has one default (its dataclass) and a help text
 (``seedq-train --keys`` lists them).

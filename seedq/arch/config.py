@@ -92,6 +92,11 @@ def validate_arch(cfg: Any) -> None:
             f"{' or '.join(ANAKIN_ALGORITHMS)} with arch=anakin, or arch=seed or arch=sebulba "
             f"for {cfg.algorithm.name}"
         )
+    if cfg.algorithm.model.use_lstm:
+        raise ConfigError(
+            "arch=anakin runs feed-forward policies only: algorithm.model.use_lstm=true is not "
+            "supported (use arch=seed or arch=sebulba for an LSTM policy)"
+        )
     ids = anakin_env_ids()
     if cfg.env.kind not in ANAKIN_ENV_KINDS or cfg.env.id not in ids:
         raise ConfigError(

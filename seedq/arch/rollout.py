@@ -16,6 +16,7 @@ their ``truncation_value`` (the weights have not changed since they acted).
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import torch
 
 from seedq.agents.base import Selector
