@@ -49,8 +49,8 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
             continue
         if key in RESUME_GROUPS:
             check_compatible(path, state["config"], current)
-        elif key == "hardware":
-            saved.hardware = composed.hardware
+        elif key in ("hardware", "arch"):
+            saved[key] = composed[key]
         else:
             OmegaConf.update(saved, key, override.value(), merge=False)
     saved.resume = str(path)
@@ -60,18 +60,18 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
+    from seedq.arch import ArchUnavailable, run_class
     from seedq.envs import EnvError
-    from seedq.launch.local import LocalRun
 
     try:
         if cfg.resume:
             config, state = resumed_config(cfg, list(HydraConfig.get().overrides.task))
             log.info("resuming %s in %s", config.resume, config.run_dir)
-            run = LocalRun(config, config.run_dir, resume=state)
+            run = run_class(config.arch.name)(config, config.run_dir, resume=state)
         else:
             config = to_config(cfg)
-            run = LocalRun(config, config.run_dir)
-    except (ConfigError, EnvError, CheckpointError) as exc:
+            run = run_class(config.arch.name)(config, config.run_dir)
+    except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
         sys.exit(2)
     summary = run.run()

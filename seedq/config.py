@@ -1,7 +1,8 @@
 """The whole config: composes the sections, each of which lives with its owner.
 
-Hydra composes the YAML groups (``algorithm``, ``env``, ``hardware``, ``launcher``) on top of
-these dataclasses, registered in a ConfigStore so that a wrong type fails at composition time.
+Hydra composes the YAML groups (``algorithm``, ``env``, ``hardware``, ``launcher``, ``arch``) on
+top of these dataclasses, registered in a ConfigStore so that a wrong type fails at composition
+time.
 :func:`validate` runs before any process starts: each section's own checks, then the checks
 that span sections. Every field has one default (its dataclass) and a help text
 (``seedq-train --keys`` lists them).
@@ -18,6 +19,7 @@ from omegaconf import MISSING
 from seedq.actor.config import ActorConfig, validate_actor
 from seedq.agents.config import AlgorithmConfig
 from seedq.agents.registry import AGENTS, agent_names, config_class
+from seedq.arch.config import ArchConfig, validate_arch
 from seedq.broker.config import BrokerConfig, validate_broker
 from seedq.envs.config import EnvConfig, validate_env
 from seedq.launch.config import LauncherConfig, validate_launcher
@@ -44,6 +46,9 @@ class SeedqConfig:
     env: EnvConfig = setting(help="the environment", factory=EnvConfig)
     hardware: HardwareConfig = setting(help="where the learner computes", factory=HardwareConfig)
     launcher: LauncherConfig = setting(help="how the roles are started", factory=LauncherConfig)
+    arch: ArchConfig = setting(
+        help="the architecture: arch=seed|sebulba|anakin (seedq/arch)", factory=ArchConfig
+    )
     actor: ActorConfig = setting(help="the actor processes", factory=ActorConfig)
     broker: BrokerConfig = setting(help="the learner's front end", factory=BrokerConfig)
     security: SecurityConfig = setting(
@@ -71,6 +76,7 @@ def register_configs() -> None:
     cs.store(group="env", name="env_schema", node=EnvConfig)
     cs.store(group="hardware", name="hardware_schema", node=HardwareConfig)
     cs.store(group="launcher", name="launcher_schema", node=LauncherConfig)
+    cs.store(group="arch", name="arch_schema", node=ArchConfig)
 
 
 def schema_for(algorithm: str) -> SeedqConfig:
@@ -92,6 +98,7 @@ def validate(cfg: Any) -> None:
     positive("total_env_steps", cfg.total_env_steps)
     positive("max_minutes", cfg.max_minutes, zero_ok=True)
     _algorithm_module(cfg.algorithm.name).validate(cfg.algorithm, cfg)
+    validate_arch(cfg)
 
 
 def _algorithm_module(name: str) -> Any:

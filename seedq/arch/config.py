@@ -1,0 +1,107 @@
+"""The ``arch`` section (Hydra group ``arch``): how acting and learning are arranged.
+
+* ``seed``: actor processes step CPU envs and send observations over ZeroMQ to central
+  inference (``seedq.launch.local``); the default, and the only one that spans hosts.
+* ``sebulba``: vector envs stepped by threads of the learner process, batches handed to
+  inference without sockets (``seedq.arch.sebulba``).
+* ``anakin``: envs written as tensor code (``seedq.envs.tensor``), stepped on the learner's
+  device inside one act-and-learn loop (``seedq.arch.anakin``).
+
+This module imports no torch: configs compose and validate without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from seedq.schema import ConfigError, check_positive, choice, setting
+
+ARCH_NAMES = ("seed", "sebulba", "anakin")
+# Algorithms whose update Anakin can drive: on-policy unrolls trained as soon as they are
+# collected. R2D2 needs a replay buffer and per-env exploration, which Anakin does not have.
+ANAKIN_ALGORITHMS = ("vtrace",)
+# Env kinds whose ids name a gymnasium env that may have a tensor implementation.
+ANAKIN_ENV_KINDS = ("cartpole", "gym")
+ENV_DTYPES = ("float32", "float64")
+
+
+@dataclass
+class AnakinConfig:
+    num_envs: int = setting(4096, "envs stepped together on the device (the batch of one update)")
+    unroll_length: int | None = setting(
+        None, "transitions per unroll (null: algorithm.unroll_length)"
+    )
+    minibatches: int = setting(
+        1,
+        "updates per unroll: its num_envs columns are split into this many batches, trained "
+        "one after another (V-trace corrects the later ones' small policy lag)",
+    )
+    env_dtype: str = setting(
+        "float32",
+        "floating dtype of the tensor envs' state: float64 reproduces gymnasium step for step, "
+        "float32 is faster and is what GPUs do well",
+    )
+
+
+@dataclass
+class SebulbaConfig:
+    threads: int = setting(2, "env-stepping threads in the learner process")
+    envs_per_thread: int = setting(32, "envs in each thread's vector env")
+
+
+@dataclass
+class ArchConfig:
+    name: str = setting("seed", f"the architecture: {', '.join(ARCH_NAMES)}")
+    anakin: AnakinConfig = setting(help="arch=anakin: envs on the device", factory=AnakinConfig)
+    sebulba: SebulbaConfig = setting(
+        help="arch=sebulba: env threads in the learner", factory=SebulbaConfig
+    )
+
+
+def anakin_env_ids() -> list[str]:
+    """The env ids ``arch=anakin`` can run (imports the tensor envs, hence torch)."""
+    from seedq.envs.tensor import tensor_env_ids
+
+    return tensor_env_ids()
+
+
+def validate_arch(cfg: Any) -> None:
+    """Check ``cfg.arch`` and the combinations it cannot run (an env without a tensor
+    implementation, an algorithm Anakin does not train), naming what can."""
+    arch = cfg.arch
+    choice("arch.name", arch.name, ARCH_NAMES)
+    check_positive(arch.sebulba, "arch.sebulba", ["threads", "envs_per_thread"])
+    if arch.name != "anakin":
+        return
+    anakin = arch.anakin
+    check_positive(anakin, "arch.anakin", ["num_envs", "minibatches"])
+    if anakin.unroll_length is not None:
+        check_positive(anakin, "arch.anakin", ["unroll_length"])
+    choice("arch.anakin.env_dtype", anakin.env_dtype, ENV_DTYPES)
+    if anakin.num_envs % anakin.minibatches:
+        raise ConfigError(
+            f"arch.anakin.num_envs={anakin.num_envs} is not a multiple of "
+            f"arch.anakin.minibatches={anakin.minibatches}; each update trains an equal share"
+        )
+    if cfg.algorithm.name not in ANAKIN_ALGORITHMS:
+        raise ConfigError(
+            f"arch=anakin does not train algorithm={cfg.algorithm.name}: it trains on-policy "
+            f"unrolls as they are collected, and {cfg.algorithm.name} needs a replay buffer "
+            f"and per-env exploration it does not have. Use algorithm="
+            f"{' or '.join(ANAKIN_ALGORITHMS)} with arch=anakin, or arch=seed or arch=sebulba "
+            f"for {cfg.algorithm.name}"
+        )
+    if cfg.algorithm.model.use_lstm:
+        raise ConfigError(
+            "arch=anakin runs feed-forward policies only: algorithm.model.use_lstm=true is not "
+            "supported (use arch=seed or arch=sebulba for an LSTM policy)"
+        )
+    ids = anakin_env_ids()
+    if cfg.env.kind not in ANAKIN_ENV_KINDS or cfg.env.id not in ids:
+        raise ConfigError(
+            f"arch=anakin needs an env with a tensor implementation; env.kind={cfg.env.kind} "
+            f"env.id={cfg.env.id} has none. Envs arch=anakin runs: {', '.join(ids)} "
+            "(env=cartpole, or env=gym env.id=<one of them>); use arch=seed or arch=sebulba "
+            "for other envs"
+        )

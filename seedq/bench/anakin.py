@@ -1,0 +1,113 @@
+"""``seedq-bench anakin``: arch=anakin's act-and-learn loop, env steps/s while learning per
+``num_envs``, and (``seeds=0,1,2``) the wall time to a 100-episode mean return.
+
+    seedq-bench anakin num_envs=256,1024,4096,16384 seconds=5
+    seedq-bench anakin seeds=0,1,2 target=475 max_minutes=2
+
+Throughput rows time whole iterations (T steps of every env, then the unroll's updates) after
+one warm-up iteration. Time to target is the run's own ``time_to_target_s``: from the start of
+training (env and model built) to the first metrics row whose 100-episode mean reaches it.
+Any ``seedq-train`` override applies (``hardware=gpu``, ``algorithm.lr=...``).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from typing import Any
+
+from seedq.bench.common import compose, print_json, print_table, split_args
+
+OPTIONS = {
+    "num_envs": [256, 1024, 4096, 16384],
+    "seconds": 5.0,
+    "seeds": [0],
+    "target": 475.0,
+    "max_minutes": 2.0,
+    "mode": "throughput",
+}
+
+
+def _throughput(num_envs: int, seconds: float, overrides: list[str]) -> dict[str, Any]:
+    from seedq.arch.anakin import AnakinRun
+
+    run_dir = tempfile.mkdtemp(prefix="seedq-bench-anakin-")
+    cfg = compose(["arch=anakin", f"arch.anakin.num_envs={num_envs}", *overrides], run_dir)
+    run = AnakinRun(cfg, run_dir)
+    run.train_iteration()  # warm-up: first allocations (and compilation)
+    stats = run.agent.stats
+    steps0, updates0, wait0, busy0 = run.stats.env_steps, stats.updates, stats.wait_s, stats.busy_s
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        run.train_iteration()
+    dt = time.monotonic() - start
+    acting, training = stats.wait_s - wait0, stats.busy_s - busy0
+    return {
+        "num_envs": num_envs,
+        "unroll_length": run.unroll_length,
+        "minibatches": cfg.arch.anakin.minibatches,
+        "env_steps_per_s": round((run.stats.env_steps - steps0) / dt, 1),
+        "updates_per_s": round((stats.updates - updates0) / dt, 2),
+        "acting_frac": round(acting / (acting + training), 3),
+    }
+
+
+def _time_to_target(seed: int, options: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from seedq.arch.anakin import AnakinRun
+
+    run_dir = tempfile.mkdtemp(prefix="seedq-bench-anakin-")
+    cfg = compose(
+        [
+            "arch=anakin",
+            f"seed={seed}",
+            f"stop_at_return={options['target']}",
+            f"max_minutes={options['max_minutes']}",
+            "total_env_steps=1000000000000",
+            "log_interval_s=0.5",
+            "checkpoint.every_minutes=0",
+            *overrides,
+        ],
+        run_dir,
+    )
+    summary = AnakinRun(cfg, run_dir).run()
+    return {
+        "seed": seed,
+        "time_to_target_s": summary.time_to_target_s,
+        "env_steps": summary.env_steps,
+        "updates": summary.updates,
+        "env_steps_per_s": summary.steps_per_s,
+        "return_mean": summary.return_mean,
+        "run_dir": run_dir,
+    }
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    options, overrides = split_args(argv, OPTIONS)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if options["mode"] == "time-to-target":
+        rows = [_time_to_target(seed, options, overrides) for seed in options["seeds"]]
+        print_table(
+            f"anakin: wall time to a 100-episode mean of {options['target']:g}",
+            ["seed", "time to target (s)", "env steps", "updates", "env steps/s", "return"],
+            [
+                [r["seed"], r["time_to_target_s"], r["env_steps"], r["updates"],
+                 r["env_steps_per_s"], r["return_mean"]]
+                for r in rows
+            ],
+        )  # fmt: skip
+        figures = {"mode": "time-to-target", "target": options["target"], "runs": rows}
+    else:
+        rows = [_throughput(n, options["seconds"], overrides) for n in options["num_envs"]]
+        print_table(
+            f"anakin: env steps/s while learning, {options['seconds']:g} s per row",
+            ["num_envs", "T", "updates/unroll", "env steps/s", "updates/s", "acting share"],
+            [
+                [r["num_envs"], r["unroll_length"], r["minibatches"], r["env_steps_per_s"],
+                 r["updates_per_s"], r["acting_frac"]]
+                for r in rows
+            ],
+        )  # fmt: skip
+        figures = {"mode": "throughput", "rows": rows}
+    print_json("anakin", figures)
+    return figures

@@ -1,0 +1,156 @@
+"""arch=anakin: the config group and its refusals, the device rollout, and short training runs
+(learning signal, resume, seedq-eval on the checkpoint)."""
+
+import math
+
+import pytest
+import torch
+from cli_helpers import run_cli
+
+from seedq.arch import ArchUnavailable, run_class
+from seedq.arch.anakin import AnakinRun
+from seedq.arch.episodes import EpisodeTracker
+from seedq.bench.common import compose
+from seedq.config import ConfigError
+from seedq.evaluate import evaluate, main
+from seedq.launch.local import LocalRun
+
+# Small and quick: 128 envs, 16-step unrolls, two updates of 64 columns per unroll.
+TINY = [
+    "arch=anakin",
+    "arch.anakin.num_envs=128",
+    "arch.anakin.unroll_length=16",
+    "arch.anakin.minibatches=2",
+    "log_interval_s=1",
+    "checkpoint.every_minutes=0",
+    "max_minutes=3",
+]
+
+
+def anakin_run(run_dir, *overrides, resume=None):
+    cfg = compose([*TINY, *overrides], run_dir=str(run_dir))
+    return AnakinRun(cfg, str(run_dir), resume=resume)
+
+
+def test_the_default_arch_is_seed_and_each_arch_names_its_run_class():
+    assert compose([]).arch.name == "seed"
+    assert run_class("seed") is LocalRun
+    assert run_class("anakin") is AnakinRun
+
+
+def test_sebulba_is_routed_to_its_module_or_refused_clearly():
+    try:
+        run = run_class("sebulba")
+    except ArchUnavailable as exc:
+        assert "seedq.arch.sebulba" in str(exc)
+    else:
+        assert run.__name__ == "SebulbaRun"
+
+
+def test_anakin_picks_the_tensor_env_of_the_env_groups_id():
+    cfg = compose(["arch=anakin", "env=gym", "env.id=Acrobot-v1"])
+    assert (cfg.arch.name, cfg.env.kind, cfg.env.id) == ("anakin", "gym", "Acrobot-v1")
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["env=atari"], "CartPole-v1, MountainCar-v0"),
+        (["env=gym", "env.id=LunarLander-v3"], "env.id=LunarLander-v3 has none"),
+        (["algorithm=r2d2"], "does not train algorithm=r2d2"),
+        (["arch.anakin.num_envs=100", "arch.anakin.minibatches=3"], "not a multiple"),
+        (["algorithm.model.use_lstm=true"], "use_lstm"),
+    ],
+)
+def test_combinations_anakin_cannot_run_are_refused_naming_what_can(overrides, says):
+    with pytest.raises(ConfigError, match=says):
+        compose(["arch=anakin", *overrides])
+
+
+def test_seedq_train_refuses_an_env_without_tensor_implementation_at_start_up():
+    result = run_cli("arch=anakin", "env=gym", "env.id=Pendulum-v1", timeout=60)
+    assert (result.returncode, "Envs arch=anakin runs: Acrobot-v1" in result.stdout) == (2, True)
+
+
+def test_episode_tracker_keeps_the_most_recent_returns_oldest_first():
+    tracker = EpisodeTracker(3, torch.device("cpu"), keep=4)
+    done = torch.tensor([[0, 1, 0], [1, 1, 1], [0, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    for t in range(4):
+        tracker.record(torch.full((3,), float(t + 1)), done[t])
+    # Finished (return, length), in step then env order: (1, 1); (3, 2), (2, 1), (3, 2);
+    # (3, 1), (3, 1); (7, 2). The newest four, oldest first:
+    assert tracker.drain() == (7, [3.0, 3.0, 3.0, 7.0], [2, 1, 1, 2])
+    tracker.record(torch.ones(3), torch.tensor([1, 0, 0], dtype=torch.bool))
+    assert tracker.drain() == (1, [1.0], [1])
+
+
+def test_the_rollout_never_reads_a_device_value_on_the_host(tmp_path, monkeypatch):
+    run = anakin_run(tmp_path)
+
+    def host_read(*args, **kwargs):
+        raise AssertionError("host sync in the per-step rollout")
+
+    for name in ("item", "tolist", "numpy", "__bool__", "__float__", "__int__"):
+        monkeypatch.setattr(torch.Tensor, name, host_read)
+    # The per-step loop alone (the truncation gather runs once per unroll, after it).
+    monkeypatch.setattr(run.rollout, "_bootstrap_truncated", lambda: None)
+    unroll = run.rollout.collect()
+    monkeypatch.undo()
+    assert tuple(unroll.action.shape) == (17, 128)
+
+
+def test_unroll_rows_follow_the_learner_convention_and_truncations_bootstrap(tmp_path):
+    run = anakin_run(tmp_path, "env.max_episode_steps=5")
+    first, second = run.rollout.collect(), None
+    obs0 = first.obs[-1].clone()
+    second = run.rollout.collect()
+    truncated = second.truncated[1:]
+    rows, cols = truncated.nonzero(as_tuple=True)
+    with torch.no_grad():
+        out, _ = run.agent.model(second.obs.new_zeros(1, 1, 4), torch.zeros(1, 1).bool(), ())
+        expected, _ = run.agent.model(
+            run.rollout.final_obs[1:][rows, cols][None], torch.zeros(1, len(rows)).bool(), ()
+        )
+    assert torch.equal(second.obs[0], obs0)  # one row of overlap
+    assert bool(truncated.any()) and not bool((truncated & ~second.done[1:]).any())
+    assert torch.allclose(second.truncation_value[1:][rows, cols], expected.baseline[0])
+    assert float(second.truncation_value[1:][~truncated].abs().sum()) == 0.0
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("anakin")
+    summary = anakin_run(run_dir, "seed=1", "total_env_steps=600000").run()
+    return run_dir, summary
+
+
+def test_a_short_run_learns_cartpole_well_above_random_play(trained):
+    _, summary = trained
+    # Random play averages about 22; 600k steps are about 590 updates (seed 1 reached ~150).
+    assert (summary.stop_reason, summary.return_mean > 80) == ("total_env_steps", True)
+
+
+def test_metrics_rows_have_the_seed_paths_columns(trained):
+    run_dir, _ = trained
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    expected = {"wall_time", "env_steps", "steps_per_s", "return_mean", "episode/count"}
+    assert expected | {"train/updates", "loss/pg"} <= set(header)
+
+
+def test_resume_continues_the_step_count_and_the_weights(trained, tmp_path):
+    from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
+
+    run_dir, summary = trained
+    state = load_checkpoint(find_checkpoint(str(run_dir)))
+    resumed = anakin_run(tmp_path, "seed=1", "total_env_steps=640000", resume=state)
+    weights = {k: v.clone() for k, v in resumed.agent.model.state_dict().items()}
+    assert all(torch.equal(weights[k], state["model"][k]) for k in weights)
+    after = resumed.run()
+    assert (after.env_steps >= 640000, after.updates > summary.updates) == (True, True)
+
+
+def test_seedq_eval_plays_the_gymnasium_env_with_the_anakin_checkpoint(trained, capsys):
+    run_dir, _ = trained
+    returns, _ = evaluate(str(run_dir), episodes=3, seed=0)
+    assert main([f"checkpoint={run_dir}", "episodes=2"]) == 0
+    assert len(returns) == 3 and all(math.isfinite(r) and r > 0 for r in returns)
