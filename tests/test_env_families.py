@@ -158,6 +158,33 @@ def test_auto_torso_picks_minatar_below_the_nature_cnn_minimum(shape: tuple, tor
     assert ActorCriticNet(shape, 3).torso_name == torso
 
 
+@pytest.mark.slow  # ~35 s on the shared 2-core box, almost all of it process start-up
+@needs_minatar
+def test_minatar_trains_and_evaluates_with_video(tmp_path: Path) -> None:
+    """A short V-trace run on MinAtar Breakout, then seedq-eval plays its checkpoint with video
+    (the agent's view: coloured object planes, 320x320)."""
+    import imageio.v3 as iio
+    from cli_helpers import run_cli
+
+    from seedq.evaluate import main
+
+    result = run_cli(
+        "env=minatar",
+        "total_env_steps=1000",
+        "actor.num_actors=1",
+        "actor.envs_per_batch=16",
+        f"hydra.run.dir={tmp_path}",
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout
+    assert (
+        main([f"checkpoint={tmp_path}", "episodes=1", "video=true", "env.max_episode_steps=50"])
+        == 0
+    )
+    (video,) = (tmp_path / "videos").glob("*.mp4")
+    assert iio.imread(video).shape[1:] == (320, 320, 3)
+
+
 # ---------------------------------------------------------------------------------- procgen
 
 

@@ -65,6 +65,19 @@ def import_minatar() -> Any:
     return Environment
 
 
+def rgb_frame(obs: np.ndarray, scale: int = 32) -> np.ndarray:
+    """One observation ``[C, 10, 10]`` as an RGB image ``[10 * scale, 10 * scale, 3]`` (videos):
+    each object channel in its own colour, later channels drawn over earlier ones."""
+    channels = obs.shape[0]
+    # Evenly spaced hues, bright enough to tell apart on black.
+    hues = np.arange(channels) / max(channels, 1)
+    palette = 255 * (0.5 + 0.5 * np.cos(2 * np.pi * (hues[:, None] + [0.0, 1 / 3, 2 / 3])))
+    image = np.zeros((*obs.shape[1:], 3), dtype=np.uint8)
+    for c in range(channels):
+        image[obs[c] > 0] = palette[c].astype(np.uint8)
+    return np.kron(image, np.ones((scale, scale, 1), dtype=np.uint8))
+
+
 def check_minatar_config(cfg: EnvConfig) -> None:
     """Config validation: the id must name a MinAtar game (no import needed)."""
     minatar_game(cfg.id)

@@ -86,6 +86,11 @@ def procgen_game(env_id: str) -> str:
     raise EnvError(f"env.id={env_id!r} is not a Procgen game.{hint} Choose one of {list(GAMES)}")
 
 
+def rgb_frame(obs: np.ndarray, scale: int = 4) -> np.ndarray:
+    """One observation ``[3, 64, 64]`` as an RGB image ``[64 * scale, 64 * scale, 3]`` (videos)."""
+    return np.kron(obs.transpose(1, 2, 0), np.ones((scale, scale, 1), dtype=obs.dtype))
+
+
 def check_procgen_config(cfg: EnvConfig) -> None:
     """Config validation: a known game and mode, level counts >= 0, no seedq time limit."""
     procgen_game(cfg.id)
