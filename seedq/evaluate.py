@@ -6,7 +6,8 @@
 policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
 epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it). With ``video=true``
 each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen for gymnasium
-envs, the agent's own 84x84 view for Atari. ``env.<key>=value`` changes the env for the
+envs (MuJoCo offscreen through EGL, see ``seedq.envs.mujoco``), the agent's own view for Atari
+(84x84), MinAtar and Procgen. ``env.<key>=value`` changes the env for the
 evaluation, e.g. ``env.rewards=scoring`` so a football agent trained with checkpoint rewards
 is scored on goals alone (its mean return is then the scoring rate).
 
@@ -33,7 +34,7 @@ import torch
 import yaml
 
 from seedq.agents.registry import agent_class
-from seedq.envs import EnvConfig, EnvError, make_env_batch, rows_per_env
+from seedq.envs import EnvConfig, EnvError, make_env_batch, minatar, procgen, rows_per_env
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from seedq.messages import EnvSpec
 
@@ -119,6 +120,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             frames = [_render(env)] if video else []
             total, done = 0.0, False
             while not done:
+                if obs.dtype == np.float64:  # as the env batch delivers it (MuJoCo)
+                    obs = obs.astype(np.float32)
                 obs, reward, terminated, truncated, _ = env.step(policy(obs))
                 total += float(reward)
                 done = terminated or truncated
@@ -145,6 +148,10 @@ def _agent_view(obs: np.ndarray) -> np.ndarray:
     return np.repeat(frame[..., None], 3, axis=-1)
 
 
+# Kinds whose observations are not Atari-style stacks of grey frames.
+_AGENT_VIEWS = {"minatar": minatar.rgb_frame, "procgen": procgen.rgb_frame}
+
+
 def _row_policies(policy: Policy, rows: int) -> list[Policy]:
     """``policy`` and copies of it, one per row of an env: the copies share the model and the
     random streams, and each keeps its own recurrent state from its first ``reset()``."""
@@ -156,13 +163,14 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
     (football's controlled players); an episode's return is the mean of its rows' returns."""
     rows = rows_per_env(env_cfg)
     policies = _row_policies(policy, rows)
+    agent_view = _AGENT_VIEWS.get(env_cfg.kind, _agent_view)
     env = make_env_batch(env_cfg, rows, seed=seed)
     try:
         obs = env.reset(seed=seed)
         for _ in range(episodes):
             for row_policy in policies:
                 row_policy.reset()
-            frames = [_agent_view(obs[0])] if video else []
+            frames = [agent_view(obs[0])] if video else []
             totals, done = np.zeros(rows), False
             while not done:
                 actions = [row_policy(row) for row_policy, row in zip(policies, obs, strict=True)]
@@ -172,7 +180,7 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
                 done = bool(step.terminated[0] or step.truncated[0])
                 if video:
                     frames.append(
-                        _agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0])
+                        agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0])
                     )
                 obs = step.obs  # after an end: the next episode's first observation
             yield float(totals.mean()), frames
@@ -232,8 +240,9 @@ def evaluate(
             "video=true is not available for env=football: gfootball renders through OpenGL, "
             "which seedq does not set up; evaluate without video"
         )
-    # Atari and football play through seedq's own env batch (the training preprocessing).
-    run = _env_batch_episodes if env_cfg.kind in ("atari", "football") else _gym_episodes
+    # These play through seedq's own env batch (the training preprocessing, or no gymnasium id).
+    batch_kinds = ("atari", "football", "minatar", "procgen")
+    run = _env_batch_episodes if env_cfg.kind in batch_kinds else _gym_episodes
     returns, videos = [], []
     folder = path.parent.parent / "videos"
     for i, (total, frames) in enumerate(run(policy, env_cfg, episodes, seed, video)):

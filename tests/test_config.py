@@ -86,7 +86,7 @@ def test_gpu_group_uses_pinned_memory_on_cuda():
         ("algorithm.gamma=1.5", "algorithm.gamma"),
         ("algorithm.optimizer=sgd", "algorithm.optimizer"),
         ("algorithm.model.torso=transformer", "algorithm.model.torso"),
-        ("env.kind=mujoco", "env.kind"),
+        ("env.kind=dmlab", "env.kind"),
         ("broker.max_batch=0", "broker.max_batch"),
         ("hardware.device=tpu", "hardware.device"),
         ("hardware.amp=int8", "hardware.amp"),

@@ -10,14 +10,16 @@ from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, 
 
 # The torsos seedq.learner.models builds (kept here so configs compose without torch; a test
 # checks the two agree).
-TORSOS = ("auto", "mlp", "nature", "impala")
+TORSOS = ("auto", "mlp", "nature", "impala", "minatar")
 REWARD_CLIPS = ("none", "abs_one", "tanh")
 
 
 @dataclass
 class ModelConfig:
     torso: str = setting(
-        "auto", f"network torso: {', '.join(TORSOS)} (auto: mlp for vectors, nature for frames)"
+        "auto",
+        f"network torso: {', '.join(TORSOS)} (auto: mlp for vectors, nature for frames, minatar "
+        "for frames smaller than 36x36)",
     )
     hidden_sizes: list[int] = setting(
         help="widths of the MLP torso's layers (ignored by the conv torsos)",

@@ -12,6 +12,8 @@ from typing import Any
 from seedq.envs.base import EnvError
 from seedq.envs.football import FRAME_STACKS, MAX_CONTROLLED_PLAYERS, REPRESENTATIONS, REWARDS
 from seedq.envs.gym import VECTORIZATIONS
+from seedq.envs.minatar import MINATAR_MAX_EPISODE_STEPS
+from seedq.envs.procgen import DISTRIBUTION_MODES
 from seedq.envs.registry import BACKENDS, KINDS
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, positive, setting
 
@@ -26,12 +28,15 @@ class EnvConfig:
     id: str = setting(
         "CartPole-v1",
         "Env id: a gymnasium id (cartpole, gym), an Atari id like ALE/Pong-v5 or a ROM name "
-        "(atari); names the run directory (football sets it to env.scenario).",
+        "(atari), a MinAtar game like breakout (minatar), a Procgen game like coinrun (procgen), "
+        "a MuJoCo id like HalfCheetah-v5 (mujoco); names the run directory (football sets it to "
+        "env.scenario).",
     )
     max_episode_steps: int | None = setting(
         None,
         "Truncate episodes after this many agent steps (> 0); null keeps the env's own limit "
-        "(atari: 108000 frames, football: the scenario's clock).",
+        "(atari: 108000 frames, football: the scenario's clock, minatar: "
+        f"{MINATAR_MAX_EPISODE_STEPS} steps, mujoco: the id's 1000); procgen: must be null.",
     )
     frame_skip: int = setting(
         4, "atari: emulator frames per agent step, max-pooled over the last two (> 0)."
@@ -54,16 +59,30 @@ class EnvConfig:
         "(DeepMind's semantics).",
     )
     repeat_action_probability: float = setting(
-        0.25, "atari: sticky actions, the chance the previous action repeats, in [0, 1]."
+        0.25,
+        "atari, minatar: sticky actions, the chance the previous action repeats, in [0, 1] "
+        "(env=minatar sets MinAtar's 0.1).",
     )
     full_action_space: bool = setting(
-        False, "atari: all 18 ALE actions (true) or only the game's minimal set (false)."
+        False,
+        "atari: all 18 ALE actions (true) or only the game's minimal set (false); minatar: all "
+        "6 actions or the game's minimal set.",
     )
     vectorization: str = setting(
         "sync",
-        f"gym: how envs are vectorised, one of {list(VECTORIZATIONS)}: sync steps them in the "
-        "actor process, async in one subprocess each.",
+        f"gym, mujoco: how envs are vectorised, one of {list(VECTORIZATIONS)}: sync steps them "
+        "in the actor process, async in one subprocess each.",
     )
+    difficulty_ramping: bool = setting(
+        True, "minatar: games speed up as an episode goes on (MinAtar's default)."
+    )
+    distribution_mode: str = setting(
+        "hard", f"procgen: the level distribution, one of {list(DISTRIBUTION_MODES)}."
+    )
+    num_levels: int = setting(
+        0, "procgen: distinct levels to play (>= 0; 0: unlimited), e.g. 200 to test generalisation."
+    )
+    start_level: int = setting(0, "procgen: seed of the first level (>= 0).")
     scenario: str = setting(
         "academy_empty_goal_close",
         "football: the gfootball scenario, e.g. academy_3_vs_1_with_keeper or "

@@ -3,8 +3,8 @@
 Adding a kind is one module in ``seedq/envs/`` (an :class:`~seedq.envs.base.EnvBatch` and a
 factory) plus one line in :data:`BACKENDS`; config validation, ``seedq-train``, ``seedq-eval``
 and ``seedq-bench`` pick it up from here. The backend modules import their optional packages
-(gymnasium, ale_py, gfootball) only when an env is built, so importing this module stays cheap
-for actor processes.
+(gymnasium, ale_py, gfootball, minatar, procgen, mujoco) only when an env is built, so importing
+this module stays cheap for actor processes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from seedq.envs import atari, fake, football, gym
+from seedq.envs import atari, fake, football, gym, minatar, mujoco, procgen
 from seedq.envs.base import EnvBatch, EnvError
 from seedq.messages import EnvSpec
 
@@ -61,6 +61,17 @@ BACKENDS: dict[str, EnvBackend] = {
         "controlled_players",
         football.check_football_config,
     ),
+    "minatar": EnvBackend(
+        "MinAtar's 10x10 Atari-like games, fast on a CPU",
+        minatar.make_minatar,
+        check=minatar.check_minatar_config,
+    ),
+    "procgen": EnvBackend(
+        "OpenAI Procgen games through procgen's C++ vector env",
+        procgen.make_procgen,
+        check=procgen.check_procgen_config,
+    ),
+    "mujoco": EnvBackend("gymnasium's MuJoCo tasks, continuous (Box) actions", mujoco.make_mujoco),
     "fake": EnvBackend("observations encode (env id, step) for tests", fake.make_fake),
 }
 KINDS = tuple(BACKENDS)

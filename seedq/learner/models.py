@@ -30,12 +30,16 @@ __all__ = [
     "MLPTorso",
     "NatureTorso",
     "ImpalaTorso",
+    "MinAtarTorso",
     "body_kwargs",
 ]
 
 # The torso names configs may use (seedq.agents.config.TORSOS repeats them without torch; a
 # test keeps the two equal).
-TORSOS = ("auto", "mlp", "nature", "impala")
+TORSOS = ("auto", "mlp", "nature", "impala", "minatar")
+# The Nature CNN's convs need frames of at least 36x36; torso=auto picks the minatar torso for
+# smaller ones.
+NATURE_MIN_SIZE = 36
 
 
 # () for a feed-forward net; (h, c), each [B, lstm_size], for the LSTM core.
@@ -157,6 +161,22 @@ class NatureTorso(_ConvTorso):
         orthogonal_(self.fc, math.sqrt(2.0))
 
 
+class MinAtarTorso(_ConvTorso):
+    """The MinAtar paper's network (Young & Tian, 2019): one 16-channel 3x3/1 conv, then fc 128.
+
+    For small frames such as MinAtar's ``[C, 10, 10]`` (conv output ``[16, 8, 8]``), where the
+    Nature CNN's 8x8/4 first conv leaves nothing for its later convs.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], channels_last: bool = False) -> None:
+        super().__init__(obs_shape, channels_last)
+        conv = nn.Conv2d(obs_shape[0], 16, kernel_size=3, stride=1)
+        orthogonal_(conv, math.sqrt(2.0))
+        self.convs = nn.Sequential(conv, nn.ReLU())
+        self._finish(128, "minatar", relu_before_fc=False)
+        orthogonal_(self.fc, math.sqrt(2.0))
+
+
 class _ResidualBlock(nn.Module):
     """Pre-activation residual block: ``x + conv(relu(conv(relu(x))))``, shape-preserving."""
 
@@ -218,8 +238,8 @@ class RecurrentBody(nn.Module):
     Args:
         obs_shape: shape of one observation: ``(D,)`` vectors or ``(C, H, W)`` frames.
         num_actions: size ``A`` of the discrete action space.
-        torso: ``"auto"`` (``mlp`` for 1-D obs, ``nature`` for 3-D obs), ``"mlp"``,
-            ``"nature"`` or ``"impala"``.
+        torso: ``"auto"`` (``mlp`` for 1-D obs, ``nature`` for 3-D obs, ``minatar`` for frames
+            smaller than 36x36), ``"mlp"``, ``"nature"``, ``"impala"`` or ``"minatar"``.
         hidden_sizes: MLP layer widths (ignored by the conv torsos).
         use_lstm: add an LSTM core between torso and heads.
         lstm_size: LSTM hidden/cell size.
@@ -245,18 +265,21 @@ class RecurrentBody(nn.Module):
         if len(obs_shape) not in (1, 3):
             raise ValueError(
                 f"observation shape {obs_shape} is not supported: expected 1-D feature vectors "
-                "(D,) for the 'mlp' torso or 3-D frames (C, H, W) for 'nature'/'impala'"
+                "(D,) for the 'mlp' torso or 3-D frames (C, H, W) for 'nature'/'impala'/'minatar'"
             )
         if num_actions < 1:
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
         if torso == "auto":
-            torso = "mlp" if len(obs_shape) == 1 else "nature"
+            if len(obs_shape) == 1:
+                torso = "mlp"
+            else:
+                torso = "minatar" if min(obs_shape[1:]) < NATURE_MIN_SIZE else "nature"
         if torso == "mlp" and len(obs_shape) != 1:
             raise ValueError(
                 f"torso 'mlp' needs 1-D observations (D,), got shape {obs_shape}; "
-                "use torso 'nature' or 'impala' for (C, H, W) frames"
+                "use torso 'nature', 'impala' or 'minatar' for (C, H, W) frames"
             )
-        if torso in ("nature", "impala") and len(obs_shape) != 3:
+        if torso in ("nature", "impala", "minatar") and len(obs_shape) != 3:
             raise ValueError(
                 f"torso {torso!r} needs 3-D (C, H, W) frame observations, got shape "
                 f"{obs_shape}; use torso 'mlp' for 1-D feature vectors"
@@ -275,6 +298,8 @@ class RecurrentBody(nn.Module):
             self.torso = MLPTorso(obs_shape[0], tuple(int(h) for h in hidden_sizes))
         elif torso == "nature":
             self.torso = NatureTorso(obs_shape, channels_last=self.channels_last)
+        elif torso == "minatar":
+            self.torso = MinAtarTorso(obs_shape, channels_last=self.channels_last)
         else:
             self.torso = ImpalaTorso(obs_shape, channels_last=self.channels_last)
         core_in: int = self.torso.out_size
