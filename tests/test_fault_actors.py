@@ -13,11 +13,11 @@ from fault_helpers import FAKE, children, in_background, make_run, wait_for
 
 def test_an_actor_killed_mid_run_is_restarted_and_the_run_reaches_its_target(tmp_path):
     run = make_run(
-        tmp_path, *FAKE, "total_env_steps=60000", "max_minutes=3", "actor.restart_backoff_s=0.2"
+        tmp_path, *FAKE, "total_env_steps=20000", "max_minutes=3", "actor.restart_backoff_s=0.2"
     )
 
     def kill_one_actor() -> None:
-        wait_for(lambda: run.broker.stats.env_steps > 5000, what="5000 env steps")
+        wait_for(lambda: run.broker.stats.env_steps > 2000, what="2000 env steps")
         os.kill(run.actors.pids[0], signal.SIGKILL)
 
     thread, errors = in_background(kill_one_actor)
@@ -70,13 +70,13 @@ def test_a_stopped_actor_is_evicted_and_rejoins_when_continued(tmp_path):
     steps_while_stopped: list[int] = []
 
     def stop_and_continue() -> None:
-        wait_for(lambda: run.broker.stats.env_steps > 5000, what="5000 env steps")
+        wait_for(lambda: run.broker.stats.env_steps > 2000, what="2000 env steps")
         victim = run.actors.pids[0]
         os.kill(victim, signal.SIGSTOP)
         try:
             wait_for(lambda: run.broker.stats.evicted >= 2, what="both batches evicted")
             before = run.broker.stats.env_steps
-            wait_for(lambda: run.broker.stats.env_steps > before + 2000, what="steps go on")
+            wait_for(lambda: run.broker.stats.env_steps > before + 1000, what="steps go on")
             steps_while_stopped.append(run.broker.stats.env_steps - before)
         finally:
             os.kill(victim, signal.SIGCONT)
@@ -85,14 +85,14 @@ def test_a_stopped_actor_is_evicted_and_rejoins_when_continued(tmp_path):
             what="the continued actor to rejoin",
         )
         wait_for(lambda: len(run.broker.actors) == 4, what="all four batches connected")
-        run.cfg.total_env_steps = run.broker.stats.env_steps + 3000
+        run.cfg.total_env_steps = run.broker.stats.env_steps + 1000
 
     thread, errors = in_background(stop_and_continue)
     summary = run.run()
     thread.join()
     faults = json.loads((tmp_path / "faults.json").read_text())
     assert (errors, summary.stop_reason, faults["actor_restarts"]) == ([], "total_env_steps", 0)
-    assert steps_while_stopped[0] > 2000
+    assert steps_while_stopped[0] > 1000
 
 
 def test_a_batch_too_large_for_a_message_is_refused_before_start(tmp_path):
