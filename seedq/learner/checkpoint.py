@@ -67,14 +67,25 @@ def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
         os.replace(tmp, path)
     except Exception as exc:
         _remove_quietly(tmp)
-        # torch's zip writer reports a full disk as a RuntimeError, Python's file as an OSError.
+        # torch's zip writer reports a full disk as a RuntimeError raised while handling the
+        # OSError; name the OSError, it says what to fix.
+        cause = _os_error_in(exc) or exc
         raise CheckpointWriteError(
-            f"could not write {path} ({type(exc).__name__}: {exc}); the previous checkpoint is "
+            f"could not write {path} ({type(cause).__name__}: {cause}); the previous checkpoint is "
             "kept. Free disk space or point run_dir at a writable folder"
         ) from exc
     except BaseException:
         _remove_quietly(tmp)
         raise
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _remove_quietly(path: str | None) -> None:
