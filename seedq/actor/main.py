@@ -126,6 +126,15 @@ def run_actor_thread(
 
 
 PR_SET_PDEATHSIG = 1
+REPORT_EVERY_S = 10.0
+
+
+async def _report(actor_ids: str, stats: ActorStats) -> None:
+    """A progress line now and then: what this process stepped, for a run's log (and the soak
+    test, which checks it against the learner's count)."""
+    while True:
+        await asyncio.sleep(REPORT_EVERY_S)
+        log.info("actors %s: %d env steps, %d rejoins", actor_ids, stats.env_steps, stats.rejoins)
 
 
 def exit_with_parent(parent_pid: int) -> bool:
@@ -182,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _on_signal, sig, stop)
         ctx = zmq.asyncio.Context()
+        reporter = asyncio.create_task(_report(args.actor_ids, stats))
         try:
             await _run(
                 ctx,
@@ -191,12 +201,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.envs_per_batch,
                 args.seed,
                 stop,
-                ActorStats(),
+                stats,
                 curve_client,
                 patience,
             )
         finally:
+            reporter.cancel()
             ctx.term()
+
+    stats = ActorStats()
 
     def _on_signal(sig: int, stop: asyncio.Event) -> None:
         if args.parent_pid and os.getppid() != args.parent_pid:
@@ -212,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ActorError, EnvError) as exc:
         log.error("%s", exc)
         return 1
-    log.info("actors %s stopped", args.actor_ids)
+    log.info(
+        "actors %s stopped after %d env steps (%d rejoins)",
+        args.actor_ids,
+        stats.env_steps,
+        stats.rejoins,
+    )
     return 0
 
 
