@@ -186,10 +186,10 @@ class ActorPool:
         if crashes > self.restart.max_restarts:
             raise ActorFailure(
                 f"actor process {actor.index} (actor ids {ids[0]}..{ids[-1]}, pid "
-                f"{actor.proc.pid}) exited with code {code}, its {crashes}th crash within "
-                f"{self.restart.window_s:.0f} s (actor.max_restarts={self.restart.max_restarts}, "
-                f"actor.restart_window_s={self.restart.window_s:g}); its log {actor.log_file} "
-                f"ends with:\n{_tail(actor.log_file)}"
+                f"{actor.proc.pid}) exited with code {code}: {crashes} crashes within "
+                f"{self.restart.window_s:g} s, more than actor.max_restarts="
+                f"{self.restart.max_restarts} (actor.restart_window_s={self.restart.window_s:g}); "
+                f"its log {actor.log_file} ends with:\n{_tail(actor.log_file)}"
             )
         delay = self.restart.delay(crashes)
         actor.restart_at = now + delay
