@@ -12,6 +12,7 @@ flight at a kill, times the envs per message). The NaN fault runs the fake env
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import random
@@ -171,7 +172,9 @@ def learner_kill_and_resume(row: Row, run_dir: str, common: list[str]) -> None:
         lambda: not subprocess.run(["pgrep", "-f", pattern], capture_output=True).stdout, 60
     )
     actors_gone_s = time.monotonic() - killed
-    saved = max(ckpts.glob("ckpt-*.pt")).name
+    saved = int(max(ckpts.glob("ckpt-*.pt")).name[5:-3])
+    with open(Path(run_dir) / "metrics.csv") as f:
+        at_kill = int(list(csv.DictReader(f))[-1]["env_steps"])
     result = subprocess.run(
         [sys.executable, "-m", "seedq.cli", f"resume={run_dir}"],
         capture_output=True,
@@ -185,13 +188,13 @@ def learner_kill_and_resume(row: Row, run_dir: str, common: list[str]) -> None:
     row.recovered += 1
     row.recover_s.append(actors_gone_s)  # until the dead learner's actors all exited
     row.target_reached = summary["stop_reason"] == "total_env_steps"
-    # Steps stepped after the last checkpoint are lost with the learner.
-    row.steps_lost = max(0, summary["env_steps"] - int(saved[5:-3]))
+    # Steps taken after the last checkpoint (as of the last metrics row) die with the learner.
+    row.steps_lost = max(0, at_kill - saved)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=40_000, help="env steps per run")
+    parser.add_argument("--steps", type=int, default=150_000, help="env steps per run")
     parser.add_argument("--kill-every-s", type=float, default=5.0)
     parser.add_argument("--fuzz-size", type=int, default=1000, help="messages per burst")
     parser.add_argument("--out", default="", help="also write the rows as JSON here")
@@ -225,9 +228,9 @@ def main() -> None:
 
     def count_nan(row: Row, faults: dict) -> None:
         row.injections = row.recovered = faults["non_finite_messages"]
-        row.steps_lost = faults["non_finite_messages"] * 16
+        row.steps_lost = faults["non_finite_messages"] * 64  # cartpole's actor.envs_per_batch
 
-    scenario("NaN env (fake)", ["env.kind=fake", "env.nan_every=200"], nothing, count_nan)
+    scenario("NaN env (fake)", ["env.kind=fake", "env.nan_every=50"], nothing, count_nan)
     disk = os.path.join(base, "full_disk")
     os.makedirs(os.path.join(disk, "checkpoints"))
     mounted = (
