@@ -1,10 +1,10 @@
 """Inject each fault into a real CartPole run and print what it cost.
 
-    PYTHONPATH=$PWD python scripts/chaos.py --steps 40000
+    PYTHONPATH=$PWD python scripts/chaos.py --target-return 150
 
 One short run per fault (tcp actors, real processes and sockets); a table row per fault:
 injections, crashes (runs that failed; must be 0), recovered, seconds to recover, whether the
-run still reached its step budget, and env steps lost (an upper bound: messages refused or in
+run still reached its target (CartPole return, or the fake env's step budget), and env steps lost (an upper bound: messages refused or in
 flight at a kill, times the envs per message). The NaN fault runs the fake env
 (``env.nan_every``), CartPole has no NaN switch.
 """
@@ -35,6 +35,7 @@ from seedq.config import register_configs
 from seedq.launch.local import LocalRun
 
 CONF = str(Path(seedq.__file__).parent / "conf")
+TARGETS = ("stop_at_return", "total_env_steps")  # the budgets that mean "reached"
 register_configs()
 
 
@@ -80,7 +81,7 @@ def in_process(row: Row, run_dir: str, overrides: list[str], inject) -> dict:
     try:
         thread.start()
         summary = run.run()
-        row.target_reached = summary.stop_reason == "total_env_steps"
+        row.target_reached = summary.stop_reason in TARGETS
     except Exception as exc:  # noqa: BLE001 - a crash is what this table counts
         print(f"{row.fault}: run failed: {exc}", file=sys.stderr)
         row.crashes += 1
@@ -153,7 +154,7 @@ def learner_kill_and_resume(row: Row, run_dir: str, common: list[str]) -> None:
     """kill -9 the learner (a seedq-train process) after its first checkpoint; resume it."""
     cmd = [sys.executable, "-m", "seedq.cli", *common, f"hydra.run.dir={run_dir}"]
     learner = subprocess.Popen(
-        [*cmd, "checkpoint.every_minutes=0.1"],
+        [*cmd, "checkpoint.every_minutes=0.1"],  # the first checkpoint after 6 s
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -187,20 +188,29 @@ def learner_kill_and_resume(row: Row, run_dir: str, common: list[str]) -> None:
         return
     row.recovered += 1
     row.recover_s.append(actors_gone_s)  # until the dead learner's actors all exited
-    row.target_reached = summary["stop_reason"] == "total_env_steps"
+    row.target_reached = summary["stop_reason"] in TARGETS
     # Steps taken after the last checkpoint (as of the last metrics row) die with the learner.
     row.steps_lost = max(0, at_kill - saved)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=150_000, help="env steps per run")
+    parser.add_argument(
+        "--target-return", type=float, default=150.0, help="CartPole runs stop at this return"
+    )
+    parser.add_argument("--max-minutes", type=float, default=4.0, help="cap per run")
+    parser.add_argument("--steps", type=int, default=150_000, help="env steps of the fake-env run")
     parser.add_argument("--kill-every-s", type=float, default=5.0)
     parser.add_argument("--fuzz-size", type=int, default=1000, help="messages per burst")
     parser.add_argument("--out", default="", help="also write the rows as JSON here")
     args = parser.parse_args()
     random.seed(0)
-    common = [f"total_env_steps={args.steps}", "max_minutes=10", "log_interval_s=2"]
+    common = [
+        f"stop_at_return={args.target_return}",
+        "total_env_steps=1000000000",
+        f"max_minutes={args.max_minutes}",
+        "log_interval_s=2",
+    ]
     fast_restart = ["actor.restart_backoff_s=0.5", "actor.max_restarts=100"]
     rows: list[Row] = []
     base = tempfile.mkdtemp(prefix="seedq-chaos-")
@@ -208,7 +218,9 @@ def main() -> None:
     def scenario(name: str, overrides: list[str], inject, count) -> None:
         row = Row(name)
         run_dir = os.path.join(base, re.sub(r"[^a-z0-9]+", "_", name.lower()))
-        faults = in_process(row, run_dir, [*common, *overrides], inject)
+        # A scenario's own value for a key replaces the common one (Hydra refuses duplicates).
+        merged = {o.split("=", 1)[0]: o for o in [*common, *overrides]}
+        faults = in_process(row, run_dir, list(merged.values()), inject)
         count(row, faults)
         rows.append(row)
 
@@ -230,7 +242,8 @@ def main() -> None:
         row.injections = row.recovered = faults["non_finite_messages"]
         row.steps_lost = faults["non_finite_messages"] * 64  # cartpole's actor.envs_per_batch
 
-    scenario("NaN env (fake)", ["env.kind=fake", "env.nan_every=50"], nothing, count_nan)
+    fake = ["env.kind=fake", "env.nan_every=50", f"total_env_steps={args.steps}"]
+    scenario("NaN env (fake)", fake, nothing, count_nan)
     disk = os.path.join(base, "full_disk")
     os.makedirs(os.path.join(disk, "checkpoints"))
     mounted = (
