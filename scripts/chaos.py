@@ -4,9 +4,9 @@
 
 One short run per fault (tcp actors, real processes and sockets); a table row per fault:
 injections, crashes (runs that failed; must be 0), recovered, seconds to recover, whether the
-run still reached its target (CartPole return, or the fake env's step budget), and env steps lost (an upper bound: messages refused or in
-flight at a kill, times the envs per message). The NaN fault runs the fake env
-(``env.nan_every``), CartPole has no NaN switch.
+run still reached its target (CartPole return, or the fake env's step budget), and env steps
+lost (an upper bound: messages refused or in flight at a kill, times the envs per message).
+The NaN fault runs the fake env (``env.nan_every``): CartPole has no NaN switch.
 """
 
 from __future__ import annotations
