@@ -35,7 +35,7 @@ from seedq.config import register_configs
 from seedq.launch.local import LocalRun
 
 CONF = str(Path(seedq.__file__).parent / "conf")
-TARGETS = ("stop_at_return", "total_env_steps")  # the budgets that mean "reached"
+TARGETS = ("target_return", "total_env_steps")  # the budgets that mean "reached"
 register_configs()
 
 
