@@ -212,11 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     stats = ActorStats()
 
     def _on_signal(sig: int, stop: asyncio.Event) -> None:
-        if args.parent_pid and os.getppid() != args.parent_pid:
-            log.error(
-                "the learner (pid %d) died; actors %s exiting", args.parent_pid, args.actor_ids
-            )
-        else:
+        # The parent-death signal comes once per exiting learner thread, so it may arrive while
+        # getppid() still names the learner: the exit line below says which stop it was.
+        if not stop.is_set():
             log.info("%s: stopping", signal.Signals(sig).name)
         stop.set()
 
@@ -231,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         stats.env_steps,
         stats.rejoins,
     )
+    if args.parent_pid and os.getppid() != args.parent_pid:
+        log.error("the learner (pid %d) died; actors %s exiting", args.parent_pid, args.actor_ids)
+        return 1
     return 0
 
 
