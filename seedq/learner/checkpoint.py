@@ -65,18 +65,17 @@ def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except Exception as exc:
+    except BaseException as exc:
         _remove_quietly(tmp)
         # torch's zip writer reports a full disk as a RuntimeError raised while handling the
-        # OSError; name the OSError, it says what to fix.
-        cause = _os_error_in(exc) or exc
+        # OSError; name the OSError, it says what to fix. Anything else is a bug: raised as is.
+        cause = _os_error_in(exc)
+        if cause is None:
+            raise
         raise CheckpointWriteError(
             f"could not write {path} ({type(cause).__name__}: {cause}); the previous checkpoint is "
             "kept. Free disk space or point run_dir at a writable folder"
         ) from exc
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
 
 
 def _os_error_in(exc: BaseException) -> OSError | None:
