@@ -30,6 +30,8 @@ def to_config(cfg: DictConfig) -> SeedqConfig:
 
 
 RESUME_GROUPS = ("algorithm", "env", "launcher")
+# Exit status of a run stopped by a fault it could not survive (2: refused before starting).
+EXIT_RUN_FAILED = 3
 
 
 def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqConfig, dict]:
@@ -62,6 +64,8 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
 def _train(cfg: DictConfig) -> float | None:
     from seedq.arch import ArchUnavailable, run_class
     from seedq.envs import EnvError
+    from seedq.launch.actors import ActorFailure
+    from seedq.learner.stats import NonFiniteTraining
 
     try:
         if cfg.resume:
@@ -74,7 +78,12 @@ def _train(cfg: DictConfig) -> float | None:
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
         sys.exit(2)
-    summary = run.run()
+    try:
+        summary = run.run()
+    except (ActorFailure, NonFiniteTraining) as exc:
+        # The run already saved its last good weights; the user needs the reason, not a trace.
+        log.error("run failed: %s (the newest checkpoint is in %s)", exc, config.run_dir)
+        sys.exit(EXIT_RUN_FAILED)
     # Returned to Hydra so sweeps (and optimisation sweepers) see the final return.
     return summary.return_mean
 

@@ -7,7 +7,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from seedq.actor.loop import ActorError, EpisodeTracker, run_env_batch
+from seedq.actor.loop import ActorError, EpisodeTracker, Patience, run_env_batch
 from seedq.envs import EnvConfig, make_env_batch
 
 
@@ -32,7 +32,13 @@ def test_actor_without_a_learner_stops_with_a_clear_error():
         ctx = zmq.asyncio.Context()
         try:
             await run_env_batch(
-                ctx, "tcp://127.0.0.1:9", 0, env, seed=0, stop=asyncio.Event(), reply_timeout_s=1.0
+                ctx,
+                "tcp://127.0.0.1:9",
+                0,
+                env,
+                seed=0,
+                stop=asyncio.Event(),
+                patience=Patience(reply_timeout_s=1.0),
             )
         finally:
             ctx.term()

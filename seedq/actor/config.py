@@ -1,4 +1,5 @@
-"""The ``actor`` section: how many actor processes, and how their envs are batched."""
+"""The ``actor`` section: how many actor processes, how their envs are batched, and how they
+survive faults (restarts by the launcher, rejoins and learner-loss detection in the actor)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,38 @@ class ActorConfig:
     transport: str = setting(
         "tcp", "tcp: actor subprocesses; inproc: threads in the learner process (tests)"
     )
+    max_restarts: int = setting(
+        5,
+        "crashes of one actor process within actor.restart_window_s that the launcher restarts "
+        "(with backoff and a new run id); one more ends the run with the actor's last log lines",
+    )
+    restart_window_s: float = setting(
+        300.0, "the sliding window in which actor.max_restarts counts an actor's crashes"
+    )
+    restart_backoff_s: float = setting(
+        1.0, "delay before restarting a crashed actor; doubles with each crash in the window"
+    )
+    reply_timeout_s: float = setting(
+        60.0,
+        "an actor that got no reply to a request for this long exits (the learner is gone or "
+        "unreachable)",
+    )
+    learner_lost_s: float = setting(
+        5.0,
+        "an actor whose connection to the learner dropped exits when no reply came for this "
+        "long (the learner process died)",
+    )
+    max_rejoins: int = setting(
+        10,
+        "recoverable refusals (busy, stale_run, non_finite, ...) in a row an env batch answers "
+        "by resetting and rejoining with a new run id before its actor exits",
+    )
 
 
 def validate_actor(actor: ActorConfig) -> None:
     choice("actor.transport", actor.transport, TRANSPORTS)
     check_positive(actor, "actor", ["num_actors", "envs_per_batch", "batches_per_actor"])
+    check_positive(actor, "actor", ["reply_timeout_s", "learner_lost_s", "restart_window_s"])
+    check_positive(
+        actor, "actor", ["max_restarts", "restart_backoff_s", "max_rejoins"], zero_ok=True
+    )

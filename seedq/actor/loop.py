@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from seedq.envs import EnvBatch
 from seedq.messages import (
@@ -43,6 +44,7 @@ class ActorError(RuntimeError):
 class ActorStats:
     env_steps: int = 0
     episodes: int = 0
+    rejoins: int = 0  # recoverable refusals answered by a reset and a new run id
     # Seconds from sending each Step to holding its actions; recorded only when a list is given
     # (seedq-bench pipeline).
     latencies: list[float] | None = None
@@ -67,6 +69,31 @@ class EpisodeTracker:
         return finished
 
 
+# Refusals an env batch answers by resetting its envs and joining again as a new run: they
+# mean the learner forgot us (eviction, a restart of the learner's broker state), we lost
+# lockstep, or one step carried a NaN. One message is lost, not the process.
+RECOVERABLE_CODES = frozenset(
+    ["busy", "not_joined", "unknown_actor", "stale_run", "non_finite", "bad_seq", "internal"]
+)
+
+
+@dataclass
+class Patience:
+    """How long an env batch waits for the learner and how often it rejoins (``actor`` config)."""
+
+    reply_timeout_s: float = 60.0
+    learner_lost_s: float = 5.0
+    max_rejoins: int = 10
+
+
+class Refused(Exception):
+    """The learner answered a request with an Error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
 async def run_env_batch(
     ctx: zmq.asyncio.Context,
     endpoint: str,
@@ -75,83 +102,157 @@ async def run_env_batch(
     *,
     seed: int,
     stop: asyncio.Event,
-    reply_timeout_s: float = 120.0,
+    patience: Patience | None = None,
     stats: ActorStats | None = None,
     curve_client: dict | None = None,
 ) -> None:
-    """Step ``env`` in lockstep with the learner until ``stop`` is set."""
+    """Step ``env`` in lockstep with the learner until ``stop`` is set.
+
+    A recoverable refusal (:data:`RECOVERABLE_CODES`) resets the envs and rejoins with a new run
+    id on a new connection, so no stale reply can reach the new run; more than
+    ``patience.max_rejoins`` in a row, a fatal refusal, or losing the learner raise
+    :class:`ActorError`.
+    """
     stats = stats or ActorStats()
+    patience = patience or Patience()
+    in_a_row = 0
+    episode_seed = seed
+    while not stop.is_set():
+        link = _Link(ctx, endpoint, curve_client)
+        try:
+            await _join_and_step(link, actor_id, env, episode_seed, stop, patience, stats)
+            return
+        except Refused as exc:
+            if exc.code not in RECOVERABLE_CODES:
+                raise ActorError(f"actor {actor_id}: the learner refused us ({exc})") from None
+            in_a_row = 0 if link.answered else in_a_row + 1
+            if in_a_row > patience.max_rejoins:
+                raise ActorError(
+                    f"actor {actor_id}: refused {in_a_row} times in a row without one step "
+                    f"taken, last ({exc}); see the learner's log for why"
+                ) from None
+            stats.rejoins += 1
+            log.warning("actor %d: refused (%s); resetting its envs and rejoining", actor_id, exc)
+            episode_seed += 1  # a fresh reset, not a replay of the episodes that failed
+        finally:
+            link.close()
+
+
+class _Link:
+    """One DEALER connection for one run of an env batch, watching its own connection state.
+
+    ZMQ reconnects silently, so a dead learner looks like a slow one; the socket monitor says
+    when the connection dropped, and heartbeats make a vanished host drop it too.
+    """
+
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, curve: dict | None) -> None:
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 4000)
+        for option, value in (curve or {}).items():
+            self.sock.setsockopt(option, value)
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self.sock.connect(endpoint)
+        self.lost_since: float | None = None
+        self.answered = False  # the learner took at least one step of this run
+
+    async def poll_events(self) -> None:
+        while await self.monitor.poll(timeout=0):
+            event = parse_monitor_message(await self.monitor.recv_multipart())
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self.lost_since = self.lost_since or time.monotonic()
+            elif event["event"] == zmq.EVENT_CONNECTED:
+                self.lost_since = None
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(linger=0)
+        self.sock.close(linger=100)
+
+
+async def _join_and_step(
+    link: _Link,
+    actor_id: int,
+    env: EnvBatch,
+    seed: int,
+    stop: asyncio.Event,
+    patience: Patience,
+    stats: ActorStats,
+) -> None:
     run_id = uuid.uuid4().hex
     spec = EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    for option, value in (curve_client or {}).items():
-        sock.setsockopt(option, value)
-    sock.connect(endpoint)
-    try:
-        hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset)
-        await sock.send_multipart(encode(hello))
-        obs = env.reset(seed=seed)
-        n = env.num_envs
-        tracker = EpisodeTracker(n)
+    sock = link.sock
+    hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset)
+    await sock.send_multipart(encode(hello))
+    obs = env.reset(seed=seed)
+    n = env.num_envs
+    tracker = EpisodeTracker(n)
+    step = Step(
+        actor_id=actor_id,
+        run_id=run_id,
+        seq=0,
+        obs=obs,
+        reward=np.zeros(n, np.float32),
+        terminated=np.zeros(n, bool),
+        truncated=np.zeros(n, bool),
+        final_obs=obs[:0],
+    )
+    latencies = stats.latencies
+    while not stop.is_set():
+        sent = time.perf_counter() if latencies is not None else 0.0
+        await sock.send_multipart(encode(step), copy=False)
+        actions = await _receive_actions(link, actor_id, step.seq, n, patience, stop)
+        if actions is None:
+            break
+        link.answered = True
+        if latencies is not None:
+            latencies.append(time.perf_counter() - sent)
+        out = env.step(actions)
+        returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
+        stats.env_steps += n
+        stats.episodes += len(returns)
         step = Step(
             actor_id=actor_id,
             run_id=run_id,
-            seq=0,
-            obs=obs,
-            reward=np.zeros(n, np.float32),
-            terminated=np.zeros(n, bool),
-            truncated=np.zeros(n, bool),
-            final_obs=obs[:0],
+            seq=step.seq + 1,
+            obs=out.obs,
+            reward=out.reward,
+            terminated=out.terminated,
+            truncated=out.truncated,
+            final_obs=out.final_obs,
+            episode_returns=returns,
+            episode_lengths=lengths,
         )
-        latencies = stats.latencies
-        while not stop.is_set():
-            sent = time.perf_counter() if latencies is not None else 0.0
-            await sock.send_multipart(encode(step), copy=False)
-            actions = await _receive_actions(sock, actor_id, step.seq, n, reply_timeout_s, stop)
-            if actions is None:
-                break
-            if latencies is not None:
-                latencies.append(time.perf_counter() - sent)
-            out = env.step(actions)
-            returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
-            stats.env_steps += n
-            stats.episodes += len(returns)
-            step = Step(
-                actor_id=actor_id,
-                run_id=run_id,
-                seq=step.seq + 1,
-                obs=out.obs,
-                reward=out.reward,
-                terminated=out.terminated,
-                truncated=out.truncated,
-                final_obs=out.final_obs,
-                episode_returns=returns,
-                episode_lengths=lengths,
-            )
-        await sock.send_multipart(encode(Bye(actor_id, run_id)))
-    finally:
-        sock.close(linger=100)
+    await sock.send_multipart(encode(Bye(actor_id, run_id)))
 
 
 async def _receive_actions(
-    sock: zmq.asyncio.Socket,
+    link: _Link,
     actor_id: int,
     seq: int,
     n_envs: int,
-    timeout_s: float,
+    patience: Patience,
     stop: asyncio.Event,
 ) -> np.ndarray | None:
     """Wait for the reply to ``seq``; None when asked to stop meanwhile."""
-    waited = 0.0
+    sock = link.sock
+    start = time.monotonic()
     while not stop.is_set():
-        if await sock.poll(timeout=500):
+        if await sock.poll(timeout=250):
             break
-        waited += 0.5
-        if waited >= timeout_s:
+        await link.poll_events()
+        now = time.monotonic()
+        if link.lost_since is not None and now - link.lost_since >= patience.learner_lost_s:
             raise ActorError(
-                f"actor {actor_id}: no reply from the learner for {timeout_s:.0f} s; "
-                "is the learner running and reachable at this endpoint, and (with CURVE) does "
+                f"actor {actor_id}: the connection to the learner dropped "
+                f"{now - link.lost_since:.0f} s ago and no reply came since; the learner is "
+                "gone, exiting"
+            )
+        if now - start >= patience.reply_timeout_s:
+            raise ActorError(
+                f"actor {actor_id}: no reply from the learner for {patience.reply_timeout_s:.0f} "
+                "s; is the learner running and reachable at this endpoint, and (with CURVE) does "
                 "--keys-dir hold this learner's learner.key and an actor key it accepts?"
             )
     else:
@@ -160,9 +261,7 @@ async def _receive_actions(
     header = decode_header(frames[0])
     if header["kind"] == ERROR:
         error = decode_error(header)
-        raise ActorError(
-            f"actor {actor_id}: the learner refused us ({error.code}): {error.message}"
-        )
+        raise Refused(error.code, error.message)
     if header["kind"] != ACTIONS:
         raise ActorError(f"actor {actor_id}: unexpected {header['kind']!r} reply")
     reply = decode_actions(header, frames[1:], n_envs)

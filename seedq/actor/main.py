@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -14,7 +16,13 @@ from dataclasses import asdict
 import zmq
 import zmq.asyncio
 
-from seedq.actor.loop import ActorError, ActorStats, install_event_loop_policy, run_env_batch
+from seedq.actor.loop import (
+    ActorError,
+    ActorStats,
+    Patience,
+    install_event_loop_policy,
+    run_env_batch,
+)
 from seedq.envs import EnvConfig, EnvError, make_env_batch
 from seedq.logging_setup import setup_logging
 from seedq.security import client_options
@@ -32,6 +40,7 @@ async def _run(
     stop: asyncio.Event,
     stats: ActorStats,
     curve_client: dict | None = None,
+    patience: Patience | None = None,
 ) -> None:
     envs = []
     try:
@@ -55,6 +64,7 @@ async def _run(
                     stop=stop,
                     stats=stats,
                     curve_client=curve_client,
+                    patience=patience,
                 )
             )
             for actor_id, env in zip(actor_ids, envs, strict=True)
@@ -79,6 +89,7 @@ def run_actor_thread(
     seed: int,
     stop: threading.Event,
     errors: list[BaseException],
+    patience: Patience | None = None,
 ) -> None:
     """Run actors in this thread, sharing ``ctx`` (required for ``inproc://``)."""
 
@@ -94,7 +105,15 @@ def run_actor_thread(
         actx = zmq.asyncio.Context.shadow(ctx)
         try:
             await _run(
-                actx, endpoint, actor_ids, env_cfg, envs_per_batch, seed, async_stop, ActorStats()
+                actx,
+                endpoint,
+                actor_ids,
+                env_cfg,
+                envs_per_batch,
+                seed,
+                async_stop,
+                ActorStats(),
+                patience=patience,
             )
         finally:
             async_stop.set()
@@ -104,6 +123,31 @@ def run_actor_thread(
         asyncio.run(main())
     except BaseException as exc:  # noqa: BLE001 - handed to the launcher, which reports it
         errors.append(exc)
+
+
+PR_SET_PDEATHSIG = 1
+REPORT_EVERY_S = 10.0
+
+
+async def _report(actor_ids: str, stats: ActorStats) -> None:
+    """A progress line now and then: what this process stepped, for a run's log (and the soak
+    test, which checks it against the learner's count)."""
+    while True:
+        await asyncio.sleep(REPORT_EVERY_S)
+        log.info("actors %s: %d env steps, %d rejoins", actor_ids, stats.env_steps, stats.rejoins)
+
+
+def exit_with_parent(parent_pid: int) -> bool:
+    """Have Linux send us SIGTERM when ``parent_pid`` (our parent, the learner) dies.
+
+    False when the parent is already gone: it may have died before ``prctl`` ran, which then
+    never fires, so the parent pid is checked after it.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d)", ctypes.get_errno())
+    return os.getppid() == parent_pid
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,8 +161,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keys-dir", default="", help="CURVE keys (actor.key_secret, learner.key) from seedq-keys"
     )
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=0,
+        help="exit when this process (the learner that started us, our parent) dies",
+    )
+    parser.add_argument("--reply-timeout-s", type=float, default=Patience.reply_timeout_s)
+    parser.add_argument("--learner-lost-s", type=float, default=Patience.learner_lost_s)
+    parser.add_argument("--max-rejoins", type=int, default=Patience.max_rejoins)
     args = parser.parse_args(argv)
     setup_logging(args.log_file, role="actor")
+    if args.parent_pid and not exit_with_parent(args.parent_pid):
+        log.error("the learner (pid %d) that started this actor is gone; exiting", args.parent_pid)
+        return 1
+    patience = Patience(args.reply_timeout_s, args.learner_lost_s, args.max_rejoins)
     try:
         env_cfg = EnvConfig(**json.loads(args.env_config))
         actor_ids = [int(x) for x in args.actor_ids.split(",")]
@@ -132,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, _on_signal, sig, stop)
         ctx = zmq.asyncio.Context()
+        reporter = asyncio.create_task(_report(args.actor_ids, stats))
         try:
             await _run(
                 ctx,
@@ -143,18 +201,37 @@ def main(argv: list[str] | None = None) -> int:
                 args.envs_per_batch,
                 args.seed,
                 stop,
-                ActorStats(),
+                stats,
                 curve_client,
+                patience,
             )
         finally:
+            reporter.cancel()
             ctx.term()
+
+    stats = ActorStats()
+
+    def _on_signal(sig: int, stop: asyncio.Event) -> None:
+        # The parent-death signal comes once per exiting learner thread, so it may arrive while
+        # getppid() still names the learner: the exit line below says which stop it was.
+        if not stop.is_set():
+            log.info("%s: stopping", signal.Signals(sig).name)
+        stop.set()
 
     try:
         asyncio.run(run())
     except (ActorError, EnvError) as exc:
         log.error("%s", exc)
         return 1
-    log.info("actors %s stopped", args.actor_ids)
+    log.info(
+        "actors %s stopped after %d env steps (%d rejoins)",
+        args.actor_ids,
+        stats.env_steps,
+        stats.rejoins,
+    )
+    if args.parent_pid and os.getppid() != args.parent_pid:
+        log.error("the learner (pid %d) died; actors %s exiting", args.parent_pid, args.actor_ids)
+        return 1
     return 0
 
 
@@ -167,8 +244,16 @@ def actor_command(
     seed: int,
     log_file: str,
     keys_dir: str = "",
+    patience: Patience | None = None,
+    parent_pid: int = 0,
 ) -> list[str]:
-    """The command line that starts an actor process (used by the launchers)."""
+    """The command line that starts an actor process (used by the launchers).
+
+    ``parent_pid``: the pid of the process that will be the actor's parent (a local launcher's
+    own); the actor then exits when it dies. 0 for actors started elsewhere (ssh, srun), which
+    notice a dead learner by its dropped connection instead.
+    """
+    patience = patience or Patience()
     return [
         python or sys.executable,
         "-m",
@@ -186,6 +271,13 @@ def actor_command(
         "--log-file",
         log_file,
         *(["--keys-dir", keys_dir] if keys_dir else []),
+        *(["--parent-pid", str(parent_pid)] if parent_pid else []),
+        "--reply-timeout-s",
+        str(patience.reply_timeout_s),
+        "--learner-lost-s",
+        str(patience.learner_lost_s),
+        "--max-rejoins",
+        str(patience.max_rejoins),
     ]
 
 

@@ -117,6 +117,11 @@ class EnvConfig:
     truncate_episodes: bool = setting(
         False, "fake: episodes end truncated (true, with a final observation) or terminated."
     )
+    nan_every: int = setting(
+        0,
+        "fake: every nan_every-th step of a batch gives env 0 a NaN reward and, for float "
+        "observations, a NaN observation (fault-injection tests; 0: never).",
+    )
 
 
 def validate_env(env: Any, actor: Any) -> None:
@@ -132,6 +137,7 @@ def validate_env(env: Any, actor: Any) -> None:
         env, "env", ["frame_skip", "frame_stack", "screen_size", "num_actions", "episode_length"]
     )
     positive("env.noop_max", env.noop_max, zero_ok=True)
+    positive("env.nan_every", env.nan_every, zero_ok=True)
     in_unit_interval("env.repeat_action_probability", env.repeat_action_probability)
     if env.max_episode_steps is not None:
         positive("env.max_episode_steps", env.max_episode_steps)

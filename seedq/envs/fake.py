@@ -41,6 +41,7 @@ class FakeEnvBatch(BatchBase):
         episode_length: int = 10,
         truncate_episodes: bool = False,
         env_offset: int = 0,
+        nan_every: int = 0,
     ) -> None:
         obs_shape = tuple(int(d) for d in obs_shape)
         try:
@@ -68,6 +69,8 @@ class FakeEnvBatch(BatchBase):
         self._t = np.zeros(num_envs, dtype=np.int64)
         self._episode = np.zeros(num_envs, dtype=np.int64)
         self._no_done = np.zeros(num_envs, dtype=bool)
+        self._nan_every = int(nan_every)
+        self._steps = 0
 
     def _encode(
         self, ids: np.ndarray, t: np.ndarray, episode: np.ndarray, last_action: np.ndarray | int
@@ -112,6 +115,11 @@ class FakeEnvBatch(BatchBase):
         else:
             final_obs = self._no_final_obs
         obs = self._encode(self.env_ids, self._t, self._episode, np.where(done, -1, actions))
+        self._steps += 1
+        if self._nan_every and self._steps % self._nan_every == 0:
+            reward[0] = np.nan
+            if np.issubdtype(obs.dtype, np.floating):
+                obs[0] = np.nan
         return StepBatch(obs, reward, terminated, truncated, final_obs)
 
     def close(self) -> None:
@@ -119,8 +127,8 @@ class FakeEnvBatch(BatchBase):
 
 
 def make_fake(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> FakeEnvBatch:
-    """The registry's factory: ``obs_shape``, ``obs_dtype``, ``num_actions``, ``episode_length``
-    and ``truncate_episodes`` of ``cfg`` (``seed`` is unused: nothing is random)."""
+    """The registry's factory: ``obs_shape``, ``obs_dtype``, ``num_actions``, ``episode_length``,
+    ``truncate_episodes`` and ``nan_every`` of ``cfg`` (``seed`` is unused: nothing is random)."""
     return FakeEnvBatch(
         num_envs,
         tuple(cfg.obs_shape),
@@ -129,4 +137,5 @@ def make_fake(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> Fake
         cfg.episode_length,
         cfg.truncate_episodes,
         env_offset,
+        cfg.nan_every,
     )

@@ -1,4 +1,10 @@
-"""Starting and watching actor processes (tcp) or actor threads (inproc, for tests)."""
+"""Starting and supervising actor processes (tcp) or actor threads (inproc, for tests).
+
+A crashed actor process is restarted with exponential backoff (it joins with a new run id, so
+the learner drops its partial unrolls and state); only ``max_restarts`` crashes of one actor
+within ``window_s`` end the run, with an :class:`ActorFailure` quoting its log. Restarts go
+through the same ``spawn`` hook as the first start, so they work for any launcher.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,13 @@ import os
 import subprocess
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import zmq
 
+from seedq.actor.loop import Patience
 from seedq.actor.main import actor_command, run_actor_thread
 from seedq.envs import EnvConfig
 
@@ -35,7 +43,34 @@ def spawn_local(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
 
 
 class ActorFailure(RuntimeError):
-    """An actor died; the message names its log file and quotes its last lines."""
+    """An actor kept dying; the message names it, its log file and quotes its last lines."""
+
+
+@dataclass
+class RestartPolicy:
+    """When a crashed actor process is started again (``actor.max_restarts`` and friends)."""
+
+    max_restarts: int = 5
+    window_s: float = 300.0
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+
+    def delay(self, crashes: int) -> float:
+        """Seconds before the restart after the ``crashes``-th crash within the window."""
+        return min(self.max_backoff_s, self.backoff_s * 2 ** max(0, crashes - 1))
+
+
+@dataclass
+class ActorProcess:
+    """One supervised actor process: its command, log and crash history."""
+
+    index: int
+    cmd: list[str]
+    log_file: str
+    proc: subprocess.Popen
+    crashes: deque = field(default_factory=deque)  # monotonic times of crashes in the window
+    restart_at: float | None = None  # set while it waits out its backoff
+    last_code: int | None = None
 
 
 def _tail(path: str, lines: int = 15) -> str:
@@ -61,8 +96,10 @@ class ActorPool:
     keys_dir: str = ""  # CURVE keys the actors authenticate with ("" when CURVE is off)
     spawn: Spawner = spawn_local
     inproc_context: zmq.Context | None = None
-    _procs: list[subprocess.Popen] = field(default_factory=list)
-    _logs: list[str] = field(default_factory=list)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    patience: Patience = field(default_factory=Patience)
+    restarts: int = 0  # actor processes restarted after a crash, all actors together
+    _procs: list[ActorProcess] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
     _thread_errors: list[BaseException] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -84,6 +121,7 @@ class ActorPool:
                         self.seed,
                         self._stop,
                         self._thread_errors,
+                        self.patience,
                     ),
                     name=f"actor-{i}",
                     daemon=True,
@@ -101,10 +139,12 @@ class ActorPool:
                 self.seed,
                 log_file,
                 keys_dir=self.keys_dir,
+                patience=self.patience,
+                # Only our own children can watch us die through the kernel; actors started
+                # through another launcher's hook notice a dead learner by its connection.
+                parent_pid=os.getpid() if self.spawn is spawn_local else 0,
             )
-            proc = self.spawn(i, cmd, log_file)
-            self._procs.append(proc)
-            self._logs.append(log_file)
+            self._procs.append(ActorProcess(i, cmd, log_file, self.spawn(i, cmd, log_file)))
         log.info(
             "started %d actor %s x %d batches x %d envs",
             self.num_actors,
@@ -113,25 +153,74 @@ class ActorPool:
             self.envs_per_batch,
         )
 
-    def check(self) -> None:
-        """Raise ActorFailure if an actor stopped while the run goes on."""
+    @property
+    def pids(self) -> list[int]:
+        """Pids of the actor processes now running (tests and chaos tools pick victims here)."""
+        return [a.proc.pid for a in self._procs if a.restart_at is None and a.proc.poll() is None]
+
+    def check(self, now: float | None = None) -> None:
+        """Restart crashed actor processes when their backoff is over.
+
+        Raises ActorFailure when an actor thread failed, or an actor process crashed more than
+        ``restart.max_restarts`` times within ``restart.window_s``.
+        """
         if self._thread_errors:
             raise ActorFailure(f"an actor thread failed: {self._thread_errors[0]}")
-        for proc, log_file in zip(self._procs, self._logs, strict=True):
-            code = proc.poll()
+        now = time.monotonic() if now is None else now
+        for actor in self._procs:
+            if actor.restart_at is not None:
+                if now >= actor.restart_at:
+                    self._respawn(actor)
+                continue
+            code = actor.proc.poll()
             if code is not None:
-                raise ActorFailure(
-                    f"actor process {proc.pid} exited with code {code}; its log {log_file} "
-                    f"ends with:\n{_tail(log_file)}"
-                )
+                self._crashed(actor, code, now)
+
+    def _crashed(self, actor: ActorProcess, code: int, now: float) -> None:
+        actor.last_code = code
+        actor.crashes.append(now)
+        while actor.crashes and now - actor.crashes[0] > self.restart.window_s:
+            actor.crashes.popleft()
+        crashes = len(actor.crashes)
+        ids = self.actor_ids(actor.index)
+        if crashes > self.restart.max_restarts:
+            raise ActorFailure(
+                f"actor process {actor.index} (actor ids {ids[0]}..{ids[-1]}, pid "
+                f"{actor.proc.pid}) exited with code {code}: {crashes} crashes within "
+                f"{self.restart.window_s:g} s, more than actor.max_restarts="
+                f"{self.restart.max_restarts} (actor.restart_window_s={self.restart.window_s:g}); "
+                f"its log {actor.log_file} ends with:\n{_tail(actor.log_file)}"
+            )
+        delay = self.restart.delay(crashes)
+        actor.restart_at = now + delay
+        log.warning(
+            "actor process %d (pid %d) exited with code %d; restarting it in %.1f s "
+            "(crash %d of at most %d within %.0f s)",
+            actor.index,
+            actor.proc.pid,
+            code,
+            delay,
+            crashes,
+            self.restart.max_restarts,
+            self.restart.window_s,
+        )
+
+    def _respawn(self, actor: ActorProcess) -> None:
+        actor.restart_at = None
+        if self._stop.is_set():
+            return
+        actor.proc = self.spawn(actor.index, actor.cmd, actor.log_file)
+        self.restarts += 1
+        log.info("restarted actor process %d as pid %d", actor.index, actor.proc.pid)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
-        for proc in self._procs:
+        procs = [actor.proc for actor in self._procs]
+        for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
         deadline = time.monotonic() + timeout_s
-        for proc in self._procs:
+        for proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

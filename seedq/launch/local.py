@@ -22,17 +22,19 @@ import numpy as np
 import torch
 import zmq
 
+from seedq.actor.loop import Patience
 from seedq.agents.base import RunContext, build_agent
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
 from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import make_env_batch, rows_per_env
-from seedq.launch.actors import ActorPool
+from seedq.launch.actors import ActorPool, RestartPolicy
 from seedq.launch.monitor import Monitor, RunSummary
 from seedq.learner.central_inference import CentralInference
-from seedq.learner.checkpoint import plain_config, save_checkpoint
+from seedq.learner.checkpoint import CheckpointWriteError, plain_config, save_checkpoint
 from seedq.learner.inference import InferenceEngine
+from seedq.learner.stats import NonFiniteTraining
 from seedq.messages import EnvSpec
 from seedq.metrics import MetricsWriter
 from seedq.security import curve_enabled
@@ -64,6 +66,36 @@ def probe_env_spec(cfg: SeedqConfig) -> EnvSpec:
         env.close()
 
 
+# A Step's bytes beyond its arrays: the msgpack header (bounded by messages.MAX_HEADER_BYTES).
+STEP_HEADER_BYTES = 64 * 1024
+
+
+def check_message_size(cfg: SeedqConfig, spec: EnvSpec) -> None:
+    """Refuse a batch whose Step cannot fit ``broker.max_message_bytes``.
+
+    Counted at its largest: every env's observation plus, when all envs truncate at once, as
+    many final observations. Too large a message would otherwise be dropped by ZeroMQ without a
+    word and the actor would wait for a reply that never comes.
+    """
+    n = cfg.actor.envs_per_batch
+    obs_bytes = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
+    largest = 2 * n * obs_bytes + n * (4 + 1 + 1) + STEP_HEADER_BYTES
+    if largest > cfg.broker.max_message_bytes:
+        raise ConfigError(
+            f"actor.envs_per_batch={n} envs x {obs_bytes} bytes per observation "
+            f"(shape {list(spec.obs_shape)}, {spec.obs_dtype}) make Step messages of up to "
+            f"{largest} bytes (observations and final observations), more than "
+            f"broker.max_message_bytes={cfg.broker.max_message_bytes}; lower "
+            f"actor.envs_per_batch to at most {largest_fitting_batch(cfg, obs_bytes)} or raise "
+            "broker.max_message_bytes"
+        )
+
+
+def largest_fitting_batch(cfg: SeedqConfig, obs_bytes: int) -> int:
+    """The most envs per batch whose largest Step fits ``broker.max_message_bytes``."""
+    return max(0, (cfg.broker.max_message_bytes - STEP_HEADER_BYTES) // (2 * obs_bytes + 6))
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -93,6 +125,8 @@ class LocalRun:
             torch.set_num_threads(hw.num_threads)
         torch.manual_seed(cfg.seed)
         self.spec = probe_env_spec(cfg)
+        check_message_size(cfg, self.spec)
+        self.checkpoint_failures = 0
         self.stop = threading.Event()
         self.weights_lock = threading.Lock()
         self.errors: list[BaseException] = []
@@ -145,6 +179,12 @@ class LocalRun:
             python=cfg.launcher.python,
             keys_dir=self.keys_dir,
             inproc_context=self.ctx if cfg.actor.transport == "inproc" else None,
+            restart=RestartPolicy(
+                cfg.actor.max_restarts, cfg.actor.restart_window_s, cfg.actor.restart_backoff_s
+            ),
+            patience=Patience(
+                cfg.actor.reply_timeout_s, cfg.actor.learner_lost_s, cfg.actor.max_rejoins
+            ),
         )
 
     def checkpoint_state(self, wall_time_s: float) -> dict:
@@ -187,12 +227,37 @@ class LocalRun:
             self.elapsed_before,
         )
 
-    def save(self, wall_time_s: float) -> str:
-        # First, so that a checkpoint never points past the files saved beside it.
-        self.agent.save_files(self.run_dir)
-        return save_checkpoint(
-            self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
-        )
+    def save(self, wall_time_s: float) -> str | None:
+        """Write a checkpoint; a failed write is logged and counted, and the run goes on with
+        the previous checkpoint intact (None)."""
+        try:
+            # First, so that a checkpoint never points past the files saved beside it.
+            self.agent.save_files(self.run_dir)
+            return save_checkpoint(
+                self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
+            )
+        except CheckpointWriteError as exc:
+            self.checkpoint_failures += 1
+            log.error("checkpoint failed (%d so far): %s", self.checkpoint_failures, exc)
+            return None
+
+    def fault_counts(self) -> dict[str, int]:
+        """What went wrong during the run and was survived (``faults.json`` in the run dir)."""
+        return {
+            "actor_restarts": self.actors.restarts,
+            "evicted_actors": self.broker.stats.evicted,
+            "bad_messages": sum(self.broker.stats.bad_messages.values()),
+            "non_finite_messages": self.broker.stats.bad_messages["non_finite"],
+            "skipped_updates": self.agent.stats.skipped_updates,
+            "checkpoint_failures": self.checkpoint_failures,
+        }
+
+    def _write_fault_counts(self) -> None:
+        try:
+            with open(os.path.join(self.run_dir, "faults.json"), "w") as f:
+                json.dump(self.fault_counts(), f, indent=2)
+        except OSError as exc:
+            log.error("could not write faults.json: %s", exc)
 
     def _bind(self) -> str:
         broker = self.cfg.broker
@@ -221,7 +286,10 @@ class LocalRun:
             try:
                 target(*args)
             except BaseException as exc:  # noqa: BLE001 - reported by the run loop
-                log.exception("%s thread failed", name)
+                if isinstance(exc, NonFiniteTraining):
+                    log.error("%s thread stopped: %s", name, exc)  # expected: no traceback
+                else:
+                    log.exception("%s thread failed", name)
                 self.errors.append(exc)
                 self.stop.set()
 
@@ -267,6 +335,7 @@ class LocalRun:
                 # Wake often so a step or time budget stops the run promptly; write a metrics
                 # row every log interval (and at the stop).
                 self.stop.wait(timeout=min(cfg.log_interval_s, 0.25))
+                self.actors.check()
                 now = time.monotonic()
                 if now < next_row and not monitor.budget_spent(now) and not self.errors:
                     continue
@@ -277,7 +346,6 @@ class LocalRun:
                     last_save = time.monotonic()
                 if self.errors:
                     raise self.errors[0]
-                self.actors.check()
                 if reason:
                     break
         except KeyboardInterrupt:
@@ -297,6 +365,7 @@ class LocalRun:
             self.socket.close(linger=0)
             if self._own_context:
                 self.ctx.term()
+            self._write_fault_counts()
         summary = monitor.summary(reason)
         with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
             json.dump(summary.__dict__, f, indent=2)

@@ -3,7 +3,9 @@ with clear errors.
 
 A checkpoint holds the networks, the optimizer, the step counters, the RNG states and the
 resolved config. Each is written to a temp file, synced and renamed into place, so a failed
-write never replaces a good checkpoint; the newest ``keep`` are kept.
+write (disk full, read-only folder) never replaces a good checkpoint and raises
+:class:`CheckpointWriteError`; the newest ``keep`` are kept. Temp files are named so that no
+reader ever takes one for a checkpoint, and leftovers of a killed writer are removed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ class CheckpointError(ValueError):
     """A checkpoint cannot be used; the message names the file and what is wrong."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written; the previous one is intact."""
+
+
+TEMP_PREFIX = ".writing-"
+
+
 def plain_config(cfg: Any) -> dict:
     if is_dataclass(cfg):
         return asdict(cfg)
@@ -47,23 +56,57 @@ def snapshot(module: torch.nn.Module | torch.optim.Optimizer) -> dict:
 def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """Write via a synced temp file and a rename: ``path`` is the old file or the whole new
     one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".writing-", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    except BaseException as exc:
+        _remove_quietly(tmp)
+        # torch's zip writer reports a full disk as a RuntimeError raised while handling the
+        # OSError; name the OSError, it says what to fix. Anything else is a bug: raised as is.
+        cause = _os_error_in(exc)
+        if cause is None:
+            raise
+        raise CheckpointWriteError(
+            f"could not write {path} ({type(cause).__name__}: {cause}); the previous checkpoint is "
+            "kept. Free disk space or point run_dir at a writable folder"
+        ) from exc
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _remove_quietly(path: str | None) -> None:
+    if path is None:
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        log.warning("could not remove the partial file %s", path)
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Delete temp files a killed writer left behind (never read, but they take disk)."""
+    for stale in folder.glob(f"{TEMP_PREFIX}*"):
+        _remove_quietly(str(stale))
 
 
 def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
     """Write ``state`` (with ``env_steps``) as a new checkpoint; keep the newest ``keep``."""
     folder = Path(run_dir) / DIR_NAME
     path = folder / f"{PREFIX}{int(state['env_steps']):012d}.pt"
+    remove_stale_temp_files(folder)
     _write_atomically(path, lambda f: torch.save({"format": FORMAT, **state}, f))
     for old in list_checkpoints(folder)[:-keep]:
         old.unlink()

@@ -1,0 +1,291 @@
+"""Inject each fault into a real CartPole run and print what it cost.
+
+    PYTHONPATH=$PWD python scripts/chaos.py --target-return 150
+
+One short run per fault (tcp actors, real processes and sockets); a table row per fault:
+injections, crashes (runs that failed; must be 0), recovered, seconds to recover, whether the
+run still reached its target (CartPole return, or the fake env's step budget), and env steps
+lost (an upper bound: messages refused or in flight at a kill, times the envs per message).
+The NaN fault runs the fake env (``env.nan_every``): CartPole has no NaN switch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+import seedq
+from seedq.bench.fuzz import fire_burst
+from seedq.cli import to_config
+from seedq.config import register_configs
+from seedq.launch.local import LocalRun
+
+CONF = str(Path(seedq.__file__).parent / "conf")
+TARGETS = ("target_return", "total_env_steps")  # the budgets that mean "reached"
+register_configs()
+
+
+@dataclass
+class Row:
+    fault: str
+    injections: int = 0
+    crashes: int = 0
+    recovered: int = 0
+    recover_s: list[float] = field(default_factory=list)
+    target_reached: bool = False
+    steps_lost: int = 0
+
+
+def make_run(run_dir: str, overrides: list[str]) -> LocalRun:
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"run_dir={run_dir}", *overrides])
+    return LocalRun(to_config(cfg), run_dir)
+
+
+def wait(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def run_ids(run: LocalRun) -> dict[int, str]:
+    return {i: slot.hello.run_id for i, slot in list(run.broker.actors.items())}
+
+
+def rejoined(run: LocalRun, before: dict[int, str], ids: list[int]):
+    """True once every actor id in ``ids`` runs under a new run id."""
+    return lambda: all(run_ids(run).get(i, before.get(i)) != before.get(i) for i in ids)
+
+
+def in_process(row: Row, run_dir: str, overrides: list[str], inject) -> dict:
+    """Run with ``inject(run, row)`` in a thread; the row gets the outcome."""
+    run = make_run(run_dir, overrides)
+    thread = threading.Thread(target=inject, args=(run, row), daemon=True)
+    try:
+        thread.start()
+        summary = run.run()
+        row.target_reached = summary.stop_reason in TARGETS
+    except Exception as exc:  # noqa: BLE001 - a crash is what this table counts
+        print(f"{row.fault}: run failed: {exc}", file=sys.stderr)
+        row.crashes += 1
+    thread.join(timeout=30)
+    return json.loads((Path(run_dir) / "faults.json").read_text())
+
+
+def kill_actors(every_s: float):
+    def inject(run: LocalRun, row: Row) -> None:
+        per_kill = run.cfg.actor.batches_per_actor * run.cfg.actor.envs_per_batch
+        while not run.stop.wait(every_s):
+            pids = run.actors.pids
+            if not pids:
+                continue
+            index = random.randrange(len(pids))
+            ids = run.actors.actor_ids(index)
+            before = run_ids(run)
+            os.kill(pids[index], signal.SIGKILL)
+            killed = time.monotonic()
+            row.injections += 1
+            row.steps_lost += per_kill
+            if wait(rejoined(run, before, ids), 60):
+                row.recovered += 1
+                row.recover_s.append(time.monotonic() - killed)
+
+    return inject
+
+
+def stop_actor(pause_s: float):
+    def inject(run: LocalRun, row: Row) -> None:
+        if not wait(lambda: run.broker.stats.env_steps > 2000, 120):
+            return
+        pid = run.actors.pids[0]
+        ids = run.actors.actor_ids(0)
+        before = run_ids(run)
+        os.kill(pid, signal.SIGSTOP)
+        row.injections += 1
+        time.sleep(pause_s)
+        os.kill(pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        if wait(rejoined(run, before, ids), 60):
+            row.recovered += 1
+            row.recover_s.append(time.monotonic() - resumed)
+
+    return inject
+
+
+def fuzz(bursts: int, size: int):
+    def inject(run: LocalRun, row: Row) -> None:
+        ids = range(run.cfg.actor.num_actors * run.cfg.actor.batches_per_actor)
+        for burst in range(bursts):
+            if run.stop.wait(3.0):
+                return
+            steps = run.broker.stats.env_steps
+            fire_burst(run.endpoint, seed=burst, count=size, actor_ids=ids)
+            row.injections += 1
+            start = time.monotonic()
+            if wait(lambda s=steps: run.broker.stats.env_steps > s + 1000, 60):
+                row.recovered += 1
+                row.recover_s.append(time.monotonic() - start)
+
+    return inject
+
+
+def nothing(run: LocalRun, row: Row) -> None:
+    return
+
+
+def learner_kill_and_resume(row: Row, run_dir: str, common: list[str]) -> None:
+    """kill -9 the learner (a seedq-train process) after its first checkpoint; resume it."""
+    cmd = [sys.executable, "-m", "seedq.cli", *common, f"hydra.run.dir={run_dir}"]
+    learner = subprocess.Popen(
+        [*cmd, "checkpoint.every_minutes=0.1"],  # the first checkpoint after 6 s
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ckpts = Path(run_dir) / "checkpoints"
+    if not wait(lambda: list(ckpts.glob("ckpt-*.pt")), 300):
+        learner.kill()
+        row.crashes += 1
+        return
+    time.sleep(2)
+    learner.kill()
+    learner.wait()
+    row.injections += 1
+    killed = time.monotonic()
+    pattern = f"actor.main.*{run_dir}"
+    gone = wait(
+        lambda: not subprocess.run(["pgrep", "-f", pattern], capture_output=True).stdout, 60
+    )
+    actors_gone_s = time.monotonic() - killed
+    saved = int(max(ckpts.glob("ckpt-*.pt")).name[5:-3])
+    with open(Path(run_dir) / "metrics.csv") as f:
+        at_kill = int(list(csv.DictReader(f))[-1]["env_steps"])
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", f"resume={run_dir}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    if result.returncode != 0 or not gone:
+        row.crashes += 1
+        return
+    row.recovered += 1
+    row.recover_s.append(actors_gone_s)  # until the dead learner's actors all exited
+    row.target_reached = summary["stop_reason"] in TARGETS
+    # Steps taken after the last checkpoint (as of the last metrics row) die with the learner.
+    row.steps_lost = max(0, at_kill - saved)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--target-return", type=float, default=150.0, help="CartPole runs stop at this return"
+    )
+    parser.add_argument("--max-minutes", type=float, default=4.0, help="cap per run")
+    parser.add_argument("--steps", type=int, default=150_000, help="env steps of the fake-env run")
+    parser.add_argument("--kill-every-s", type=float, default=5.0)
+    parser.add_argument("--fuzz-size", type=int, default=1000, help="messages per burst")
+    parser.add_argument("--out", default="", help="also write the rows as JSON here")
+    args = parser.parse_args()
+    random.seed(0)
+    common = [
+        f"stop_at_return={args.target_return}",
+        "total_env_steps=1000000000",
+        f"max_minutes={args.max_minutes}",
+        "log_interval_s=2",
+    ]
+    fast_restart = ["actor.restart_backoff_s=0.5", "actor.max_restarts=100"]
+    rows: list[Row] = []
+    base = tempfile.mkdtemp(prefix="seedq-chaos-")
+
+    def scenario(name: str, overrides: list[str], inject, count) -> None:
+        row = Row(name)
+        run_dir = os.path.join(base, re.sub(r"[^a-z0-9]+", "_", name.lower()))
+        # A scenario's own value for a key replaces the common one (Hydra refuses duplicates).
+        merged = {o.split("=", 1)[0]: o for o in [*common, *overrides]}
+        faults = in_process(row, run_dir, list(merged.values()), inject)
+        count(row, faults)
+        rows.append(row)
+
+    scenario(
+        "actor kill -9",
+        fast_restart,
+        kill_actors(args.kill_every_s),
+        lambda row, f: None,
+    )
+    scenario("actor SIGSTOP", ["broker.silent_timeout_s=2"], stop_actor(4.0), lambda r, f: None)
+
+    def count_fuzz(row: Row, faults: dict) -> None:
+        row.steps_lost = 0  # fuzz costs only the fuzzer's own messages and rejoins
+        print(f"fuzz: {faults['bad_messages']} messages refused", file=sys.stderr)
+
+    scenario("fuzz burst", [], fuzz(3, args.fuzz_size), count_fuzz)
+
+    def count_nan(row: Row, faults: dict) -> None:
+        row.injections = row.recovered = faults["non_finite_messages"]
+        row.steps_lost = faults["non_finite_messages"] * 64  # cartpole's actor.envs_per_batch
+
+    fake = ["env.kind=fake", "env.nan_every=50", f"total_env_steps={args.steps}"]
+    scenario("NaN env (fake)", fake, nothing, count_nan)
+    disk = os.path.join(base, "full_disk")
+    os.makedirs(os.path.join(disk, "checkpoints"))
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", os.path.join(disk, "checkpoints")],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+    if mounted:
+
+        def count_disk(row: Row, faults: dict) -> None:
+            row.injections = faults["checkpoint_failures"]
+            row.recovered = row.injections if row.target_reached else 0
+
+        row = Row("full disk at checkpoint")
+        faults = in_process(row, disk, [*common, "checkpoint.every_minutes=0.05"], nothing)
+        count_disk(row, faults)
+        rows.append(row)
+        subprocess.run(["umount", os.path.join(disk, "checkpoints")], check=False)
+    row = Row("learner kill -9 + resume")
+    learner_kill_and_resume(row, os.path.join(base, "learner"), common)
+    rows.append(row)
+
+    print(
+        "| fault | injections | crashes | recovered | s to recover (mean/max) | target reached "
+        "| env steps lost (bound) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        rec = (
+            f"{sum(r.recover_s) / len(r.recover_s):.1f} / {max(r.recover_s):.1f}"
+            if r.recover_s
+            else "-"
+        )
+        print(
+            f"| {r.fault} | {r.injections} | {r.crashes} | {r.recovered} | {rec} | "
+            f"{'yes' if r.target_reached else 'NO'} | {r.steps_lost} |"
+        )
+    if args.out:
+        Path(args.out).write_text(json.dumps([r.__dict__ for r in rows], indent=2))
+
+
+if __name__ == "__main__":
+    main()

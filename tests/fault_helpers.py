@@ -1,0 +1,73 @@
+"""Helpers of the fault tests: runs built from the shipped config, polling, processes by parent."""
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+import seedq
+from seedq.cli import to_config
+from seedq.config import register_configs
+from seedq.launch.local import LocalRun
+
+CONF_DIR = str(Path(seedq.__file__).parent / "conf")
+# A fake-env run that needs no download and steps fast; tests add their own budget.
+FAKE = ["env.kind=fake", "actor.envs_per_batch=8", "log_interval_s=0.5"]
+
+register_configs()
+
+
+def make_run(tmp_path, *overrides: str) -> LocalRun:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"run_dir={tmp_path}", *overrides])
+    return LocalRun(to_config(cfg), str(tmp_path))
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def in_background(body) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``body`` in a thread; its exception lands in the returned list."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

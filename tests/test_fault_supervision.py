@@ -1,0 +1,71 @@
+"""ActorPool supervision through the ``spawn`` hook other launchers use: any spawned process is
+restarted with backoff, and too many crashes in the window end the run quoting its log."""
+
+import subprocess
+import sys
+
+import pytest
+from fault_helpers import wait_for
+
+from seedq.bench.fuzz import fuzz_messages
+from seedq.envs import EnvConfig
+from seedq.launch.actors import ActorFailure, ActorPool, RestartPolicy
+
+
+def crashing_spawn(started: list[list[str]]):
+    """A launcher hook whose 'actor' writes a line to its log and exits with status 7."""
+
+    def spawn(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
+        started.append(cmd)
+        code = f"open({log_file!r}, 'a').write('start {len(started)}\\n'); raise SystemExit(7)"
+        return subprocess.Popen([sys.executable, "-c", code])
+
+    return spawn
+
+
+def pool(tmp_path, spawn, policy: RestartPolicy) -> ActorPool:
+    return ActorPool(
+        endpoint="tcp://127.0.0.1:9",
+        env=EnvConfig(kind="fake"),
+        num_actors=1,
+        batches_per_actor=2,
+        envs_per_batch=4,
+        seed=0,
+        run_dir=str(tmp_path),
+        spawn=spawn,
+        restart=policy,
+    )
+
+
+def test_a_crashed_process_from_any_spawn_hook_is_restarted_with_backoff(tmp_path):
+    started: list[list[str]] = []
+    actors = pool(tmp_path, crashing_spawn(started), RestartPolicy(5, 60.0, backoff_s=0.05))
+    actors.start()
+
+    def two_restarts() -> bool:
+        actors.check()
+        return actors.restarts >= 2
+
+    wait_for(two_restarts, 60, "two restarts")
+    actors.stop()
+    assert (started[0] == started[1] == started[2], "--parent-pid" in started[0]) == (True, False)
+
+
+def test_crashing_more_than_max_restarts_in_the_window_fails_with_the_log(tmp_path):
+    actors = pool(tmp_path, crashing_spawn([]), RestartPolicy(1, 60.0, backoff_s=0.05))
+    actors.start()
+    with pytest.raises(ActorFailure) as failure:
+        wait_for(lambda: actors.check() and False, 60, "the failure")
+    actors.stop()
+    message = str(failure.value)
+    assert "exited with code 7: 2 crashes within 60 s, more than actor.max_restarts=1" in message
+    assert message.endswith("start 1\nstart 2\n")
+
+
+def test_backoff_doubles_up_to_its_cap():
+    policy = RestartPolicy(backoff_s=1.0, max_backoff_s=5.0)
+    assert [policy.delay(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
+
+
+def test_fuzz_bursts_are_reproducible_from_their_seed():
+    assert list(fuzz_messages(3, 50)) == list(fuzz_messages(3, 50))
