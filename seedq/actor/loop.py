@@ -19,6 +19,7 @@ import zmq
 import zmq.asyncio
 
 from seedq.envs import EnvBatch
+from seedq.envs.base import env_spec_of
 from seedq.messages import (
     ACTIONS,
     ERROR,
@@ -82,7 +83,7 @@ async def run_env_batch(
     """Step ``env`` in lockstep with the learner until ``stop`` is set."""
     stats = stats or ActorStats()
     run_id = uuid.uuid4().hex
-    spec = EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
+    spec = env_spec_of(env)
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     for option, value in (curve_client or {}).items():
@@ -108,7 +109,9 @@ async def run_env_batch(
         while not stop.is_set():
             sent = time.perf_counter() if latencies is not None else 0.0
             await sock.send_multipart(encode(step), copy=False)
-            actions = await _receive_actions(sock, actor_id, step.seq, n, reply_timeout_s, stop)
+            actions = await _receive_actions(
+                sock, actor_id, step.seq, spec, n, reply_timeout_s, stop
+            )
             if actions is None:
                 break
             if latencies is not None:
@@ -138,6 +141,7 @@ async def _receive_actions(
     sock: zmq.asyncio.Socket,
     actor_id: int,
     seq: int,
+    spec: EnvSpec,
     n_envs: int,
     timeout_s: float,
     stop: asyncio.Event,
@@ -165,10 +169,10 @@ async def _receive_actions(
         )
     if header["kind"] != ACTIONS:
         raise ActorError(f"actor {actor_id}: unexpected {header['kind']!r} reply")
-    reply = decode_actions(header, frames[1:], n_envs)
+    reply = decode_actions(header, frames[1:], n_envs, spec)
     if reply.seq != seq:
         raise ActorError(f"actor {actor_id}: reply for seq {reply.seq}, expected {seq}")
-    # The frame buffer belongs to ZMQ; the env may keep the array, so copy (N ints).
+    # The frame buffer belongs to ZMQ; the env may keep the array, so copy (N actions).
     return reply.actions.copy()
 
 

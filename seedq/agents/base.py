@@ -30,8 +30,8 @@ from seedq.messages import EnvSpec
 
 
 class Selection(NamedTuple):
-    actions: torch.Tensor  # long [N]
-    behaviour: torch.Tensor  # float [N, A]: policy logits or Q-values, stored with the step
+    actions: torch.Tensor  # long [N], or float [N, D] for continuous actions
+    behaviour: torch.Tensor  # float [N, P]: policy parameters or Q-values, stored with the step
     values: torch.Tensor  # float [N], the state value in reward units (truncation bootstrap)
 
 
