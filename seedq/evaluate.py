@@ -114,6 +114,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     # Rendering classic-control envs goes through pygame; no display is needed.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = gym.make(env_cfg.id, **kwargs)
+    if isinstance(env.action_space, gym.spaces.Box):
+        env = gym.wrappers.ClipAction(env)  # as training's env backend clips
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
