@@ -204,3 +204,12 @@ def test_continuous_fake_env_through_the_real_wire(tmp_path):
         np.testing.assert_allclose(
             b.obs[1:, :, 3][steps], np.clip(b.action[:-1, :, 0], -1, 1)[steps], rtol=1e-6
         )
+
+
+@pytest.mark.parametrize("name", ["vtrace", "r2d2"])
+def test_discrete_only_agents_refuse_a_continuous_spec(name):
+    from seedq.agents.registry import agent_class, config_class
+
+    spec = EnvSpec((3,), "float32", 1, "continuous", (-2.0,), (2.0,))
+    with pytest.raises(ValueError, match="use algorithm=ppo"):
+        agent_class(name).build_model(spec, config_class(name)(), channels_last=False)

@@ -136,6 +136,15 @@ class Agent(Protocol):
     def restore_files(self, checkpoint_dir: str) -> None: ...
 
 
+def require_discrete(spec: EnvSpec, algorithm: str) -> None:
+    """Refuse a continuous action space for an algorithm whose head is discrete."""
+    if spec.continuous:
+        raise ValueError(
+            f"algorithm={algorithm} supports discrete actions only; this env has {spec.num_actions}"
+            "-dimensional continuous actions: use algorithm=ppo"
+        )
+
+
 def build_agent(ctx: RunContext) -> Agent:
     """The configured algorithm's agent for a run."""
     from seedq.agents.registry import agent_class
