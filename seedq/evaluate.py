@@ -74,13 +74,15 @@ class Policy:
         self._new_episode = True
 
     @torch.no_grad()
-    def __call__(self, obs: np.ndarray) -> int:
+    def __call__(self, obs: np.ndarray) -> int | np.ndarray:
+        """The action for ``obs``: an int, or a float32 vector for continuous actions."""
         obs_t = torch.as_tensor(np.asarray(obs))[None, None]
         done = torch.tensor([[self._new_episode]])
         out, self._state = self.model(obs_t, done, self._state)
         self._new_episode = False
         epsilon = None if self.epsilon is None else torch.tensor([float(self.epsilon)])
-        return int(self.select(out, epsilon, self.generator).actions[0])
+        action = self.select(out, epsilon, self.generator).actions[0]
+        return action.numpy() if action.is_floating_point() else int(action)
 
 
 def load_policy(
@@ -93,7 +95,7 @@ def load_policy(
     alg = config["algorithm"]
     model_cfg = SimpleNamespace(**alg["model"])
     model = agent_class(alg["name"]).build_model(
-        EnvSpec(tuple(spec["obs_shape"]), spec["obs_dtype"], spec["num_actions"]),
+        EnvSpec.from_dict(spec),
         SimpleNamespace(**{**alg, "model": model_cfg}),
         channels_last=config["hardware"]["channels_last"],
     )
@@ -113,6 +115,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     # Rendering classic-control envs goes through pygame; no display is needed.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = gym.make(env_cfg.id, **kwargs)
+    if isinstance(env.action_space, gym.spaces.Box):
+        env = gym.wrappers.ClipAction(env)  # as training's env backend clips
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)

@@ -36,7 +36,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 1
+# 2: Hello carries the action space; Actions are int32 [N] or float32 [N, D] to match it.
+PROTOCOL_VERSION = 2
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_ENVS = 65_536
@@ -92,11 +93,61 @@ class ProtocolError(ValueError):
         self.detail = message
 
 
+DISCRETE, CONTINUOUS = "discrete", "continuous"
+ACTION_KINDS = (DISCRETE, CONTINUOUS)
+
+
 @dataclass(frozen=True)
 class EnvSpec:
+    """What the learner's model and an actor's envs must agree on.
+
+    ``num_actions``: the number of actions (``discrete``) or the length ``D`` of the action
+    vector (``continuous``, a gymnasium ``Box``); the policy head's width either way.
+    ``action_low`` / ``action_high``: ``D`` bounds of a continuous action (may be infinite);
+    empty for discrete actions. Actions travel as int32 ``[N]`` or float32 ``[N, D]``.
+    """
+
     obs_shape: tuple[int, ...]
     obs_dtype: str
     num_actions: int
+    action_kind: str = DISCRETE
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+
+    @property
+    def continuous(self) -> bool:
+        return self.action_kind == CONTINUOUS
+
+    @property
+    def action_dtype(self) -> str:
+        return "float32" if self.continuous else "int32"
+
+    def action_shape(self, n_envs: int) -> tuple[int, ...]:
+        """Shape of the actions of ``n_envs`` envs on the wire."""
+        return (n_envs, self.num_actions) if self.continuous else (n_envs,)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (checkpoints, msgpack)."""
+        return {
+            "obs_shape": list(self.obs_shape),
+            "obs_dtype": self.obs_dtype,
+            "num_actions": self.num_actions,
+            "action_kind": self.action_kind,
+            "action_low": list(self.action_low),
+            "action_high": list(self.action_high),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EnvSpec:
+        """The inverse of :meth:`to_dict`; checkpoints from before action kinds are discrete."""
+        return cls(
+            tuple(d["obs_shape"]),
+            d["obs_dtype"],
+            int(d["num_actions"]),
+            d.get("action_kind", DISCRETE),
+            tuple(float(x) for x in d.get("action_low", ())),
+            tuple(float(x) for x in d.get("action_high", ())),
+        )
 
 
 @dataclass
@@ -136,7 +187,7 @@ class Step:
 class Actions:
     actor_id: int
     seq: int
-    actions: np.ndarray  # int32 [N]
+    actions: np.ndarray  # int32 [N] (discrete) or float32 [N, D] (continuous)
 
 
 @dataclass
@@ -186,7 +237,9 @@ def encode(msg: Message) -> list[Frame]:
         )
         return [head, *arrays]
     if isinstance(msg, Actions):
-        actions = np.ascontiguousarray(msg.actions, dtype=np.int32)
+        actions = np.ascontiguousarray(
+            msg.actions, dtype=np.float32 if msg.actions.dtype.kind == "f" else np.int32
+        )
         head = _header(
             ACTIONS,
             actor_id=msg.actor_id,
@@ -206,6 +259,9 @@ def encode(msg: Message) -> list[Frame]:
             obs_shape=list(spec.obs_shape),
             obs_dtype=spec.obs_dtype,
             num_actions=spec.num_actions,
+            action_kind=spec.action_kind,
+            action_low=[float(x) for x in spec.action_low],
+            action_high=[float(x) for x in spec.action_high],
         )
         return [head]
     if isinstance(msg, Bye):
@@ -331,6 +387,11 @@ def decode_hello(header: dict) -> Hello:
         raise ProtocolError("too_large", f"obs_shape {shape} exceeds {MAX_OBS_ELEMENTS} elements")
     dtype = _field(header, "obs_dtype", str)
     _check_dtype(dtype)
+    num_actions = _bounded_int(header, "num_actions", 1, MAX_ACTIONS)
+    kind = _field(header, "action_kind", str)
+    if kind not in ACTION_KINDS:
+        raise ProtocolError("bad_field", f"action_kind {kind!r} not in {list(ACTION_KINDS)}")
+    low, high = _action_bounds(header, kind, num_actions)
     return Hello(
         actor_id=_bounded_int(header, "actor_id", 0, 2**31 - 1),
         run_id=_run_id(header),
@@ -338,10 +399,32 @@ def decode_hello(header: dict) -> Hello:
         spec=EnvSpec(
             obs_shape=tuple(shape),
             obs_dtype=dtype,
-            num_actions=_bounded_int(header, "num_actions", 1, MAX_ACTIONS),
+            num_actions=num_actions,
+            action_kind=kind,
+            action_low=low,
+            action_high=high,
         ),
         first_env=_bounded_int(header, "first_env", 0, 2**31 - 1),
     )
+
+
+def _action_bounds(
+    header: dict, kind: str, num_actions: int
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``action_low``/``action_high``: D numbers each (infinite allowed, NaN not), low <= high;
+    empty for discrete actions."""
+    want = num_actions if kind == CONTINUOUS else 0
+    bounds = []
+    for name in ("action_low", "action_high"):
+        values = _field(header, name, list)
+        if len(values) != want or not all(_is_real(x) and not math.isnan(x) for x in values):
+            raise ProtocolError(
+                "bad_field", f"{name} must hold {want} numbers for {kind} actions, got {values!r}"
+            )
+        bounds.append(tuple(float(x) for x in values))
+    if any(lo > hi for lo, hi in zip(*bounds, strict=True)):
+        raise ProtocolError("bad_field", "action_low exceeds action_high")
+    return bounds[0], bounds[1]
 
 
 def _declared_rows(shapes: list, *, index: int, limit: int) -> int:
@@ -406,11 +489,16 @@ def decode_step(header: dict, frames: Sequence[Frame], hello: Hello) -> Step:
     )
 
 
-def decode_actions(header: dict, frames: Sequence[Frame], n_envs: int) -> Actions:
+def decode_actions(
+    header: dict, frames: Sequence[Frame], n_envs: int, spec: EnvSpec | None = None
+) -> Actions:
+    """Decode the reply to an actor of ``n_envs`` envs whose Hello sent ``spec`` (None:
+    discrete); continuous actions must be finite float32 ``[N, D]``."""
     n = _bounded_int(header, "n_envs", 1, MAX_ENVS)
     if n != n_envs:
         raise ProtocolError("bad_shape", f"actions for {n} envs, actor has {n_envs}")
-    (actions,) = _arrays(header, frames, [("int32", (n,))])
+    expected = ("int32", (n,)) if spec is None else (spec.action_dtype, spec.action_shape(n))
+    (actions,) = _arrays(header, frames, [expected])
     return Actions(
         actor_id=_bounded_int(header, "actor_id", 0, 2**31 - 1),
         seq=_bounded_int(header, "seq", 0, 2**63 - 1),

@@ -14,7 +14,7 @@ from seedq.config import ConfigError, SeedqConfig, register_configs
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 GROUPS = {
-    "algorithm": ["vtrace", "r2d2"],
+    "algorithm": ["vtrace", "r2d2", "ppo"],
     "env": ["cartpole", "atari", "gym", "football"],
     "hardware": ["cpu", "gpu"],
     "launcher": ["local"],

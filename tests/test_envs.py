@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from seedq.envs import EnvBatch, EnvConfig, EnvError, StepBatch, make_env_batch
+from seedq.envs.base import env_spec_of
 from seedq.envs.fake import FakeEnvBatch
 from seedq.envs.gym import CartPoleNativeBatch, GymVectorBatch, obs_transform
 
@@ -253,9 +254,31 @@ def test_image_observations_become_channels_first() -> None:
         obs_transform("x", spaces.Tuple([spaces.Discrete(2)]))
 
 
-def test_gym_continuous_actions_rejected() -> None:
-    with pytest.raises(EnvError, match="seedq supports discrete action spaces; Pendulum-v1 has"):
-        make_env_batch(EnvConfig(kind="gym", id="Pendulum-v1"), 2, seed=0)
+def test_gym_box_actions_are_continuous_and_clipped_to_bounds() -> None:
+    env = make_env_batch(EnvConfig(kind="gym", id="Pendulum-v1"), 2, seed=0)
+    try:
+        spec = env_spec_of(env)
+        assert (spec.action_kind, spec.num_actions) == ("continuous", 1)
+        assert (spec.action_low, spec.action_high) == ((-2.0,), (2.0,))
+        env.reset()
+        _check_batch(env.step(np.array([[5.0], [-0.5]], np.float32)), env)
+        # Out-of-bounds torque is clipped, not refused: 5 acts as the bound 2.
+        assert env._env.envs[0].unwrapped.last_u == pytest.approx(2.0)
+        with pytest.raises(EnvError, match=r"float array of shape \(2, 1\)"):
+            env.step(np.array([0, 1]))
+        with pytest.raises(EnvError, match="NaN"):
+            env.step(np.array([[np.nan], [0.0]], np.float32))
+    finally:
+        env.close()
+
+
+def test_fake_continuous_actions_show_in_the_next_obs() -> None:
+    cfg = EnvConfig(kind="fake", obs_shape=[4], num_actions=2, continuous_actions=True)
+    env = make_env_batch(cfg, 3, seed=0)
+    assert env_spec_of(env).action_low == (-1.0, -1.0)
+    env.reset()
+    out = env.step(np.array([[0.25, 0.0], [-3.0, 0.0], [1.0, 1.0]], np.float32))
+    assert out.obs[:, 3].tolist() == [0.25, -1.0, 1.0]
 
 
 def test_gym_unknown_id() -> None:

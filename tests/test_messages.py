@@ -201,3 +201,29 @@ def test_hello_with_unknown_dtype_is_rejected():
 
 def test_boolean_is_not_accepted_as_an_integer_field():
     assert _code(_with_header(_frames(make_step()), seq=True)) == "bad_field"
+
+
+def test_continuous_hello_and_actions_round_trip_and_a_spec_mismatch_is_refused():
+    from seedq.messages import (
+        Actions,
+        EnvSpec,
+        Hello,
+        ProtocolError,
+        decode_actions,
+        decode_header,
+        decode_hello,
+        encode,
+    )
+
+    spec = EnvSpec((3,), "float32", 2, "continuous", (-1.0, -2.0), (1.0, 2.0))
+    hello = decode_hello(decode_header(encode(Hello(1, "r", 4, spec))[0]))
+    assert hello.spec == spec
+    actions = np.arange(8, dtype=np.float32).reshape(4, 2)
+    frames = encode(Actions(1, 0, actions))
+    assert (decode_actions(decode_header(frames[0]), frames[1:], 4, spec).actions == actions).all()
+    # Integer actions for a continuous actor (or the reverse) are refused.
+    ints = encode(Actions(1, 0, np.zeros(4, np.int32)))
+    with pytest.raises(ProtocolError, match="bad_dtype"):
+        decode_actions(decode_header(ints[0]), ints[1:], 4, spec)
+    discrete = EnvSpec((3,), "float32", 2)
+    assert hello.spec != discrete  # the broker's spec_mismatch check compares specs whole

@@ -20,6 +20,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from seedq.envs import EnvBatch
+from seedq.envs.base import env_spec_of
 from seedq.messages import (
     ACTIONS,
     ERROR,
@@ -181,7 +182,7 @@ async def _join_and_step(
     stats: ActorStats,
 ) -> None:
     run_id = uuid.uuid4().hex
-    spec = EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
+    spec = env_spec_of(env)
     sock = link.sock
     hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset)
     await sock.send_multipart(encode(hello))
@@ -202,7 +203,7 @@ async def _join_and_step(
     while not stop.is_set():
         sent = time.perf_counter() if latencies is not None else 0.0
         await sock.send_multipart(encode(step), copy=False)
-        actions = await _receive_actions(link, actor_id, step.seq, n, patience, stop)
+        actions = await _receive_actions(link, actor_id, step.seq, spec, n, patience, stop)
         if actions is None:
             break
         link.answered = True
@@ -231,6 +232,7 @@ async def _receive_actions(
     link: _Link,
     actor_id: int,
     seq: int,
+    spec: EnvSpec,
     n_envs: int,
     patience: Patience,
     stop: asyncio.Event,
@@ -264,10 +266,10 @@ async def _receive_actions(
         raise Refused(error.code, error.message)
     if header["kind"] != ACTIONS:
         raise ActorError(f"actor {actor_id}: unexpected {header['kind']!r} reply")
-    reply = decode_actions(header, frames[1:], n_envs)
+    reply = decode_actions(header, frames[1:], n_envs, spec)
     if reply.seq != seq:
         raise ActorError(f"actor {actor_id}: reply for seq {reply.seq}, expected {seq}")
-    # The frame buffer belongs to ZMQ; the env may keep the array, so copy (N ints).
+    # The frame buffer belongs to ZMQ; the env may keep the array, so copy (N actions).
     return reply.actions.copy()
 
 

@@ -30,8 +30,8 @@ from seedq.messages import EnvSpec
 
 
 class Selection(NamedTuple):
-    actions: torch.Tensor  # long [N]
-    behaviour: torch.Tensor  # float [N, A]: policy logits or Q-values, stored with the step
+    actions: torch.Tensor  # long [N], or float [N, D] for continuous actions
+    behaviour: torch.Tensor  # float [N, P]: policy parameters or Q-values, stored with the step
     values: torch.Tensor  # float [N], the state value in reward units (truncation bootstrap)
 
 
@@ -134,6 +134,15 @@ class Agent(Protocol):
         ...
 
     def restore_files(self, checkpoint_dir: str) -> None: ...
+
+
+def require_discrete(spec: EnvSpec, algorithm: str) -> None:
+    """Refuse a continuous action space for an algorithm whose head is discrete."""
+    if spec.continuous:
+        raise ValueError(
+            f"algorithm={algorithm} supports discrete actions only; this env has {spec.num_actions}"
+            "-dimensional continuous actions: use algorithm=ppo"
+        )
 
 
 def build_agent(ctx: RunContext) -> Agent:

@@ -12,6 +12,8 @@ from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, 
 # checks the two agree).
 TORSOS = ("auto", "mlp", "nature", "impala", "minatar")
 REWARD_CLIPS = ("none", "abs_one", "tanh")
+# How a Gaussian policy head gets its log-std (seedq.learner.policy_head).
+LOG_STD_KINDS = ("state_independent", "learned")
 
 
 @dataclass
@@ -27,6 +29,11 @@ class ModelConfig:
     )
     use_lstm: bool = setting(False, "add an LSTM core between torso and heads")
     lstm_size: int = setting(256, "LSTM hidden and cell size")
+    obs_norm: bool = setting(
+        False,
+        "normalise vector observations by running mean/std kept in the model (updated by the "
+        "learner between updates, saved in checkpoints, applied by seedq-eval); frames: ignored",
+    )
 
 
 @dataclass

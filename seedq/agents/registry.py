@@ -25,6 +25,7 @@ AGENTS: dict[str, AgentEntry] = {
             "vtrace", "seedq.agents.vtrace.config:VTraceConfig", "seedq.agents.vtrace:VTraceAgent"
         ),
         AgentEntry("r2d2", "seedq.agents.r2d2.config:R2D2Config", "seedq.agents.r2d2:R2D2Agent"),
+        AgentEntry("ppo", "seedq.agents.ppo.config:PPOConfig", "seedq.agents.ppo:PPOAgent"),
     ]
 }
 

@@ -32,11 +32,7 @@ def checkpoint_state(run: Any, wall_time_s: float) -> dict:
         **agent_state,
         "rng": rng,
         "config": plain_config(run.cfg),
-        "spec": {
-            "obs_shape": list(run.spec.obs_shape),
-            "obs_dtype": run.spec.obs_dtype,
-            "num_actions": run.spec.num_actions,
-        },
+        "spec": run.spec.to_dict(),
         "env_steps": run.stats.env_steps,
         "episodes": run.stats.episodes,
         "updates": run.agent.stats.updates,

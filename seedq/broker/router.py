@@ -96,7 +96,7 @@ class BatchConsumer(Protocol):
     """The learner side of the broker (central inference)."""
 
     def act(self, batch: Batch) -> np.ndarray:
-        """Actions int32 [sum of n_envs] for the requests, in request order."""
+        """Actions int32 [sum of n_envs] (or float32 [sum, D]) for the requests, in order."""
 
     def record(self, batch: Batch) -> None:
         """Called after the replies went out: store the steps as trajectory data."""

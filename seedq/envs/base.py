@@ -17,6 +17,8 @@ from typing import Protocol, Self, runtime_checkable
 
 import numpy as np
 
+from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
+
 
 class EnvError(RuntimeError):
     """An environment cannot be built or stepped; the message says what to change."""
@@ -53,13 +55,14 @@ class EnvBatch(Protocol):
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
     num_actions: int
+    action_kind: str  # "discrete" or "continuous" (then num_actions is the vector length D)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every env; returns ``[N, *obs_shape]``."""
         ...
 
     def step(self, actions: np.ndarray) -> StepBatch:
-        """Step every env with integer ``actions`` ``[N]``."""
+        """Step every env with integer ``actions`` ``[N]`` or continuous ones ``[N, D]``."""
         ...
 
     def close(self) -> None:
@@ -87,6 +90,9 @@ class BatchBase:
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.obs_dtype = np.dtype(obs_dtype)
         self.num_actions = int(num_actions)
+        self.action_kind = DISCRETE
+        self.action_low = np.zeros(0, np.float32)
+        self.action_high = np.zeros(0, np.float32)
         self.env_offset = env_offset
         self._seed = seed
         self._seeded = False
@@ -108,12 +114,38 @@ class BatchBase:
         self._seeded = True
         return int(seed) + self.env_offset
 
+    def _set_continuous(self, low: np.ndarray, high: np.ndarray) -> None:
+        """Declare a continuous action space: vectors of ``len(low)`` values in ``[low, high]``."""
+        self.action_kind = CONTINUOUS
+        self.action_low = np.asarray(low, np.float32).reshape(-1)
+        self.action_high = np.asarray(high, np.float32).reshape(-1)
+        self.num_actions = int(self.action_low.shape[0])
+
+    def _check_continuous(self, actions: np.ndarray) -> np.ndarray:
+        """Validate float ``actions`` ``[N, D]`` and clip them to the env's bounds.
+
+        Policies that are not squashed (a plain Gaussian) sample outside the bounds; clipping
+        here, on the env side, keeps the unclipped sample the learner stored and computes
+        log-probabilities of (cleanrl's ClipAction wrapper does the same).
+        """
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs, self.num_actions) or actions.dtype.kind != "f":
+            raise EnvError(
+                f"actions must be a float array of shape ({self.num_envs}, {self.num_actions}); "
+                f"got {actions.dtype} {actions.shape}"
+            )
+        if not np.isfinite(actions).all():
+            raise EnvError("actions hold NaN or inf")
+        return np.clip(actions, self.action_low, self.action_high).astype(np.float32)
+
     def _check_actions(self, actions: np.ndarray) -> np.ndarray:
         """Validate ``actions`` ``[N]`` and return them as int64.
 
         Checked on every step because an out-of-range action is not caught by every backend:
-        ale_py's C++ vector env deadlocks on one.
+        ale_py's C++ vector env deadlocks on one. Continuous envs get ``_check_continuous``.
         """
+        if self.action_kind == CONTINUOUS:
+            return self._check_continuous(actions)
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
             raise EnvError(
@@ -135,6 +167,21 @@ class BatchBase:
 
     def close(self) -> None:
         """Subclasses release their env here."""
+
+
+def env_spec_of(env: EnvBatch) -> EnvSpec:
+    """The spec an env batch's actor announces and the learner's model is built for."""
+    kind = getattr(env, "action_kind", DISCRETE)
+    bounds: tuple[tuple[float, ...], ...] = ((), ())
+    if kind == CONTINUOUS:
+        bounds = tuple(tuple(float(x) for x in b) for b in (env.action_low, env.action_high))
+    return EnvSpec(
+        tuple(int(d) for d in env.obs_shape),
+        np.dtype(env.obs_dtype).name,
+        int(env.num_actions),
+        kind,
+        *bounds,
+    )
 
 
 def split_done(terminated: np.ndarray, truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

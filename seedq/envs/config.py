@@ -110,7 +110,12 @@ class EnvConfig:
         factory=lambda: [4],
     )
     obs_dtype: str = setting("float32", "fake: observation numpy dtype, e.g. float32 or uint8.")
-    num_actions: int = setting(2, "fake: size of the discrete action space (> 0).")
+    num_actions: int = setting(
+        2, "fake: size of the discrete action space, or length of the continuous one (> 0)."
+    )
+    continuous_actions: bool = setting(
+        False, "fake: actions are float vectors of num_actions values in [-1, 1]."
+    )
     episode_length: int = setting(
         10, "fake: steps per episode of env 0; env g runs episode_length + g % 3 (> 0)."
     )

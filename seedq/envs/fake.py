@@ -28,6 +28,9 @@ class FakeEnvBatch(BatchBase):
     truncated if ``truncate_episodes``, else as terminated; ``final_obs`` of a truncated env has
     ``t == episode_length + (g % 3)``.
 
+    With ``continuous_actions`` the actions are float vectors of ``num_actions`` values in
+    ``[-1, 1]`` and ``a`` is the first value of the (clipped) action vector.
+
     Integer dtypes wrap the encoded values (e.g. env ids beyond 255 in uint8); float32 is exact
     up to 2**24.
     """
@@ -42,6 +45,7 @@ class FakeEnvBatch(BatchBase):
         truncate_episodes: bool = False,
         env_offset: int = 0,
         nan_every: int = 0,
+        continuous_actions: bool = False,
     ) -> None:
         obs_shape = tuple(int(d) for d in obs_shape)
         try:
@@ -60,6 +64,8 @@ class FakeEnvBatch(BatchBase):
                 "both be >= 1"
             )
         super().__init__(num_envs, obs_shape, dtype, num_actions, None, env_offset)
+        if continuous_actions:
+            self._set_continuous(-np.ones(num_actions), np.ones(num_actions))
         self._flat = flat
         self._truncate = bool(truncate_episodes)
         self.env_ids = np.arange(env_offset, env_offset + num_envs, dtype=np.int64)
@@ -96,7 +102,9 @@ class FakeEnvBatch(BatchBase):
         return self._encode(self.env_ids, self._t, self._episode, -1)
 
     def step(self, actions: np.ndarray) -> StepBatch:
-        self._check_actions(actions)
+        actions = self._check_actions(actions)
+        if actions.ndim == 2:
+            actions = actions[:, 0]  # the first value stands for the vector in the obs
         self._t += 1
         reward = self._t.astype(np.float32)
         done = self._t >= self.episode_lengths
@@ -138,4 +146,5 @@ def make_fake(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> Fake
         cfg.truncate_episodes,
         env_offset,
         cfg.nan_every,
+        cfg.continuous_actions,
     )

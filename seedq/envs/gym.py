@@ -4,9 +4,10 @@
   autoreset, so :class:`CartPoleNativeBatch` performs the reset of finished envs itself, right
   after the step, exactly as the env would have done one step later. Ids without an adaptable
   native vector env fall back to a ``SyncVectorEnv``.
-* ``gym``: any gymnasium id with a ``Discrete`` action space, in a ``SyncVectorEnv`` or
-  ``AsyncVectorEnv`` with ``AutoresetMode.SAME_STEP`` (``info["final_obs"]`` is an object
-  array of per-env observations, ``info["_final_obs"]`` its mask).
+* ``gym``: any gymnasium id with a ``Discrete`` or 1-D ``Box`` action space, in a
+  ``SyncVectorEnv`` or ``AsyncVectorEnv`` with ``AutoresetMode.SAME_STEP``
+  (``info["final_obs"]`` is an object array of per-env observations, ``info["_final_obs"]``
+  its mask). Box actions are clipped to the space's bounds (``BatchBase._check_continuous``).
 
 gymnasium is imported when an env is built, not with this module.
 """
@@ -153,25 +154,35 @@ class GymVectorBatch(BatchBase):
             ) from exc
         self._env = env
         action_space = env.single_action_space
-        if not isinstance(action_space, spaces.Discrete):
+        continuous = isinstance(action_space, spaces.Box) and len(action_space.shape) == 1
+        if not (continuous or isinstance(action_space, spaces.Discrete)):
             env.close()
-            raise EnvError(f"seedq supports discrete action spaces; {env_id} has {action_space}")
+            raise EnvError(
+                f"seedq supports Discrete and 1-D Box action spaces; {env_id} has {action_space}"
+            )
         try:
             transform, obs_shape, obs_dtype = obs_transform(env_id, env.single_observation_space)
         except EnvError:
             env.close()
             raise
-        super().__init__(num_envs, obs_shape, obs_dtype, int(action_space.n), seed, env_offset)
+        width = int(action_space.shape[0]) if continuous else int(action_space.n)
+        super().__init__(num_envs, obs_shape, obs_dtype, width, seed, env_offset)
         self._transform = transform
-        self._action_start = int(action_space.start)
+        self._action_start = 0
+        if continuous:
+            self._set_continuous(action_space.low, action_space.high)
+            self._action_dtype = np.dtype(action_space.dtype)
+        else:
+            self._action_start = int(action_space.start)
         logger.info(
-            "gym env %s: %d envs, %s, obs %s %s, %d actions",
+            "gym env %s: %d envs, %s, obs %s %s, %d %s actions",
             env_id,
             num_envs,
             vectorization,
             obs_shape,
             obs_dtype,
             self.num_actions,
+            self.action_kind,
         )
 
     def reset(self, seed: int | None = None) -> np.ndarray:
@@ -182,6 +193,8 @@ class GymVectorBatch(BatchBase):
         actions = self._check_actions(actions)
         if self._action_start:
             actions = actions + self._action_start
+        elif self.action_kind == "continuous":
+            actions = actions.astype(self._action_dtype, copy=False)
         obs, reward, terminated, truncated, info = self._env.step(actions)
         terminated, truncated = split_done(terminated, truncated)
         if truncated.any():

@@ -13,10 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from seedq.envs import atari, fake, football, gym, minatar, mujoco, procgen
-from seedq.envs.base import EnvBatch, EnvError
+from seedq.envs.base import EnvBatch, EnvError, env_spec_of
 from seedq.messages import EnvSpec
 
 if TYPE_CHECKING:
@@ -120,6 +118,6 @@ def env_spec(cfg: EnvConfig, seed: int = 0) -> EnvSpec:
     """
     env = make_env_batch(cfg, rows_per_env(cfg), seed=seed)
     try:
-        return EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
+        return env_spec_of(env)
     finally:
         env.close()

@@ -29,6 +29,7 @@ from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
 from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import make_env_batch, rows_per_env
+from seedq.envs.base import env_spec_of
 from seedq.launch.actors import ActorPool, RestartPolicy
 from seedq.launch.monitor import Monitor, RunSummary
 from seedq.learner.central_inference import CentralInference
@@ -61,7 +62,7 @@ def probe_env_spec(cfg: SeedqConfig) -> EnvSpec:
     # One football game fills a row per controlled player.
     env = make_env_batch(cfg.env, rows_per_env(cfg.env), seed=cfg.seed)
     try:
-        return EnvSpec(tuple(env.obs_shape), np.dtype(env.obs_dtype).name, env.num_actions)
+        return env_spec_of(env)
     finally:
         env.close()
 
@@ -200,11 +201,7 @@ class LocalRun:
             **agent_state,
             "rng": rng,
             "config": plain_config(self.cfg),
-            "spec": {
-                "obs_shape": list(self.spec.obs_shape),
-                "obs_dtype": self.spec.obs_dtype,
-                "num_actions": self.spec.num_actions,
-            },
+            "spec": self.spec.to_dict(),
             "env_steps": self.broker.stats.env_steps,
             "episodes": self.broker.stats.episodes,
             "updates": self.agent.stats.updates,

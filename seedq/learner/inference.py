@@ -21,8 +21,9 @@ from seedq.learner.tensors import to_device
 
 
 class InferenceResult(NamedTuple):
-    actions: np.ndarray  # int32 [B]
-    behaviour: np.ndarray  # float32 [B, A]: policy logits (V-trace) or Q-values (R2D2)
+    actions: np.ndarray  # int32 [B], or float32 [B, D] for continuous actions
+    behaviour: np.ndarray  # float32 [B, P]: the policy's parameters (logits; Gaussian mean and
+    # log-std) or Q-values (R2D2)
     truncation_value: np.ndarray  # float32 [B], V(final obs) where truncated, else 0
     input_state: tuple[np.ndarray, ...]  # each [B, H]: state before this step (pre-reset)
 
@@ -145,8 +146,11 @@ class InferenceEngine:
             truncation_value[trunc] = chosen.values[batch : batch + k]
         self.forward_calls += 1
         self.samples += batch
+        actions = chosen.actions[:batch]
+        # The wire carries int32 indices or float32 vectors (seedq.messages.EnvSpec).
+        actions = actions.float() if actions.is_floating_point() else actions.to(torch.int32)
         return InferenceResult(
-            actions=chosen.actions[:batch].to(torch.int32).cpu().numpy(),
+            actions=actions.cpu().numpy(),
             behaviour=chosen.behaviour[:batch].cpu().numpy(),
             truncation_value=truncation_value.cpu().numpy(),
             input_state=tuple(s.cpu().numpy() for s in input_state),

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from seedq.learner.normalize import RunningNorm
+
 __all__ = [
     "CoreState",
     "RecurrentBody",
@@ -245,6 +247,8 @@ class RecurrentBody(nn.Module):
         lstm_size: LSTM hidden/cell size.
         channels_last: for image torsos, run the convs in ``torch.channels_last`` memory format
             (1.5-2x faster on CPU); numerically equivalent to the default NCHW layout.
+        obs_norm: normalise 1-D observations by running statistics (a :class:`RunningNorm`
+            the learner updates; see ``seedq.learner.normalize``); ignored for frames.
     """
 
     def __init__(
@@ -257,6 +261,7 @@ class RecurrentBody(nn.Module):
         use_lstm: bool = False,
         lstm_size: int = 256,
         channels_last: bool = True,
+        obs_norm: bool = False,
     ) -> None:
         super().__init__()
         obs_shape = tuple(int(d) for d in obs_shape)
@@ -293,6 +298,8 @@ class RecurrentBody(nn.Module):
         # Only meaningful for frames; vector nets have no 4-D tensors to reorder.
         self.channels_last = channels_last and torso != "mlp"
 
+        # Frames are scaled to [0, 1] already; per-pixel statistics would cost more than help.
+        self.obs_norm = RunningNorm(obs_shape) if obs_norm and len(obs_shape) == 1 else None
         self.torso: nn.Module
         if torso == "mlp":
             self.torso = MLPTorso(obs_shape[0], tuple(int(h) for h in hidden_sizes))
@@ -347,8 +354,11 @@ class RecurrentBody(nn.Module):
                 f"obs must have shape [T, B, *{self.obs_shape}], got {tuple(obs.shape)}"
             )
         T, B = obs.shape[0], obs.shape[1]
+        flat = obs.reshape(T * B, *self.obs_shape)
+        if self.obs_norm is not None:
+            flat = self.obs_norm(flat)
         # One batched torso pass over all T*B observations: the expensive part never loops.
-        features = self.torso(obs.reshape(T * B, *self.obs_shape))
+        features = self.torso(flat)
 
         if self.core is None:
             core_out = features
@@ -397,4 +407,6 @@ def body_kwargs(model_cfg: Any, channels_last: bool) -> dict[str, Any]:
         use_lstm=bool(model_cfg.use_lstm),
         lstm_size=int(model_cfg.lstm_size),
         channels_last=channels_last,
+        # Checkpoints from before obs_norm existed have no such key: they never normalised.
+        obs_norm=bool(getattr(model_cfg, "obs_norm", False)),
     )

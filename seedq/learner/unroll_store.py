@@ -28,8 +28,9 @@ class Unroll:
     obs: [T+1, B, *obs_shape]; reward: float32 [T+1, B] (arrived with obs[t]);
     done: bool [T+1, B] (obs[t] is the first obs of an episode); truncated: bool [T+1, B];
     truncation_value: float32 [T+1, B] (value of the true last obs where truncated, else 0);
-    action: int32 [T+1, B]; behaviour: float32 [T+1, B, A], what the acting network output
-    (policy logits for V-trace, Q-values for R2D2);
+    action: int32 [T+1, B], or float32 [T+1, B, D] for continuous actions (the policy's sample,
+    before the env clips it); behaviour: float32 [T+1, B, P], what the acting network output
+    (policy logits or Gaussian mean and log-std, Q-values for R2D2);
     core_state: tuple of [B, H] arrays, the recurrent state before obs[0];
     env_id: int64 [B] global env ids.
     """

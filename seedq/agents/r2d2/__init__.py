@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from seedq.agents.base import RunContext
+from seedq.agents.base import RunContext, require_discrete
 from seedq.agents.r2d2.acting import EpsilonGreedy
 from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.exploration import Exploration, epsilon_ladder
@@ -75,6 +75,7 @@ class R2D2Agent:
 
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
+        require_discrete(spec, cls.name)
         return build_network(
             spec.obs_shape, spec.num_actions, alg.model, channels_last=channels_last
         )

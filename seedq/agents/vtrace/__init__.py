@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from seedq.agents.base import RunContext
+from seedq.agents.base import RunContext, require_discrete
 from seedq.agents.vtrace.acting import SampleFromPolicy
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.learner import VTraceLearner
@@ -59,6 +59,7 @@ class VTraceAgent:
 
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
+        require_discrete(spec, cls.name)
         return build_network(
             spec.obs_shape, spec.num_actions, alg.model, channels_last=channels_last
         )

@@ -28,6 +28,9 @@ class VTraceConfig(AlgorithmConfig):
     )
     baseline_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
+    reward_scaling: bool = setting(
+        False, "divide rewards by the running std of the discounted return (saved in checkpoints)"
+    )
     optimizer: str = setting("adam", f"optimizer: {', '.join(OPTIMIZERS)}")
     lr_schedule: str = setting("constant", "constant, or linear (decays to 0 at total_env_steps)")
     rmsprop_alpha: float = setting(0.99, "RMSprop smoothing constant")

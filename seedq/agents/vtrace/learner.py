@@ -9,6 +9,7 @@ import torch
 
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import vtrace_loss
+from seedq.learner.normalize import RewardScaler, update_obs_norm
 from seedq.learner.stats import TrainStats
 from seedq.learner.targets import transition_rewards
 from seedq.learner.unroll_store import Unroll
@@ -55,6 +56,7 @@ class VTraceLearner:
             pin_memory=pin_memory,
         )
         self.stats = TrainStats()
+        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.reward_scaling else None
 
     def set_progress(self, env_steps: int) -> None:
         if self.cfg.lr_schedule == "linear":
@@ -75,8 +77,11 @@ class VTraceLearner:
         with self.step.autocast():
             out, _ = self.model(obs, done, state)
         logits, values = out.logits.float(), out.baseline.float()
+        reward = batch.reward
+        if self.reward_scaler is not None:
+            reward = self.reward_scaler.scale(reward, batch.done, batch.env_id)
         rewards = transition_rewards(
-            tensor(batch.reward),
+            tensor(reward),
             tensor(batch.truncated),
             tensor(batch.truncation_value),
             first=1,
@@ -103,6 +108,8 @@ class VTraceLearner:
         """One update; the returned stats have ``skipped=True`` when it was not finite."""
         loss = self.loss(batch)
         grad_norm = self.step.apply(loss.total)
+        # After the step: this batch was trained with the statistics it was collected with.
+        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock)
         if not self.stats.record_step(grad_norm):
             return {"skipped": True}
         stats = {
@@ -118,7 +125,12 @@ class VTraceLearner:
         return stats
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
+        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])

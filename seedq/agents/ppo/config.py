@@ -1,0 +1,78 @@
+"""PPO's settings (Schulman et al. 2017).
+
+Defaults follow cleanrl's ``ppo.py`` where they transfer to seedq's many-envs layout (64 envs x
+32 steps per update instead of 4 x 128), with observation and reward normalisation on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seedq.agents.config import LOG_STD_KINDS, AlgorithmConfig, ModelConfig, validate_common
+from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
+
+LR_SCHEDULES = ("constant", "linear")
+
+
+@dataclass
+class PPOConfig(AlgorithmConfig):
+    name: str = setting("ppo", "the algorithm")
+    unroll_length: int = setting(32, "transitions per unroll (an unroll has one more row)")
+    batch_size: int = setting(
+        64, "unrolls (env columns) per update; the default actors step 64 envs, one unroll each"
+    )
+    epochs: int = setting(4, "passes over each collected batch")
+    minibatches: int = setting(
+        4, "minibatches per epoch (split by transitions; by env column with an LSTM)"
+    )
+    lr: float = setting(2.5e-4, "learning rate")
+    lr_schedule: str = setting("linear", "constant, or linear (anneals to 0 at total_env_steps)")
+    adam_eps: float = setting(1e-5, "Adam's epsilon")
+    grad_clip: float = setting(0.5, "global gradient-norm clip")
+    gae_lambda: float = setting(0.95, "GAE lambda")
+    clip_eps: float = setting(0.2, "clip of the probability ratio in the surrogate objective")
+    value_clip: float | None = setting(
+        None, "clip of the value change around the collected values (null: plain MSE)"
+    )
+    value_cost: float = setting(0.5, "weight of the value loss")
+    entropy_cost: float = setting(0.01, "weight of the entropy bonus")
+    normalize_advantages: bool = setting(True, "standardise advantages per minibatch")
+    reward_scaling: bool = setting(
+        True, "divide rewards by the running std of the discounted return (saved in checkpoints)"
+    )
+    pause_acting: bool = setting(
+        True,
+        "on-policy: inference waits while an update trains, so each batch is collected by one "
+        "policy (only unrolls straddling an update mix two; their ratios start away from 1)",
+    )
+    shared_body: bool = setting(
+        False, "one body for policy and value (cheaper for frames); false: two, as cleanrl"
+    )
+    squash: bool = setting(
+        False, "continuous actions: tanh-squash into the env's bounds (false: the env clips)"
+    )
+    log_std: str = setting(
+        "state_independent",
+        f"continuous actions: the Gaussian's log-std, {', '.join(LOG_STD_KINDS)}",
+    )
+    init_log_std: float = setting(0.0, "continuous actions: initial log-std")
+    model: ModelConfig = setting(
+        help="the actor-critic network", factory=lambda: ModelConfig(obs_norm=True)
+    )
+
+
+def validate(alg: PPOConfig, cfg: object) -> None:
+    validate_common(alg)
+    choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
+    choice("algorithm.log_std", alg.log_std, LOG_STD_KINDS)
+    check_positive(alg, "algorithm", ["unroll_length", "epochs", "minibatches", "clip_eps"])
+    check_positive(alg, "algorithm", ["value_cost", "entropy_cost"], zero_ok=True)
+    in_unit_interval("algorithm.gae_lambda", alg.gae_lambda)
+    if alg.value_clip is not None and alg.value_clip <= 0:
+        raise ConfigError(f"algorithm.value_clip={alg.value_clip} must be > 0 or null")
+    transitions = alg.batch_size if alg.model.use_lstm else alg.batch_size * alg.unroll_length
+    if alg.minibatches > transitions:
+        raise ConfigError(
+            f"algorithm.minibatches={alg.minibatches} exceeds the {transitions} "
+            f"{'env columns' if alg.model.use_lstm else 'transitions'} of a batch"
+        )

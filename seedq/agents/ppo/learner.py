@@ -1,0 +1,177 @@
+"""The PPO update: GAE once per collected batch, then epochs of minibatch steps.
+
+Row t of a batch ``[T+1, B]`` holds obs t and the action and policy parameters the acting
+network produced at it; the last row only bootstraps. Old log-probabilities come from the stored
+parameters (the policy that really acted); old values and the GAE targets come from one forward
+of the network before the first step (the collecting network, when acting paused during the
+update). Observation statistics are merged only after the last step on a batch, under the
+weights lock, so the batch is trained on with exactly the statistics it was collected with.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from seedq.agents.ppo.config import PPOConfig
+from seedq.agents.ppo.loss import gae, ppo_loss
+from seedq.learner.normalize import RewardScaler, update_obs_norm
+from seedq.learner.stats import TrainStats
+from seedq.learner.targets import transition_rewards
+from seedq.learner.unroll_store import Unroll
+from seedq.learner.update import GradientStep
+
+_STAT_KEYS = ("total", "pg", "value", "entropy", "approx_kl", "clip_fraction")
+
+
+class PPOLearner:
+    """Trains ``model`` on whole collected batches; owns the optimizer and the reward scaler."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: PPOConfig,
+        device: torch.device,
+        weights_lock: threading.Lock,
+        *,
+        total_env_steps: int,
+        seed: int = 0,
+        pin_memory: bool = False,
+        amp_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.model, self.cfg = model, cfg
+        self.total_env_steps = total_env_steps
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.step = GradientStep(
+            model.parameters(),
+            self.optimizer,
+            device,
+            weights_lock,
+            grad_clip=cfg.grad_clip,
+            amp_dtype=amp_dtype,
+            pin_memory=pin_memory,
+        )
+        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.reward_scaling else None
+        self.generator = torch.Generator().manual_seed(seed)
+        self.stats = TrainStats()
+
+    def set_progress(self, env_steps: int) -> None:
+        if self.cfg.lr_schedule == "linear":
+            fraction = max(0.0, 1.0 - env_steps / self.total_env_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.cfg.lr * fraction
+
+    @torch.no_grad()
+    def targets(self, batch: Unroll) -> dict[str, torch.Tensor]:
+        """Old log-probs, old values, advantages and returns, each ``[T, B]``."""
+        cfg, tensor = self.cfg, self.step.tensor
+        reward = batch.reward
+        if self.reward_scaler is not None:
+            reward = self.reward_scaler.scale(reward, batch.done, batch.env_id)
+        done = tensor(batch.done)
+        with self.step.autocast():
+            out, _ = self.model(tensor(batch.obs), done, tuple(tensor(s) for s in batch.core_state))
+        values = out.value.float()
+        rewards = transition_rewards(
+            tensor(reward),
+            tensor(batch.truncated),
+            tensor(batch.truncation_value),
+            first=1,
+            gamma=cfg.gamma,
+            reward_clip=cfg.reward_clip,
+        )
+        discounts = cfg.gamma * (~done[1:]).to(rewards.dtype)
+        advantages, returns = gae(rewards, discounts, values[:-1], values[-1], cfg.gae_lambda)
+        behaviour = tensor(batch.behaviour)[:-1].float()
+        old_log_probs = out.distribution.log_prob(behaviour, tensor(batch.action)[:-1])
+        return {
+            "old_log_probs": old_log_probs,
+            "old_values": values[:-1],
+            "advantages": advantages,
+            "returns": returns,
+        }
+
+    def _minibatches(self, batch: Unroll) -> list[torch.Tensor]:
+        """Index sets: transitions of ``[T * B]`` (feed-forward) or env columns (LSTM)."""
+        lstm = len(batch.core_state) > 0
+        T, B = batch.reward.shape[0] - 1, batch.reward.shape[1]
+        perm = torch.randperm(B if lstm else T * B, generator=self.generator)
+        return list(perm.chunk(self.cfg.minibatches))
+
+    def _minibatch_loss(self, batch: Unroll, data: dict[str, torch.Tensor], index: torch.Tensor):  # noqa: ANN202
+        cfg, tensor = self.cfg, self.step.tensor
+        if batch.core_state:
+            cols = index.numpy()
+            obs, done = tensor(batch.obs[:, cols]), tensor(batch.done[:, cols])
+            state = tuple(tensor(s[cols]) for s in batch.core_state)
+            with self.step.autocast():
+                out, _ = self.model(obs, done, state)
+            params, values = out.policy[:-1].float(), out.value[:-1].float()
+            actions = tensor(batch.action[:-1, cols])
+            pick = {k: v[:, index.to(v.device)] for k, v in data.items()}
+        else:
+            flat = index.numpy()
+            obs = batch.obs[:-1].reshape(-1, *batch.obs.shape[2:])[flat]
+            with self.step.autocast():
+                out, _ = self.model(tensor(obs)[None], tensor(np.zeros((1, len(flat)), bool)), ())
+            params, values = out.policy[0].float(), out.value[0].float()
+            actions = tensor(batch.action[:-1].reshape(-1, *batch.action.shape[2:])[flat])
+            pick = {k: v.reshape(-1)[index.to(v.device)] for k, v in data.items()}
+        dist = out.distribution
+        return ppo_loss(
+            dist.log_prob(params, actions),
+            pick["old_log_probs"],
+            pick["advantages"],
+            values,
+            pick["old_values"],
+            pick["returns"],
+            dist.entropy(params),
+            clip_eps=cfg.clip_eps,
+            value_cost=cfg.value_cost,
+            entropy_cost=cfg.entropy_cost,
+            value_clip=cfg.value_clip,
+            normalize_advantages=cfg.normalize_advantages,
+        )
+
+    def train_batch(self, batch: Unroll) -> dict[str, Any]:
+        """``epochs x minibatches`` updates on ``batch``; the means of their losses."""
+        data = self.targets(batch)
+        sums = dict.fromkeys(_STAT_KEYS, 0.0) | {"grad_norm": 0.0}
+        taken = 0
+        for _ in range(self.cfg.epochs):
+            for index in self._minibatches(batch):
+                loss = self._minibatch_loss(batch, data, index)
+                grad_norm = self.step.apply(loss.total)
+                if not self.stats.record_step(grad_norm):
+                    continue
+                taken += 1
+                self.stats.samples += int(index.numel()) * (
+                    batch.reward.shape[0] - 1 if batch.core_state else 1
+                )
+                for key in _STAT_KEYS:
+                    sums[key] += float(getattr(loss, key).detach())
+                sums["grad_norm"] += grad_norm
+        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock)
+        if not taken:
+            return {"skipped": True}
+        stats = {f"loss/{k}": sums[k] / taken for k in _STAT_KEYS}
+        stats |= {
+            "grad_norm": sums["grad_norm"] / taken,
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
+        self.stats.add(stats)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])

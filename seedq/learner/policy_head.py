@@ -1,0 +1,88 @@
+"""Stochastic policy heads for any action space, and the selector that samples from them.
+
+Agents with a stochastic policy (PPO now; SAC reuses both) put a :class:`PolicyHead` on their
+body's features. It outputs the parameter vector of :func:`seedq.learner.distributions.
+distribution_for` the env's spec: logits for discrete actions, a Gaussian's mean and log-std
+for continuous ones (the log-std either one learned parameter per dimension, independent of
+the state, as in PPO's continuous-control setting, or a second linear output, as SAC needs).
+The network returns the distribution with its output so the :class:`SampleFromDistribution`
+selector needs no spec of its own, and ``seedq-eval`` acts exactly as training did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seedq.agents.base import Selection
+from seedq.agents.config import LOG_STD_KINDS
+from seedq.learner.distributions import ActionDistribution, distribution_for
+from seedq.learner.models import orthogonal_
+from seedq.messages import EnvSpec
+
+
+class PolicyHead(nn.Module):
+    """Features ``[N, F]`` -> distribution parameters ``[N, P]``."""
+
+    def __init__(
+        self,
+        in_features: int,
+        spec: EnvSpec,
+        *,
+        squash: bool = False,
+        log_std: str = "state_independent",
+        init_log_std: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if log_std not in LOG_STD_KINDS:
+            raise ValueError(f"log_std={log_std!r}: choose one of {list(LOG_STD_KINDS)}")
+        self.distribution = distribution_for(spec, squash=squash and _finite(spec))
+        self.continuous = spec.continuous
+        # Gain 0.01: a near-uniform (or near-zero-mean) initial policy.
+        self.out = nn.Linear(in_features, spec.num_actions)
+        orthogonal_(self.out, 0.01)
+        self.log_std_param: nn.Parameter | None = None
+        self.log_std_layer: nn.Linear | None = None
+        if self.continuous and log_std == "state_independent":
+            self.log_std_param = nn.Parameter(torch.full((spec.num_actions,), init_log_std))
+        elif self.continuous:
+            self.log_std_layer = nn.Linear(in_features, spec.num_actions)
+            orthogonal_(self.log_std_layer, 0.01)
+            nn.init.constant_(self.log_std_layer.bias, init_log_std)
+
+    def forward(self, features: Tensor) -> Tensor:
+        out = self.out(features)
+        if not self.continuous:
+            return out
+        if self.log_std_param is not None:
+            log_std = self.log_std_param.expand_as(out)
+        else:
+            assert self.log_std_layer is not None
+            log_std = self.log_std_layer(features)
+        return torch.cat([out, log_std], dim=-1)
+
+
+def _finite(spec: EnvSpec) -> bool:
+    # A Box without finite bounds cannot be squashed into them: sample unsquashed instead.
+    values = [*spec.action_low, *spec.action_high]
+    return bool(values) and all(abs(v) < float("inf") for v in values)
+
+
+class SampleFromDistribution:
+    """Sample (or, ``greedy``, take the mode of) the network's action distribution.
+
+    Reads ``out.policy [1, N, P]``, ``out.value [1, N]`` and ``out.distribution``; stores the
+    parameters as the step's behaviour.
+    """
+
+    def __init__(self, greedy: bool = False) -> None:
+        self.greedy = greedy
+
+    def __call__(self, out: Any, epsilon: Any, generator: torch.Generator) -> Selection:
+        # epsilon: unused; sampling from the policy is the exploration.
+        params = out.policy[0].float()
+        dist: ActionDistribution = out.distribution
+        actions = dist.mode(params) if self.greedy else dist.sample(params, generator)
+        return Selection(actions, params, out.value[0].float())
