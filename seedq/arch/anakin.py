@@ -19,11 +19,7 @@ envs start fresh episodes from a seed derived from the run's seed and step count
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import signal
-import threading
 import time
 
 import torch
@@ -34,10 +30,8 @@ from seedq.broker.router import BrokerStats
 from seedq.config import SeedqConfig
 from seedq.envs.tensor import make_tensor_env
 from seedq.launch.local import AMP_DTYPES, resolve_device
-from seedq.launch.monitor import Monitor, RunSummary
-from seedq.learner.checkpoint import plain_config, save_checkpoint, snapshot
+from seedq.launch.run_loop import TrainingRun
 from seedq.messages import EnvSpec
-from seedq.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +40,12 @@ __all__ = ["AnakinRun"]
 ENV_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-class AnakinRun:
+class AnakinRun(TrainingRun):
     """One Anakin training run; ``run()`` blocks until a stop condition."""
 
     def __init__(self, cfg: SeedqConfig, run_dir: str, *, resume: dict | None = None) -> None:
         """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
+        super().__init__()
         self.cfg, self.run_dir = cfg, run_dir
         hw, anakin = cfg.hardware, cfg.arch.anakin
         self.device = resolve_device(hw.device)
@@ -63,7 +54,6 @@ class AnakinRun:
         torch.manual_seed(cfg.seed)
         self.unroll_length = anakin.unroll_length or cfg.algorithm.unroll_length
         self.stats = BrokerStats()
-        self.elapsed_before = 0.0
         env_seed = cfg.seed
         if resume is not None:
             # Fresh episodes on resume, from a seed no earlier start of this run used.
@@ -81,8 +71,6 @@ class AnakinRun:
             str(self.env.obs_dtype).removeprefix("torch."),
             self.env.num_actions,
         )
-        self.stop = threading.Event()
-        self.weights_lock = threading.Lock()
         self.agent = build_agent(
             RunContext(
                 cfg, self.spec, self.device, self.weights_lock, self.stop, AMP_DTYPES[hw.amp]
@@ -94,7 +82,7 @@ class AnakinRun:
             self.learner.model = torch.compile(self.agent.model, mode=hw.compile)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         if resume is not None:
-            self._restore(resume)
+            self.restore(resume)
         self.rollout = DeviceRollout(
             self.env,
             self.agent.model,
@@ -102,50 +90,6 @@ class AnakinRun:
             self.unroll_length,
             self.generator,
             compile_mode=hw.compile,
-        )
-
-    def checkpoint_state(self, wall_time_s: float) -> dict:
-        """The SEED path's checkpoint: what ``seedq-eval`` and resume read."""
-        agent_state = {
-            key: snapshot(value) if hasattr(value, "state_dict") else value
-            for key, value in (
-                ("model", self.agent.model),
-                ("optimizer", self.learner.optimizer),
-            )
-        }
-        return {
-            **agent_state,
-            "rng": {"torch": torch.get_rng_state(), "inference": self.generator.get_state()},
-            "config": plain_config(self.cfg),
-            "spec": {
-                "obs_shape": list(self.spec.obs_shape),
-                "obs_dtype": self.spec.obs_dtype,
-                "num_actions": self.spec.num_actions,
-            },
-            "env_steps": self.stats.env_steps,
-            "episodes": self.stats.episodes,
-            "updates": self.agent.stats.updates,
-            "wall_time_s": wall_time_s,
-        }
-
-    def _restore(self, state: dict) -> None:
-        self.agent.load_state_dict(state)
-        torch.set_rng_state(state["rng"]["torch"])
-        self.generator.set_state(state["rng"]["inference"])
-        self.stats.env_steps = int(state["env_steps"])
-        self.stats.episodes = int(state["episodes"])
-        self.agent.stats.updates = int(state["updates"])
-        self.elapsed_before = float(state["wall_time_s"])
-        log.info(
-            "resumed at %d env steps, %d updates, %.0f s of training",
-            self.stats.env_steps,
-            self.agent.stats.updates,
-            self.elapsed_before,
-        )
-
-    def save(self, wall_time_s: float) -> str:
-        return save_checkpoint(
-            self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
         )
 
     def train_iteration(self) -> None:
@@ -169,58 +113,12 @@ class AnakinRun:
             self.stats.recent_returns.extend(returns)
             self.stats.recent_lengths.extend(lengths)
 
-    def run(self) -> RunSummary:
-        """Train until a stop condition; Ctrl-C or SIGTERM stop it the same orderly way."""
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
-        try:
-            return self._run()
-        finally:
-            if on_main_thread:
-                signal.signal(signal.SIGTERM, previous)
+    def _wait(self) -> None:
+        # No threads: the loop itself acts and learns between metrics rows.
+        self.train_iteration()
 
-    def _run(self) -> RunSummary:
-        cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent))
-        log.info(
-            "training %s on %s x %d tensor envs (%s), arch=anakin; run dir %s",
-            cfg.algorithm.name,
-            cfg.env.id,
-            self.env.num_envs,
-            self.device,
-            self.run_dir,
-        )
-        start = time.monotonic() - self.elapsed_before
-        monitor = Monitor(cfg, self.agent, self.stats, writer, start)
-        every = cfg.checkpoint.every_minutes * 60
-        last_save = time.monotonic()
-        reason = "interrupted"
-        try:
-            next_row = time.monotonic() + cfg.log_interval_s
-            while True:
-                self.train_iteration()
-                now = time.monotonic()
-                if now < next_row and not monitor.budget_spent(now):
-                    continue
-                next_row = now + cfg.log_interval_s
-                self._drain_episodes()
-                reason = monitor.tick()
-                if every and time.monotonic() - last_save >= every:
-                    self.save(time.monotonic() - start)
-                    last_save = time.monotonic()
-                if reason:
-                    break
-        except KeyboardInterrupt:
-            reason = "interrupted"
-            log.warning("interrupted; saving a checkpoint")
-        finally:
-            self._drain_episodes()
-            monitor.tick(final=True)
-            monitor.progress.close()
-            writer.close()
-            self.save(time.monotonic() - start)
-        summary = monitor.summary(reason)
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-            json.dump(summary.__dict__, f, indent=2)
-        log.info("run finished (%s): %s", reason, summary)
-        return summary
+    def _before_row(self) -> None:
+        self._drain_episodes()
+
+    def describe(self) -> str:
+        return f"arch=anakin, {self.env.num_envs} tensor envs"

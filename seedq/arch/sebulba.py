@@ -22,30 +22,22 @@ run, ``hardware.gil_switch_interval_s`` keeps the threads from starving each oth
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
-import signal
 import sys
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from seedq.agents.base import RunContext, build_agent
-from seedq.arch.sebulba_state import checkpoint_state, restore_state
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.broker.router import BrokerStats
 from seedq.config import ConfigError
 from seedq.envs import EnvBatch, make_env_batch, rows_per_env
 from seedq.launch.local import AMP_DTYPES, probe_env_spec, resolve_device
-from seedq.launch.monitor import Monitor, RunSummary
+from seedq.launch.run_loop import TrainingRun
 from seedq.learner.central_inference import CentralInference
-from seedq.learner.checkpoint import save_checkpoint
 from seedq.learner.inference import InferenceEngine
-from seedq.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +76,14 @@ def layout_config(cfg: Any, threads: int, envs_per_thread: int) -> Any:
     return dataclasses.replace(cfg, actor=actor, broker=broker)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-class SebulbaRun:
+class SebulbaRun(TrainingRun):
     """Everything one Sebulba run owns; ``run()`` blocks until a stop condition."""
 
     def __init__(self, cfg: Any, run_dir: str, *, resume: dict | None = None) -> None:
         """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
+        super().__init__()
         self.cfg = cfg
         self.run_dir = run_dir
-        self.elapsed_before = 0.0
         self.threads_n, self.envs_per_thread = sebulba_layout(cfg)
         self.layout = layout_config(cfg, self.threads_n, self.envs_per_thread)
         hw = cfg.hardware
@@ -105,9 +93,6 @@ class SebulbaRun:
             torch.set_num_threads(hw.num_threads)
         torch.manual_seed(cfg.seed)
         self.spec = probe_env_spec(cfg)
-        self.stop = threading.Event()
-        self.weights_lock = threading.Lock()
-        self.errors: list[BaseException] = []
         amp = AMP_DTYPES[hw.amp]
         context = RunContext(
             self.layout, self.spec, self.device, self.weights_lock, self.stop, amp, hw.pin_memory
@@ -127,8 +112,9 @@ class SebulbaRun:
         self.stats = BrokerStats()
         max_batch = self.threads_n * self.envs_per_thread
         self.desk = InferenceDesk(self.consumer, self.stats, self.stop, max_batch)
+        self.generator = self.engine.generator
         if resume is not None:
-            restore_state(self, resume)
+            self.restore(resume)
         self.envs: list[EnvBatch] = []
         try:
             for i in range(self.threads_n):
@@ -144,97 +130,25 @@ class SebulbaRun:
         for slot in self.slots:
             self.consumer.actor_started(slot)
 
-    def checkpoint_state(self, wall_time_s: float) -> dict:
-        return checkpoint_state(self, wall_time_s)
-
-    def save(self, wall_time_s: float) -> str:
-        # First, so that a checkpoint never points past the files saved beside it.
-        self.agent.save_files(self.run_dir)
-        return save_checkpoint(
-            self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
-        )
-
     def _close_envs(self) -> None:
         for env in self.envs:
             env.close()
 
-    def _thread(self, name: str, target: Callable[..., Any], *args: Any) -> threading.Thread:
-        """A daemon thread whose exception is logged, kept for the run loop, and stops the run."""
-
-        def body() -> None:
-            try:
-                target(*args)
-            except BaseException as exc:  # noqa: BLE001 - reported by the run loop
-                log.exception("%s thread failed", name)
-                self.errors.append(exc)
-                self.stop.set()
-
-        thread = threading.Thread(target=body, name=name, daemon=True)
-        thread.start()
-        return thread
-
-    def run(self) -> RunSummary:
-        """Train until a stop condition; Ctrl-C or SIGTERM stop it the same orderly way."""
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
-        try:
-            return self._run()
-        finally:
-            if on_main_thread:
-                signal.signal(signal.SIGTERM, previous)
-
-    def _run(self) -> RunSummary:
-        cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent))
+    def _start_roles(self) -> list[threading.Thread]:
         threads = [self._thread("train", self.agent.train, lambda: self.stats.env_steps)]
         threads += [
-            self._thread(f"actor-{i}", step_env_batch, env, slot, self.desk, self.stop, cfg.seed)
+            self._thread(
+                f"actor-{i}", step_env_batch, env, slot, self.desk, self.stop, self.cfg.seed
+            )
             for i, (env, slot) in enumerate(zip(self.envs, self.slots, strict=True))
         ]
-        log.info(
-            "training %s on %s (%s), sebulba: %d threads x %d envs; run dir %s",
-            cfg.algorithm.name,
-            cfg.env.id,
-            self.device,
-            self.threads_n,
-            self.envs_per_thread,
-            self.run_dir,
-        )
-        start = time.monotonic() - self.elapsed_before
-        monitor = Monitor(self.layout, self.agent, self.stats, writer, start)
-        every = cfg.checkpoint.every_minutes * 60
-        last_save = time.monotonic()
-        reason = "interrupted"
-        try:
-            next_row = time.monotonic() + cfg.log_interval_s
-            while True:
-                self.stop.wait(timeout=min(cfg.log_interval_s, 0.25))
-                now = time.monotonic()
-                if now < next_row and not monitor.budget_spent(now) and not self.errors:
-                    continue
-                next_row = now + cfg.log_interval_s
-                reason = monitor.tick()
-                if every and time.monotonic() - last_save >= every:
-                    self.save(time.monotonic() - start)
-                    last_save = time.monotonic()
-                if self.errors:
-                    raise self.errors[0]
-                if reason:
-                    break
-        except KeyboardInterrupt:
-            reason = "interrupted"
-            log.warning("interrupted; stopping the actor threads and saving a checkpoint")
-        finally:
-            self.stop.set()
-            for thread in threads:
-                thread.join(timeout=10)
-            self._close_envs()
-            monitor.tick(final=True)
-            monitor.progress.close()
-            writer.close()
-            self.save(time.monotonic() - start)
-        summary = monitor.summary(reason)
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-            json.dump(summary.__dict__, f, indent=2)
-        log.info("run finished (%s): %s", reason, summary)
-        return summary
+        return threads
+
+    def _close_roles(self) -> None:
+        self._close_envs()
+
+    def monitor_config(self) -> Any:
+        return self.layout
+
+    def describe(self) -> str:
+        return f"arch=sebulba, {self.threads_n} threads x {self.envs_per_thread} envs"

@@ -6,17 +6,10 @@ This is the one place that wires the roles together; the roles talk only through
 
 from __future__ import annotations
 
-import copy
-import json
 import logging
 import os
-import signal
 import sys
 import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -31,13 +24,11 @@ from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import make_env_batch, rows_per_env
 from seedq.envs.base import env_spec_of
 from seedq.launch.actors import ActorPool, RestartPolicy
-from seedq.launch.monitor import Monitor, RunSummary
+from seedq.launch.monitor import RunSummary
+from seedq.launch.run_loop import TrainingRun
 from seedq.learner.central_inference import CentralInference
-from seedq.learner.checkpoint import CheckpointWriteError, plain_config, save_checkpoint
 from seedq.learner.inference import InferenceEngine
-from seedq.learner.stats import NonFiniteTraining
 from seedq.messages import EnvSpec
-from seedq.metrics import MetricsWriter
 from seedq.security import curve_enabled
 
 log = logging.getLogger(__name__)
@@ -97,12 +88,9 @@ def largest_fitting_batch(cfg: SeedqConfig, obs_bytes: int) -> int:
     return max(0, (cfg.broker.max_message_bytes - STEP_HEADER_BYTES) // (2 * obs_bytes + 6))
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-class LocalRun:
-    """Everything one training run owns; ``run()`` blocks until a stop condition."""
+class LocalRun(TrainingRun):
+    """``arch=seed``: the broker in this process, actors as processes (or threads in tests);
+    ``run()`` blocks until a stop condition."""
 
     def __init__(
         self,
@@ -113,9 +101,9 @@ class LocalRun:
         resume: dict | None = None,
     ):
         """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
+        super().__init__()
         self.cfg = cfg
         self.run_dir = run_dir
-        self.elapsed_before = 0.0
         hw = cfg.hardware
         self.device = resolve_device(hw.device)
         # The broker and trainer threads share the GIL; torch releases it inside ops, and at
@@ -127,10 +115,6 @@ class LocalRun:
         torch.manual_seed(cfg.seed)
         self.spec = probe_env_spec(cfg)
         check_message_size(cfg, self.spec)
-        self.checkpoint_failures = 0
-        self.stop = threading.Event()
-        self.weights_lock = threading.Lock()
-        self.errors: list[BaseException] = []
         amp = AMP_DTYPES[hw.amp]
         self.agent = build_agent(
             RunContext(
@@ -167,8 +151,10 @@ class LocalRun:
             silent_timeout_s=cfg.broker.silent_timeout_s,
             max_message_bytes=cfg.broker.max_message_bytes,
         )
+        self.stats = self.broker.stats
+        self.generator = self.engine.generator
         if resume is not None:
-            self._restore(resume)
+            self.restore(resume)
         self.actors = ActorPool(
             endpoint=self.endpoint,
             env=cfg.env,
@@ -188,73 +174,9 @@ class LocalRun:
             ),
         )
 
-    def checkpoint_state(self, wall_time_s: float) -> dict:
-        """Everything needed to continue this run; the agent's part copied under the lock."""
-        with self.weights_lock:
-            agent_state = copy.deepcopy(self.agent.state_dict())
-        rng = {
-            **agent_state.pop("rng", {}),
-            "torch": torch.get_rng_state(),
-            "inference": self.engine.generator.get_state(),
-        }
-        return {
-            **agent_state,
-            "rng": rng,
-            "config": plain_config(self.cfg),
-            "spec": self.spec.to_dict(),
-            "env_steps": self.broker.stats.env_steps,
-            "episodes": self.broker.stats.episodes,
-            "updates": self.agent.stats.updates,
-            "wall_time_s": wall_time_s,
-        }
-
-    def _restore(self, state: dict) -> None:
-        self.agent.load_state_dict(state)
-        self.agent.restore_files(str(Path(self.cfg.resume or "").parent))
-        torch.set_rng_state(state["rng"]["torch"])
-        self.engine.generator.set_state(state["rng"]["inference"])
-        self.broker.stats.env_steps = int(state["env_steps"])
-        self.broker.stats.episodes = int(state["episodes"])
-        self.agent.stats.updates = int(state["updates"])
-        self.elapsed_before = float(state["wall_time_s"])
-        log.info(
-            "resumed at %d env steps, %d updates, %.0f s of training",
-            self.broker.stats.env_steps,
-            self.agent.stats.updates,
-            self.elapsed_before,
-        )
-
-    def save(self, wall_time_s: float) -> str | None:
-        """Write a checkpoint; a failed write is logged and counted, and the run goes on with
-        the previous checkpoint intact (None)."""
-        try:
-            # First, so that a checkpoint never points past the files saved beside it.
-            self.agent.save_files(self.run_dir)
-            return save_checkpoint(
-                self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
-            )
-        except CheckpointWriteError as exc:
-            self.checkpoint_failures += 1
-            log.error("checkpoint failed (%d so far): %s", self.checkpoint_failures, exc)
-            return None
-
     def fault_counts(self) -> dict[str, int]:
         """What went wrong during the run and was survived (``faults.json`` in the run dir)."""
-        return {
-            "actor_restarts": self.actors.restarts,
-            "evicted_actors": self.broker.stats.evicted,
-            "bad_messages": sum(self.broker.stats.bad_messages.values()),
-            "non_finite_messages": self.broker.stats.bad_messages["non_finite"],
-            "skipped_updates": self.agent.stats.skipped_updates,
-            "checkpoint_failures": self.checkpoint_failures,
-        }
-
-    def _write_fault_counts(self) -> None:
-        try:
-            with open(os.path.join(self.run_dir, "faults.json"), "w") as f:
-                json.dump(self.fault_counts(), f, indent=2)
-        except OSError as exc:
-            log.error("could not write faults.json: %s", exc)
+        return {"actor_restarts": self.actors.restarts, **super().fault_counts()}
 
     def _bind(self) -> str:
         broker = self.cfg.broker
@@ -275,96 +197,26 @@ class LocalRun:
                 ) from None
         return f"tcp://{broker.host}:{port}"
 
-    def _thread(self, name: str, target: Callable[..., Any], *args: Any) -> threading.Thread:
-        """A daemon thread whose exception is logged once, kept for the run loop, and stops
-        the run (the thread bodies themselves catch nothing)."""
-
-        def body() -> None:
-            try:
-                target(*args)
-            except BaseException as exc:  # noqa: BLE001 - reported by the run loop
-                if isinstance(exc, NonFiniteTraining):
-                    log.error("%s thread stopped: %s", name, exc)  # expected: no traceback
-                else:
-                    log.exception("%s thread failed", name)
-                self.errors.append(exc)
-                self.stop.set()
-
-        thread = threading.Thread(target=body, name=name, daemon=True)
-        thread.start()
-        return thread
-
-    def run(self) -> RunSummary:
-        """Train until a stop condition; Ctrl-C or SIGTERM stop it the same orderly way."""
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
-        try:
-            return self._run()
-        finally:
-            if on_main_thread:
-                signal.signal(signal.SIGTERM, previous)
-
-    def _run(self) -> RunSummary:
-        cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent))
+    def _start_roles(self) -> list[threading.Thread]:
         threads = [
             self._thread("broker", self.broker.serve, self.stop),
-            self._thread("train", self.agent.train, lambda: self.broker.stats.env_steps),
+            self._thread("train", self.agent.train, lambda: self.stats.env_steps),
         ]
         self.actors.start()
-        log.info(
-            "training %s on %s (%s) at %s; run dir %s",
-            cfg.algorithm.name,
-            cfg.env.id,
-            self.device,
-            self.endpoint,
-            self.run_dir,
-        )
-        # A resumed run's clock goes on from where it stopped.
-        start = time.monotonic() - self.elapsed_before
-        monitor = Monitor(cfg, self.agent, self.broker.stats, writer, start, curve=self.curve)
-        every = cfg.checkpoint.every_minutes * 60
-        last_save = time.monotonic()
-        reason = "interrupted"
-        try:
-            next_row = time.monotonic() + cfg.log_interval_s
-            while True:
-                # Wake often so a step or time budget stops the run promptly; write a metrics
-                # row every log interval (and at the stop).
-                self.stop.wait(timeout=min(cfg.log_interval_s, 0.25))
-                self.actors.check()
-                now = time.monotonic()
-                if now < next_row and not monitor.budget_spent(now) and not self.errors:
-                    continue
-                next_row = now + cfg.log_interval_s
-                reason = monitor.tick()
-                if every and time.monotonic() - last_save >= every:
-                    self.save(time.monotonic() - start)
-                    last_save = time.monotonic()
-                if self.errors:
-                    raise self.errors[0]
-                if reason:
-                    break
-        except KeyboardInterrupt:
-            reason = "interrupted"
-            log.warning("interrupted; stopping the actors and saving a checkpoint")
-        finally:
-            self.stop.set()
-            self.actors.stop()
-            for thread in threads:
-                thread.join(timeout=10)
-            monitor.tick(final=True)
-            monitor.progress.close()
-            writer.close()
-            self.save(time.monotonic() - start)
-            if self.curve is not None:
-                self.curve.stop()
-            self.socket.close(linger=0)
-            if self._own_context:
-                self.ctx.term()
-            self._write_fault_counts()
-        summary = monitor.summary(reason)
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-            json.dump(summary.__dict__, f, indent=2)
-        log.info("run finished (%s): %s", reason, summary)
-        return summary
+        return threads
+
+    def _check_roles(self) -> None:
+        self.actors.check()
+
+    def _stop_roles(self) -> None:
+        self.actors.stop()
+
+    def _close_roles(self) -> None:
+        if self.curve is not None:
+            self.curve.stop()
+        self.socket.close(linger=0)
+        if self._own_context:
+            self.ctx.term()
+
+    def describe(self) -> str:
+        return f"arch=seed, broker at {self.endpoint}"
