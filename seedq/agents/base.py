@@ -145,6 +145,31 @@ def require_discrete(spec: EnvSpec, algorithm: str) -> None:
         )
 
 
+class ModelAndLearnerState:
+    """The checkpoint part of an agent that owns ``model`` and ``learner`` (whose
+    ``state_dict`` holds its optimizer) and keeps nothing beside its checkpoints; it is
+    judged by all its episodes."""
+
+    model: torch.nn.Module
+    learner: Any
+
+    def judged_returns(self, returns: list[float]) -> list[float]:
+        return returns
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), **self.learner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.learner.load_state_dict(state)
+
+    def save_files(self, run_dir: str) -> None:
+        """Nothing is kept beside the checkpoints."""
+
+    def restore_files(self, checkpoint_dir: str) -> None:
+        """Nothing is kept beside the checkpoints."""
+
+
 def build_agent(ctx: RunContext) -> Agent:
     """The configured algorithm's agent for a run."""
     from seedq.agents.registry import agent_class

@@ -29,8 +29,8 @@ from seedq.arch.rollout import DeviceRollout
 from seedq.broker.router import BrokerStats
 from seedq.config import SeedqConfig
 from seedq.envs.tensor import make_tensor_env
-from seedq.launch.local import AMP_DTYPES, resolve_device
 from seedq.launch.run_loop import TrainingRun
+from seedq.learner.device import AMP_DTYPES, prepare_learner_process
 from seedq.messages import EnvSpec
 
 log = logging.getLogger(__name__)
@@ -48,10 +48,7 @@ class AnakinRun(TrainingRun):
         super().__init__()
         self.cfg, self.run_dir = cfg, run_dir
         hw, anakin = cfg.hardware, cfg.arch.anakin
-        self.device = resolve_device(hw.device)
-        if hw.num_threads:
-            torch.set_num_threads(hw.num_threads)
-        torch.manual_seed(cfg.seed)
+        self.device = prepare_learner_process(cfg)
         self.unroll_length = anakin.unroll_length or cfg.algorithm.unroll_length
         self.stats = BrokerStats()
         env_seed = cfg.seed

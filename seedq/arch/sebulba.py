@@ -23,21 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 import threading
 from typing import Any
 
-import torch
-
-from seedq.agents.base import RunContext, build_agent
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.broker.router import BrokerStats
 from seedq.config import ConfigError
 from seedq.envs import EnvBatch, make_env_batch, rows_per_env
-from seedq.launch.local import AMP_DTYPES, probe_env_spec, resolve_device
+from seedq.launch.local import probe_env_spec
 from seedq.launch.run_loop import TrainingRun
-from seedq.learner.central_inference import CentralInference
-from seedq.learner.inference import InferenceEngine
+from seedq.learner.device import prepare_learner_process
 
 log = logging.getLogger(__name__)
 
@@ -86,33 +81,12 @@ class SebulbaRun(TrainingRun):
         self.run_dir = run_dir
         self.threads_n, self.envs_per_thread = sebulba_layout(cfg)
         self.layout = layout_config(cfg, self.threads_n, self.envs_per_thread)
-        hw = cfg.hardware
-        self.device = resolve_device(hw.device)
-        sys.setswitchinterval(hw.gil_switch_interval_s)
-        if hw.num_threads:
-            torch.set_num_threads(hw.num_threads)
-        torch.manual_seed(cfg.seed)
+        self.device = prepare_learner_process(cfg)
         self.spec = probe_env_spec(cfg)
-        amp = AMP_DTYPES[hw.amp]
-        context = RunContext(
-            self.layout, self.spec, self.device, self.weights_lock, self.stop, amp, hw.pin_memory
-        )
-        self.agent = build_agent(context)
-        self.engine = InferenceEngine(
-            self.agent.model,
-            self.device,
-            self.weights_lock,
-            select=self.agent.selector,
-            seed=cfg.seed,
-            pin_memory=hw.pin_memory,
-            amp_dtype=amp,
-            compile_mode=hw.compile,
-        )
-        self.consumer = CentralInference.for_agent(self.engine, self.agent)
+        self._build_acting(self.layout)
         self.stats = BrokerStats()
         max_batch = self.threads_n * self.envs_per_thread
         self.desk = InferenceDesk(self.consumer, self.stats, self.stop, max_batch)
-        self.generator = self.engine.generator
         if resume is not None:
             self.restore(resume)
         self.envs: list[EnvBatch] = []

@@ -74,7 +74,7 @@ def time_engine(
 
 
 def run(argv: list[str]) -> dict[str, Any]:
-    from seedq.launch.local import AMP_DTYPES, resolve_device
+    from seedq.learner.device import AMP_DTYPES, resolve_device
 
     options, overrides = split_args(argv, OPTIONS)
     cfg = compose(overrides)

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 
 import numpy as np
-import torch
 import zmq
 
 from seedq.actor.loop import Patience
-from seedq.agents.base import RunContext, build_agent
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
@@ -26,26 +23,13 @@ from seedq.envs.base import env_spec_of
 from seedq.launch.actors import ActorPool, RestartPolicy
 from seedq.launch.monitor import RunSummary
 from seedq.launch.run_loop import TrainingRun
-from seedq.learner.central_inference import CentralInference
-from seedq.learner.inference import InferenceEngine
+from seedq.learner.device import AMP_DTYPES, prepare_learner_process, resolve_device
 from seedq.messages import EnvSpec
 from seedq.security import curve_enabled
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LocalRun", "RunSummary", "resolve_device", "probe_env_spec", "AMP_DTYPES"]
-
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def resolve_device(name: str) -> torch.device:
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"hardware.device={name!r} but this machine has no usable CUDA device "
-            f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); "
-            "use hardware=cpu, or install a CUDA build of torch on a GPU machine"
-        )
-    return torch.device(name)
 
 
 def probe_env_spec(cfg: SeedqConfig) -> EnvSpec:
@@ -104,34 +88,10 @@ class LocalRun(TrainingRun):
         super().__init__()
         self.cfg = cfg
         self.run_dir = run_dir
-        hw = cfg.hardware
-        self.device = resolve_device(hw.device)
-        # The broker and trainer threads share the GIL; torch releases it inside ops, and at
-        # the default 5 ms switch interval the trainer then waits up to 5 ms to get it back,
-        # many times per update. A short interval keeps both threads moving.
-        sys.setswitchinterval(hw.gil_switch_interval_s)
-        if hw.num_threads:
-            torch.set_num_threads(hw.num_threads)
-        torch.manual_seed(cfg.seed)
+        self.device = prepare_learner_process(cfg)
         self.spec = probe_env_spec(cfg)
         check_message_size(cfg, self.spec)
-        amp = AMP_DTYPES[hw.amp]
-        self.agent = build_agent(
-            RunContext(
-                cfg, self.spec, self.device, self.weights_lock, self.stop, amp, hw.pin_memory
-            )
-        )
-        self.engine = InferenceEngine(
-            self.agent.model,
-            self.device,
-            self.weights_lock,
-            select=self.agent.selector,
-            seed=cfg.seed,
-            pin_memory=hw.pin_memory,
-            amp_dtype=amp,
-            compile_mode=hw.compile,
-        )
-        self.consumer = CentralInference.for_agent(self.engine, self.agent)
+        self._build_acting(cfg)
         self.ctx = context or zmq.Context()
         self._own_context = context is None
         self.socket = self.ctx.socket(zmq.ROUTER)
@@ -152,7 +112,6 @@ class LocalRun(TrainingRun):
             max_message_bytes=cfg.broker.max_message_bytes,
         )
         self.stats = self.broker.stats
-        self.generator = self.engine.generator
         if resume is not None:
             self.restore(resume)
         self.actors = ActorPool(

@@ -33,8 +33,12 @@ from typing import Any
 
 import torch
 
+from seedq.agents.base import RunContext, build_agent
 from seedq.launch.monitor import Monitor, RunSummary
+from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, plain_config, save_checkpoint
+from seedq.learner.device import AMP_DTYPES
+from seedq.learner.inference import InferenceEngine
 from seedq.learner.stats import NonFiniteTraining
 from seedq.metrics import MetricsWriter
 
@@ -99,6 +103,28 @@ class TrainingRun:
             "skipped_updates": self.agent.stats.skipped_updates,
             "checkpoint_failures": self.checkpoint_failures,
         }
+
+    def _build_acting(self, agent_cfg: Any) -> None:
+        """The agent (built for ``agent_cfg``), its inference engine and central inference:
+        what ``arch=seed`` and ``arch=sebulba`` act with. Needs ``cfg``, ``spec``, ``device``."""
+        hw = self.cfg.hardware
+        amp = AMP_DTYPES[hw.amp]
+        context = RunContext(
+            agent_cfg, self.spec, self.device, self.weights_lock, self.stop, amp, hw.pin_memory
+        )
+        self.agent = build_agent(context)
+        self.engine = InferenceEngine(
+            self.agent.model,
+            self.device,
+            self.weights_lock,
+            select=self.agent.selector,
+            seed=self.cfg.seed,
+            pin_memory=hw.pin_memory,
+            amp_dtype=amp,
+            compile_mode=hw.compile,
+        )
+        self.consumer = CentralInference.for_agent(self.engine, self.agent)
+        self.generator = self.engine.generator
 
     # ------------------------------------------------------------- checkpoints
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from seedq.agents.base import RunContext
+from seedq.agents.base import ModelAndLearnerState, RunContext
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.learner import PPOLearner
 from seedq.agents.ppo.network import build_network
@@ -36,7 +36,7 @@ _COLUMNS = {
 }
 
 
-class PPOAgent:
+class PPOAgent(ModelAndLearnerState):
     name: ClassVar[str] = "ppo"
     metric_columns: ClassVar[list[str]] = list(_COLUMNS)
 
@@ -126,19 +126,3 @@ class PPOAgent:
             f"loss pg {row['loss/pg']:.3g} value {row['loss/value']:.3g} "
             f"entropy {row['loss/entropy']:.3g} kl {row['train/approx_kl']:.2g}"
         )
-
-    def judged_returns(self, returns: list[float]) -> list[float]:
-        return returns
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), **self.learner.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.learner.load_state_dict(state)
-
-    def save_files(self, run_dir: str) -> None:
-        """PPO keeps nothing beside its checkpoints."""
-
-    def restore_files(self, checkpoint_dir: str) -> None:
-        """PPO keeps nothing beside its checkpoints."""

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from seedq.agents.base import RunContext, require_discrete
+from seedq.agents.base import ModelAndLearnerState, RunContext, require_discrete
 from seedq.agents.vtrace.acting import SampleFromPolicy
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.learner import VTraceLearner
@@ -24,7 +24,7 @@ from seedq.messages import EnvSpec
 log = logging.getLogger(__name__)
 
 
-class VTraceAgent:
+class VTraceAgent(ModelAndLearnerState):
     name: ClassVar[str] = "vtrace"
     metric_columns: ClassVar[list[str]] = [
         "loss/total",
@@ -122,19 +122,3 @@ class VTraceAgent:
             f"loss pg {row['loss/pg']:.3g} baseline {row['loss/baseline']:.3g} "
             f"entropy {row['loss/entropy']:.3g}"
         )
-
-    def judged_returns(self, returns: list[float]) -> list[float]:
-        return returns
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), **self.learner.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.learner.load_state_dict(state)
-
-    def save_files(self, run_dir: str) -> None:
-        """V-trace keeps nothing beside its checkpoints."""
-
-    def restore_files(self, checkpoint_dir: str) -> None:
-        """V-trace keeps nothing beside its checkpoints."""

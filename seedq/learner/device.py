@@ -1,0 +1,36 @@
+"""The learner's device and numeric switches, resolved from the ``hardware`` section."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from seedq.schema import ConfigError
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"hardware.device={name!r} but this machine has no usable CUDA device "
+            f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); "
+            "use hardware=cpu, or install a CUDA build of torch on a GPU machine"
+        )
+    return torch.device(name)
+
+
+def prepare_learner_process(cfg: Any) -> torch.device:
+    """Device, thread settings and torch seed of a learner process; its device."""
+    hw = cfg.hardware
+    device = resolve_device(hw.device)
+    # Several threads share the GIL (broker or actor threads and the trainer); torch releases
+    # it inside ops, and at the default 5 ms switch interval the trainer then waits up to 5 ms
+    # to get it back, many times per update. A short interval keeps the threads moving.
+    sys.setswitchinterval(hw.gil_switch_interval_s)
+    if hw.num_threads:
+        torch.set_num_threads(hw.num_threads)
+    torch.manual_seed(cfg.seed)
+    return device
