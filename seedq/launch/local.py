@@ -28,8 +28,9 @@ from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
 from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import make_env_batch, rows_per_env
-from seedq.launch.actors import ActorPool
+from seedq.launch.actors import ActorPool, spawn_local
 from seedq.launch.monitor import Monitor, RunSummary
+from seedq.launch.ssh import SshLauncher
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import plain_config, save_checkpoint
 from seedq.learner.inference import InferenceEngine
@@ -93,6 +94,8 @@ class LocalRun:
             torch.set_num_threads(hw.num_threads)
         torch.manual_seed(cfg.seed)
         self.spec = probe_env_spec(cfg)
+        # Remote hosts are checked before the learner is built: nothing starts half-way.
+        self.remote = SshLauncher.for_run(cfg, run_dir) if cfg.launcher.name == "ssh" else None
         self.stop = threading.Event()
         self.weights_lock = threading.Lock()
         self.errors: list[BaseException] = []
@@ -135,15 +138,18 @@ class LocalRun:
         if resume is not None:
             self._restore(resume)
         self.actors = ActorPool(
-            endpoint=self.endpoint,
+            endpoint=self.remote.actor_endpoint(cfg.broker, self.endpoint)
+            if self.remote
+            else self.endpoint,
             env=cfg.env,
-            num_actors=cfg.actor.num_actors,
+            num_actors=self.remote.num_actors if self.remote else cfg.actor.num_actors,
             batches_per_actor=cfg.actor.batches_per_actor,
             envs_per_batch=cfg.actor.envs_per_batch,
             seed=cfg.seed,
             run_dir=run_dir,
             python=cfg.launcher.python,
             keys_dir=self.keys_dir,
+            spawn=self.remote.spawn if self.remote else spawn_local,
             inproc_context=self.ctx if cfg.actor.transport == "inproc" else None,
         )
 
