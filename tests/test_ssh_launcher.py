@@ -105,7 +105,7 @@ def test_cartpole_trains_with_actors_on_two_ssh_hosts_and_leaves_nothing_behind(
     logs = sorted(p.name for p in (run_dir / "actors").glob("*.log"))
     assert (process.returncode, summary["stop_reason"], logs, left_behind(run_dir)) == (
         0,
-        "return",
+        "target_return",
         [f"127.0.0.1_{hosts['sshd'][1].port}-0.log", "seedq-a-0.log"],
         [],
     ), output
@@ -118,10 +118,13 @@ def test_ctrl_c_or_sigterm_stops_the_remote_actors(tmp_path, hosts, sig):
     run_dir = tmp_path / "run"
     process = start(run_dir, hosts, "max_minutes=3", "log_interval_s=1")
     wait_for_metrics(run_dir)
+    running = processes_with_env(f"SEEDQ_TEST_RUN={run_dir}")
     process.send_signal(sig)
     output, _ = process.communicate(timeout=90)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (process.returncode, summary["stop_reason"], left_behind(run_dir)) == (
+    # Each host ran a guard and its actor; none is left.
+    assert (len(running), process.returncode, summary["stop_reason"], left_behind(run_dir)) == (
+        4,
         0,
         "interrupted",
         [],
