@@ -8,6 +8,7 @@ hosts after each way of stopping.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -229,3 +230,91 @@ def test_a_host_failing_too_often_is_dropped():
         False,
         True,
     ]
+
+
+def _netns_unavailable() -> str:
+    if missing_tools():
+        return missing_tools()
+    if shutil.which("ip") is None:
+        return "iproute2 (ip) is not installed"
+    probe = f"seedq-probe-{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"ip netns is not permitted here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], check=True)
+    return ""
+
+
+@pytest.fixture
+def two_namespaces():
+    """Two network namespaces joined by a veth pair: the learner's (10.199.0.1) and an actor
+    host's (10.199.0.2). Only traffic between them; both vanish afterwards."""
+    tag = str(os.getpid())
+    learner, actor = f"seedq-l-{tag}", f"seedq-a-{tag}"
+    commands = [
+        ["ip", "netns", "add", learner],
+        ["ip", "netns", "add", actor],
+        ["ip", "link", "add", f"sql{tag}", "type", "veth", "peer", "name", f"sqa{tag}"],
+        ["ip", "link", "set", f"sql{tag}", "netns", learner],
+        ["ip", "link", "set", f"sqa{tag}", "netns", actor],
+        ["ip", "-n", learner, "addr", "add", "10.199.0.1/24", "dev", f"sql{tag}"],
+        ["ip", "-n", actor, "addr", "add", "10.199.0.2/24", "dev", f"sqa{tag}"],
+    ]
+    for ns, dev in ((learner, f"sql{tag}"), (actor, f"sqa{tag}")):
+        commands += [["ip", "-n", ns, "link", "set", "lo", "up"]]
+        commands += [["ip", "-n", ns, "link", "set", dev, "up"]]
+    try:
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True)
+        yield learner, actor
+    finally:
+        for ns in (learner, actor):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.skipif(bool(_netns_unavailable()), reason=_netns_unavailable() or "ready")
+def test_learner_and_actors_in_two_network_namespaces_over_curve(tmp_path, two_namespaces):
+    learner_ns, actor_ns = two_namespaces
+    key = user_key(tmp_path)
+    sshd = SshdHost(tmp_path / "host", key, address="10.199.0.2", netns=actor_ns)
+    config = client_config(tmp_path, key, {"actorhost": sshd})
+    keys = tmp_path / "curve"
+    subprocess.run([sys.executable, "-m", "seedq.keys", str(keys)], check=True)
+    run_dir = tmp_path / "run"
+    try:
+        # broker.host is not loopback, so CURVE is on and the keys travel over ssh.
+        process = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                learner_ns,
+                sys.executable,
+                "-m",
+                "seedq.cli",
+                "launcher=ssh",
+                "launcher.hosts=[actorhost]",
+                f"launcher.ssh_args=[-F,{config}]",
+                f"+launcher.env={{PYTHONPATH:'{TREE}',SEEDQ_TEST_RUN:'{run_dir}'}}",
+                f"launcher.remote_keys_dir={tmp_path / 'remote-keys'}",
+                "broker.host=10.199.0.1",
+                f"security.keys_dir={keys}",
+                "total_env_steps=20000",
+                "max_minutes=3",
+                f"hydra.run.dir={run_dir}",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**os.environ, "PYTHONPATH": TREE},
+        )
+        summary = json.loads((run_dir / "summary.json").read_text())
+        remote_keys = sorted(p.name for p in (tmp_path / "remote-keys").iterdir())
+        assert (
+            summary["stop_reason"],
+            "tcp://10.199.0.1:" in process.stdout,
+            remote_keys,
+            left_behind(run_dir),
+        ) == ("total_env_steps", True, ["actor.key_secret", "learner.key"], []), process.stdout
+    finally:
+        sshd.kill()
