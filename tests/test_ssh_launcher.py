@@ -119,11 +119,15 @@ def test_ctrl_c_or_sigterm_stops_the_remote_actors(tmp_path, hosts, sig):
     run_dir = tmp_path / "run"
     process = start(run_dir, hosts, "max_minutes=3", "log_interval_s=1")
     wait_for_metrics(run_dir)
-    running = processes_with_env(f"SEEDQ_TEST_RUN={run_dir}")
+    # Each host runs a guard and its actor (an ssh session may still be starting: wait).
+    deadline = time.monotonic() + 60
+    while len(running := processes_with_env(f"SEEDQ_TEST_RUN={run_dir}")) != 4:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     process.send_signal(sig)
     output, _ = process.communicate(timeout=90)
     summary = json.loads((run_dir / "summary.json").read_text())
-    # Each host ran a guard and its actor; none is left.
     assert (len(running), process.returncode, summary["stop_reason"], left_behind(run_dir)) == (
         4,
         0,
