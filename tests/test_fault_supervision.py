@@ -9,7 +9,7 @@ from fault_helpers import wait_for
 
 from seedq.bench.fuzz import fuzz_messages
 from seedq.envs import EnvConfig
-from seedq.launch.actors import ActorFailure, ActorPool, RestartPolicy
+from seedq.launch.actors import ActorFailure, ActorPool, RestartPolicy, SpawnRefused
 
 
 def crashing_spawn(started: list[list[str]]):
@@ -69,3 +69,44 @@ def test_backoff_doubles_up_to_its_cap():
 
 def test_fuzz_bursts_are_reproducible_from_their_seed():
     assert list(fuzz_messages(3, 50)) == list(fuzz_messages(3, 50))
+
+
+def test_a_place_its_launcher_gives_up_is_dropped_and_the_others_go_on(tmp_path):
+    """The ssh launcher refuses to re-spawn on a host that keeps failing (SpawnRefused): that
+    actor is dropped with a warning and the pool keeps supervising the others."""
+    started: list[int] = []
+
+    def spawn(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
+        if index == 0 and index in started:
+            raise SpawnRefused("actor host h0 was dropped after repeated failures")
+        started.append(index)
+        # Actor 0 dies at once; actor 1 lives until stopped.
+        code = "raise SystemExit(7)" if index == 0 else "import time; time.sleep(600)"
+        return subprocess.Popen([sys.executable, "-c", code])
+
+    actors = pool(tmp_path, spawn, RestartPolicy(5, 60.0, backoff_s=0.05))
+    actors.num_actors = 2
+    actors.start()
+
+    def dropped() -> bool:
+        actors.check()
+        return any(a.dropped for a in actors._procs)
+
+    wait_for(dropped, 60, "actor 0 dropped")
+    alive = actors.pids
+    actors.stop()
+    assert (sorted(set(started)), len(alive), actors.restarts) == ([0, 1], 1, 0)
+
+
+def test_when_every_place_is_given_up_the_run_fails(tmp_path):
+    def spawn(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
+        if (tmp_path / "spawned").exists():
+            raise SpawnRefused("actor host h0 was dropped after repeated failures")
+        (tmp_path / "spawned").touch()
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+
+    actors = pool(tmp_path, spawn, RestartPolicy(5, 60.0, backoff_s=0.05))
+    actors.start()
+    with pytest.raises(ActorFailure, match="no actor is left"):
+        wait_for(lambda: actors.check() and False, 60, "the failure")
+    actors.stop()

@@ -11,6 +11,11 @@ from seedq.schema import ConfigError, check_positive, setting
 class BrokerConfig:
     host: str = setting("127.0.0.1", "address the learner's broker binds")
     port: int = setting(0, "TCP port of the broker (0: pick a free one)")
+    advertise_host: str = setting(
+        "",
+        "address actors dial (empty: broker.host; with launcher=ssh and a wildcard or loopback "
+        "broker.host, this machine's address on the route to the first host)",
+    )
     max_batch: int = setting(64, "envs per inference batch")
     deadline_ms: float = setting(
         2.0, "a batch goes to inference this long after its first request, full or not"

@@ -46,6 +46,11 @@ class ActorFailure(RuntimeError):
     """An actor kept dying; the message names it, its log file and quotes its last lines."""
 
 
+class SpawnRefused(RuntimeError):
+    """Raised by a spawn hook that gives an actor's place up (e.g. the ssh launcher dropping a
+    host that keeps failing): that actor is not restarted, and the run goes on with the rest."""
+
+
 @dataclass
 class RestartPolicy:
     """When a crashed actor process is started again (``actor.max_restarts`` and friends)."""
@@ -71,6 +76,7 @@ class ActorProcess:
     crashes: deque = field(default_factory=deque)  # monotonic times of crashes in the window
     restart_at: float | None = None  # set while it waits out its backoff
     last_code: int | None = None
+    dropped: bool = False  # its spawn hook gave its place up
 
 
 def _tail(path: str, lines: int = 15) -> str:
@@ -156,7 +162,11 @@ class ActorPool:
     @property
     def pids(self) -> list[int]:
         """Pids of the actor processes now running (tests and chaos tools pick victims here)."""
-        return [a.proc.pid for a in self._procs if a.restart_at is None and a.proc.poll() is None]
+        return [
+            a.proc.pid
+            for a in self._procs
+            if not a.dropped and a.restart_at is None and a.proc.poll() is None
+        ]
 
     def check(self, now: float | None = None) -> None:
         """Restart crashed actor processes when their backoff is over.
@@ -168,6 +178,8 @@ class ActorPool:
             raise ActorFailure(f"an actor thread failed: {self._thread_errors[0]}")
         now = time.monotonic() if now is None else now
         for actor in self._procs:
+            if actor.dropped:
+                continue
             if actor.restart_at is not None:
                 if now >= actor.restart_at:
                     self._respawn(actor)
@@ -209,7 +221,15 @@ class ActorPool:
         actor.restart_at = None
         if self._stop.is_set():
             return
-        actor.proc = self.spawn(actor.index, actor.cmd, actor.log_file)
+        try:
+            actor.proc = self.spawn(actor.index, actor.cmd, actor.log_file)
+        except SpawnRefused as exc:
+            actor.dropped = True
+            left = sum(not a.dropped for a in self._procs)
+            log.warning("actor process %d is not restarted: %s; %d left", actor.index, exc, left)
+            if not left:
+                raise ActorFailure(f"no actor is left to run: {exc}") from None
+            return
         self.restarts += 1
         log.info("restarted actor process %d as pid %d", actor.index, actor.proc.pid)
 

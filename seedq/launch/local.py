@@ -20,9 +20,10 @@ from seedq.broker.security import secure_server
 from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import make_env_batch, rows_per_env
 from seedq.envs.base import env_spec_of
-from seedq.launch.actors import ActorPool, RestartPolicy
+from seedq.launch.actors import ActorPool, RestartPolicy, spawn_local
 from seedq.launch.monitor import RunSummary
 from seedq.launch.run_loop import TrainingRun
+from seedq.launch.ssh import SshLauncher
 from seedq.learner.device import AMP_DTYPES, prepare_learner_process, resolve_device
 from seedq.messages import EnvSpec
 from seedq.security import curve_enabled
@@ -91,6 +92,8 @@ class LocalRun(TrainingRun):
         self.device = prepare_learner_process(cfg)
         self.spec = probe_env_spec(cfg)
         check_message_size(cfg, self.spec)
+        # Remote hosts are checked before the learner is built: nothing starts half-way.
+        self.remote = SshLauncher.for_run(cfg, run_dir) if cfg.launcher.name == "ssh" else None
         self._build_acting(cfg)
         self.ctx = context or zmq.Context()
         self._own_context = context is None
@@ -115,15 +118,18 @@ class LocalRun(TrainingRun):
         if resume is not None:
             self.restore(resume)
         self.actors = ActorPool(
-            endpoint=self.endpoint,
+            endpoint=self.remote.actor_endpoint(cfg.broker, self.endpoint)
+            if self.remote
+            else self.endpoint,
             env=cfg.env,
-            num_actors=cfg.actor.num_actors,
+            num_actors=self.remote.num_actors if self.remote else cfg.actor.num_actors,
             batches_per_actor=cfg.actor.batches_per_actor,
             envs_per_batch=cfg.actor.envs_per_batch,
             seed=cfg.seed,
             run_dir=run_dir,
             python=cfg.launcher.python,
             keys_dir=self.keys_dir,
+            spawn=self.remote.spawn if self.remote else spawn_local,
             inproc_context=self.ctx if cfg.actor.transport == "inproc" else None,
             restart=RestartPolicy(
                 cfg.actor.max_restarts, cfg.actor.restart_window_s, cfg.actor.restart_backoff_s
