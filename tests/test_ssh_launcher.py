@@ -97,6 +97,7 @@ def left_behind(run_dir: Path, timeout: float = 20) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @needs_sshd
 def test_cartpole_trains_with_actors_on_two_ssh_hosts_and_leaves_nothing_behind(tmp_path, hosts):
     run_dir = tmp_path / "run"
@@ -148,16 +149,25 @@ def test_a_crashed_learner_leaves_no_actor_on_the_hosts(tmp_path, hosts):
 
 @needs_sshd
 def test_a_killed_host_takes_its_actor_with_it_and_the_run_leaves_nothing_behind(tmp_path, hosts):
+    """The dead host's actor is restarted until the host is dropped; the run goes on with the
+    other host to its budget and leaves no process on either."""
     run_dir = tmp_path / "run"
-    process = start(run_dir, hosts, "max_minutes=2", "log_interval_s=1")
+    process = start(
+        run_dir, hosts, "max_minutes=1.5", "log_interval_s=1", "launcher.max_host_failures=2"
+    )
     wait_for_metrics(run_dir)
     hosts["sshd"][1].kill()
     try:
-        output, _ = process.communicate(timeout=150)
+        output, _ = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
             process.kill()
-    assert left_behind(run_dir) == [], output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (process.returncode, summary["stop_reason"], left_behind(run_dir)) == (
+        0,
+        "max_minutes",
+        [],
+    ), output
 
 
 @needs_sshd
