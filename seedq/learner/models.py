@@ -1,5 +1,8 @@
 """The network body every algorithm shares: torsos and the optional LSTM core.
 
+(Just over 400 lines on purpose: the five torsos and the recurrent body are one idea, the
+part of every agent's network below its heads, and are read together.)
+
 One module serves both callers of a SEED-style learner: inference runs ``T = 1`` steps for a batch
 of envs with a carried recurrent state, and training runs ``T = unroll_length + 1`` steps from the
 state stored at the start of each unroll. Both go through the same ``forward`` of the agent's
