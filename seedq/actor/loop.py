@@ -20,7 +20,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from seedq.envs import EnvBatch
-from seedq.envs.base import env_spec_of
+from seedq.envs.base import StepBatch, env_spec_of
 from seedq.messages import (
     ACTIONS,
     ERROR,
@@ -213,19 +213,24 @@ async def _join_and_step(
         returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
         stats.env_steps += n
         stats.episodes += len(returns)
-        step = Step(
-            actor_id=actor_id,
-            run_id=run_id,
-            seq=step.seq + 1,
-            obs=out.obs,
-            reward=out.reward,
-            terminated=out.terminated,
-            truncated=out.truncated,
-            final_obs=out.final_obs,
-            episode_returns=returns,
-            episode_lengths=lengths,
-        )
+        step = next_step(step, out, returns, lengths)
     await sock.send_multipart(encode(Bye(actor_id, run_id)))
+
+
+def next_step(step: Step, out: StepBatch, returns: list, lengths: list) -> Step:
+    """The request that follows ``step``: the env batch's result and the episodes it ended."""
+    return Step(
+        actor_id=step.actor_id,
+        run_id=step.run_id,
+        seq=step.seq + 1,
+        obs=out.obs,
+        reward=out.reward,
+        terminated=out.terminated,
+        truncated=out.truncated,
+        final_obs=out.final_obs,
+        episode_returns=returns,
+        episode_lengths=lengths,
+    )
 
 
 async def _receive_actions(

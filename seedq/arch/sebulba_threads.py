@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seedq.actor.loop import EpisodeTracker
+from seedq.actor.loop import EpisodeTracker, next_step
 from seedq.broker.router import ActorSlot, Batch, BatchConsumer, BrokerStats
 from seedq.envs import EnvBatch
 from seedq.messages import EnvSpec, Hello, Step
@@ -159,15 +159,4 @@ def step_env_batch(
             return
         out = env.step(actions)
         returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
-        step = Step(
-            actor_id=hello.actor_id,
-            run_id=hello.run_id,
-            seq=step.seq + 1,
-            obs=out.obs,
-            reward=out.reward,
-            terminated=out.terminated,
-            truncated=out.truncated,
-            final_obs=out.final_obs,
-            episode_returns=returns,
-            episode_lengths=lengths,
-        )
+        step = next_step(step, out, returns, lengths)

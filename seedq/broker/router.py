@@ -258,8 +258,9 @@ class Broker:
         error = Error(code=code, message=detail, actor_id=actor_id, seq=seq)
         try:
             self.socket.send_multipart([identity, *encode(error)], copy=False)
-        except zmq.ZMQError:
-            pass  # the peer is gone; the message is counted, there is no one to tell
+        except zmq.ZMQError as exc:
+            # The peer is gone: the message is counted above, there is no one to tell.
+            log.debug("could not answer a %r rejection: %s", code, exc)
 
     def _hello(self, identity: bytes, hello: Hello, now: float) -> None:
         if hello.spec != self.spec:

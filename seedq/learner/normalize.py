@@ -22,6 +22,7 @@ same mean and variance as one pass over all samples.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import torch
@@ -124,3 +125,22 @@ class RewardScaler:
     def load_state_dict(self, state: dict) -> None:
         self.count = float(state["count"])
         self.mean, self.var = np.asarray(state["mean"]), np.asarray(state["var"])
+
+
+class OptimizerAndScalerState:
+    """Checkpoint state of a learner that owns ``optimizer`` and an optional ``reward_scaler``
+    (V-trace and PPO): the part of the agent's checkpoint its learner holds."""
+
+    optimizer: Any
+    reward_scaler: RewardScaler | None
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])

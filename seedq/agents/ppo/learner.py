@@ -18,7 +18,7 @@ import torch
 
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.loss import gae, ppo_loss
-from seedq.learner.normalize import RewardScaler, update_obs_norm
+from seedq.learner.normalize import OptimizerAndScalerState, RewardScaler, update_obs_norm
 from seedq.learner.stats import TrainStats
 from seedq.learner.targets import transition_rewards
 from seedq.learner.unroll_store import Unroll
@@ -27,7 +27,7 @@ from seedq.learner.update import GradientStep
 _STAT_KEYS = ("total", "pg", "value", "entropy", "approx_kl", "clip_fraction")
 
 
-class PPOLearner:
+class PPOLearner(OptimizerAndScalerState):
     """Trains ``model`` on whole collected batches; owns the optimizer and the reward scaler."""
 
     def __init__(
@@ -164,14 +164,3 @@ class PPOLearner:
         }
         self.stats.add(stats)
         return stats
-
-    def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
-        if self.reward_scaler is not None:
-            state["reward_scaler"] = self.reward_scaler.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.reward_scaler is not None and "reward_scaler" in state:
-            self.reward_scaler.load_state_dict(state["reward_scaler"])

@@ -9,7 +9,7 @@ import torch
 
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import vtrace_loss
-from seedq.learner.normalize import RewardScaler, update_obs_norm
+from seedq.learner.normalize import OptimizerAndScalerState, RewardScaler, update_obs_norm
 from seedq.learner.stats import TrainStats
 from seedq.learner.targets import transition_rewards
 from seedq.learner.unroll_store import Unroll
@@ -28,7 +28,7 @@ def make_optimizer(model: torch.nn.Module, cfg: VTraceConfig) -> torch.optim.Opt
     )
 
 
-class VTraceLearner:
+class VTraceLearner(OptimizerAndScalerState):
     """One V-trace update per call; owns the optimizer."""
 
     def __init__(
@@ -123,14 +123,3 @@ class VTraceLearner:
         self.stats.samples += int(batch.action.shape[1]) * (int(batch.action.shape[0]) - 1)
         self.stats.add(stats)
         return stats
-
-    def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
-        if self.reward_scaler is not None:
-            state["reward_scaler"] = self.reward_scaler.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.reward_scaler is not None and "reward_scaler" in state:
-            self.reward_scaler.load_state_dict(state["reward_scaler"])
