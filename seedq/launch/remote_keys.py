@@ -28,7 +28,15 @@ def actor_script(keys_dir: str, remote_keys_dir: str, actor_argv: list[str]) -> 
     lines = ["set -e", "umask 077", f"mkdir -p {target}", f"chmod 700 {target}"]
     for name in ACTOR_FILES:
         text = (Path(keys_dir).expanduser() / name).read_text()
-        lines += [f"cat > {target}/{name} <<'{_EOF}'", text.rstrip("\n"), _EOF]
+        # Several actors on one host (or on a shared home) write the same files at once: each
+        # writes its own temp file and renames it, so no actor ever reads a half-written key.
+        temp = f"{target}/.{name}.$$"
+        lines += [
+            f"cat > {temp} <<'{_EOF}'",
+            text.rstrip("\n"),
+            _EOF,
+            f"mv -f {temp} {target}/{name}",
+        ]
     lines.append("exec " + shlex.join(actor_argv))
     return "\n".join(lines) + "\n"
 
