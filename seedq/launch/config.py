@@ -6,38 +6,61 @@ from dataclasses import dataclass
 
 from seedq.schema import ConfigError, choice, positive, setting
 
-LAUNCHERS = ("local", "ssh")
+LAUNCHERS = ("local", "ssh", "slurm")
+# The slurm launcher places each actor itself: one task on one named node of its job.
+SRUN_PLACEMENT = ("-n", "--ntasks", "-N", "--nodes", "-w", "--nodelist", "--jobid", "-i", "--input")
 
 
 @dataclass
 class LauncherConfig:
     name: str = setting("local", f"how actors are started: {', '.join(LAUNCHERS)}")
     python: str = setting(
-        "", "interpreter for actor processes, here or on each host (empty: the learner's own path)"
+        "",
+        "interpreter for actor processes, here, on each host or node (empty: the learner's own "
+        "path)",
     )
     hosts: list[str] = setting(
         help="ssh: actor hosts, anything `ssh` accepts as a destination (cpu1, alice@cpu3, "
-        "ssh://alice@cpu3:2222)",
+        "ssh://alice@cpu3:2222); slurm: the allocation's nodes that run actors (empty: all)",
         factory=list,
     )
-    actors_per_host: int = setting(0, "ssh: actor processes per host (0: actor.num_actors)")
+    actors_per_host: int = setting(
+        0,
+        "ssh, slurm: actor processes per host or node (0: ssh: actor.num_actors; slurm: the "
+        "allocation's tasks on each node when it asked for tasks (-n, --ntasks-per-node), else "
+        "actor.num_actors)",
+    )
     ssh_args: list[str] = setting(
         help="ssh: extra options for every ssh call, before the host (e.g. [-F,/path/config])",
         factory=list,
     )
-    workdir: str = setting("", "ssh: remote directory the actors run in (empty: the login dir)")
+    srun_args: list[str] = setting(
+        help="slurm: extra options for every srun call, after seedq's own (e.g. "
+        "[--mem-per-cpu=2G])",
+        factory=list,
+    )
+    workdir: str = setting(
+        "",
+        "ssh, slurm: directory the actors run in (empty: ssh: the login dir; slurm: the "
+        "learner's working directory)",
+    )
     env: dict[str, str] = setting(
-        help="ssh: environment variables set for remote actors (e.g. {PYTHONPATH: /src/seedq})",
+        help="ssh, slurm: environment variables set for remote actors (e.g. {PYTHONPATH: "
+        "/src/seedq}); srun passes the learner's environment on as well",
         factory=dict,
     )
     remote_keys_dir: str = setting(
-        "~/.seedq/keys", "ssh: where the actor's CURVE keys are written on each host"
+        "~/.seedq/keys",
+        "ssh, slurm: where the actor's CURVE keys are written on each host or node, sent over "
+        "the ssh or srun channel (empty: hosts share security.keys_dir's filesystem and "
+        "actors read it there)",
     )
     check_timeout_s: float = setting(
-        60.0, "ssh: seconds each host gets to pass its start-up check (all hosts in parallel)"
+        60.0,
+        "ssh, slurm: seconds each host or node gets to pass its start-up check (all in parallel)",
     )
     max_host_failures: int = setting(
-        5, "ssh: a host whose actors failed this many times in 10 minutes is dropped"
+        5, "ssh, slurm: a host or node whose actors failed this many times in 10 minutes is dropped"
     )
 
 
@@ -59,4 +82,12 @@ def validate_launcher(launcher: LauncherConfig) -> None:
             raise ConfigError(
                 f"launcher.hosts entry {host!r} is not an ssh destination (user@host, host, "
                 "ssh://user@host:port); ssh options go in launcher.ssh_args"
+            )
+    for option in launcher.srun_args:
+        name = option.split("=", 1)[0]
+        if name in SRUN_PLACEMENT or (name[:2] in SRUN_PLACEMENT and not name.startswith("--")):
+            raise ConfigError(
+                f"launcher.srun_args entry {option!r}: the slurm launcher sets where actors run "
+                "(one task on one node, its stdin for the start-up script); choose the nodes "
+                "with launcher.hosts and their actors with launcher.actors_per_host"
             )

@@ -23,12 +23,16 @@ from seedq.envs.base import env_spec_of
 from seedq.launch.actors import ActorPool, RestartPolicy, spawn_local
 from seedq.launch.monitor import RunSummary
 from seedq.launch.run_loop import TrainingRun
+from seedq.launch.slurm import SlurmLauncher
 from seedq.launch.ssh import SshLauncher
 from seedq.learner.device import AMP_DTYPES, prepare_learner_process, resolve_device
 from seedq.messages import EnvSpec
 from seedq.security import curve_enabled
 
 log = logging.getLogger(__name__)
+
+# Launchers whose actors run elsewhere; each checks its hosts in ``for_run`` and spawns there.
+REMOTE_LAUNCHERS = {"ssh": SshLauncher, "slurm": SlurmLauncher}
 
 __all__ = ["LocalRun", "RunSummary", "resolve_device", "probe_env_spec", "AMP_DTYPES"]
 
@@ -93,7 +97,8 @@ class LocalRun(TrainingRun):
         self.spec = probe_env_spec(cfg)
         check_message_size(cfg, self.spec)
         # Remote hosts are checked before the learner is built: nothing starts half-way.
-        self.remote = SshLauncher.for_run(cfg, run_dir) if cfg.launcher.name == "ssh" else None
+        remote = REMOTE_LAUNCHERS.get(cfg.launcher.name)
+        self.remote = remote.for_run(cfg, run_dir) if remote else None
         self._build_acting(cfg)
         self.ctx = context or zmq.Context()
         self._own_context = context is None
