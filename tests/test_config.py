@@ -17,7 +17,7 @@ GROUPS = {
     "algorithm": ["vtrace", "r2d2", "ppo"],
     "env": ["cartpole", "atari", "gym", "football"],
     "hardware": ["cpu", "gpu"],
-    "launcher": ["local"],
+    "launcher": ["local", "slurm"],
 }
 
 register_configs()
