@@ -13,8 +13,8 @@ class BrokerConfig:
     port: int = setting(0, "TCP port of the broker (0: pick a free one)")
     advertise_host: str = setting(
         "",
-        "address actors dial (empty: broker.host; with launcher=ssh and a wildcard or loopback "
-        "broker.host, this machine's address on the route to the first host)",
+        "address actors dial (empty: broker.host; with a wildcard broker.host, launcher=ssh: this "
+        "machine's address on the route to the first host, launcher=slurm: its host name)",
     )
     max_batch: int = setting(64, "envs per inference batch")
     deadline_ms: float = setting(
