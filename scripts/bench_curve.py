@@ -3,14 +3,21 @@
 Each round trip is what an actor batch does per step: a request of ``envs`` observations, a
 reply of ``envs`` int32 actions, over tcp://127.0.0.1. The connection (and the CURVE handshake)
 is made before timing starts, and plain and CURVE runs alternate, so both see the same box.
+``--train`` instead times whole training runs (``seedq-bench train``: actors, broker,
+inference, learner; env steps/s after the warm-up), alternating ``security.curve=false`` and
+``true``; extra arguments are seedq-train overrides for both.
 
     PYTHONPATH=. python scripts/bench_curve.py [--seconds 3] [--rounds 3]
+    PYTHONPATH=. python scripts/bench_curve.py --train --seconds 20 --rounds 3 [env=...]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -71,14 +78,45 @@ def round_trips_per_s(obs: np.ndarray, seconds: float, keys_dir: str | None) -> 
         ctx.term()
 
 
+def train_steps_per_s(seconds: float, overrides: list[str]) -> float:
+    """Env steps/s of one ``seedq-bench train`` run (its last line is its JSON summary)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.bench.cli", "train", f"seconds={seconds}", *overrides],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])["env_steps_per_s"]
+
+
+def compare_training(seconds: float, rounds: int, keys_dir: str, overrides: list[str]) -> None:
+    plain, curve = [], []
+    for i in range(rounds):
+        plain.append(train_steps_per_s(seconds, ["security.curve=false", *overrides]))
+        curve.append(
+            train_steps_per_s(
+                seconds, ["security.curve=true", f"security.keys_dir={keys_dir}", *overrides]
+            )
+        )
+        print(f"round {i + 1}: plain {plain[-1]:.0f} steps/s, curve {curve[-1]:.0f} steps/s")
+    p, c = statistics.median(plain), statistics.median(curve)
+    print(f"median env steps/s: plain {p:.0f}, curve {c:.0f}, curve/plain {c / p:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=32, help="envs per request")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per run")
     parser.add_argument("--rounds", type=int, default=3, help="plain/CURVE pairs per payload")
-    args = parser.parse_args()
+    parser.add_argument("--train", action="store_true", help="time seedq-bench train runs")
+    args, overrides = parser.parse_known_args()
+    if overrides and not args.train:
+        parser.error(f"unknown arguments {overrides} (seedq-train overrides go with --train)")
     with tempfile.TemporaryDirectory() as tmp:
         create_keys(tmp)
+        if args.train:
+            compare_training(args.seconds, args.rounds, tmp, overrides)
+            return
         header = ("payload", "bytes", "plain rt/s", "curve rt/s", "curve/plain", "+us/rt")
         print(
             f"{header[0]:<10} {header[1]:>9} {header[2]:>11} {header[3]:>11} {header[4]:>12}",

@@ -104,8 +104,9 @@ class Allocation:
         job_id = environ.get("SLURM_JOB_ID", "")
         nodelist = environ.get("SLURM_JOB_NODELIST", "")
         if not job_id or not nodelist:
+            unset = "SLURM_JOB_ID" if not job_id else "SLURM_JOB_NODELIST"
             raise NotInAllocation(
-                f"launcher=slurm runs inside a Slurm allocation, but SLURM_JOB_ID is not set; "
+                f"launcher=slurm runs inside a Slurm allocation, but {unset} is not set; "
                 f"{START_HINT}"
             )
         nodes = expand_nodelist(nodelist)
@@ -137,7 +138,9 @@ class Allocation:
         return slots
 
 
-def srun_command(job_id: str, node: str, name: str, srun_args: list[str], *command: str):
+def srun_command(
+    job_id: str, node: str, name: str, srun_args: list[str], *command: str
+) -> list[str]:
     """One job step of ``job_id``: ``command`` as one task on ``node``."""
     return [
         "srun",
