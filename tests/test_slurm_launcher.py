@@ -259,6 +259,32 @@ def test_ctrl_c_sigterm_or_a_killed_learner_ends_every_actor_step(tmp_path, sig)
     ), output
 
 
+@needs_slurm
+def test_an_actor_step_cancelled_by_slurm_is_restarted_and_the_run_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    process = salloc(run_dir, "max_minutes=0.5")
+    try:
+        learner_pid(run_dir)
+        job = re.search(r"Slurm job (\d+):", (run_dir / "cli.log").read_text())[1]
+        steps = subprocess.run(
+            ["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], capture_output=True, text=True
+        ).stdout.splitlines()
+        victim = next(line.split()[0] for line in steps if line.endswith(" seedq-actor-0"))
+        subprocess.run(["scancel", victim], check=True)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    faults = json.loads((run_dir / "faults.json").read_text())
+    assert (
+        summary["stop_reason"],
+        faults["actor_restarts"],
+        steps_after(run_dir),
+        left_behind(run_dir),
+    ) == ("max_minutes", 1, [], []), output
+
+
 def _submitit_missing() -> str:
     try:
         import hydra_plugins.hydra_submitit_launcher  # noqa: F401

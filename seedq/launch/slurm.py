@@ -205,6 +205,12 @@ class SlurmLauncher:
                 ",".join(allocation.nodes),
             )
         launcher = cls(cfg.launcher, run_dir, allocation, slots)
+        log.info(
+            "Slurm job %s: %d actors as job steps on %s",
+            allocation.job_id,
+            len(slots),
+            ", ".join(launcher.nodes),
+        )
         launcher.check_nodes(cfg.env, cfg.launcher.python or sys.executable)
         return launcher
 
