@@ -172,7 +172,7 @@ def test_actors_dial_the_learner_s_host_name_and_a_loopback_broker_stays_on_one_
         advertise_host("127.0.0.1", "", ["cpu1", "cpu2.invalid"], "cpu1")
 
 
-@pytest.mark.skipif(shutil.which("scontrol") is None, reason=f"scontrol missing ({SETUP})")
+@needs_slurm  # scontrol reads the cluster config even to expand a list
 def test_a_compressed_nodelist_expands_through_scontrol():
     assert expand_nodelist("cpu[01-02,7],gpu5") == ["cpu01", "cpu02", "cpu7", "gpu5"]
 
