@@ -21,6 +21,7 @@ import pytest
 from ssh_hosts import processes_with_env
 
 from seedq.launch.config import LauncherConfig, validate_launcher
+from seedq.launch.remote_actor import actor_host_script
 from seedq.launch.slurm import (
     Allocation,
     NotInAllocation,
@@ -170,6 +171,15 @@ def test_actors_dial_the_learner_s_host_name_and_a_loopback_broker_stays_on_one_
     assert advertise_host("127.0.0.1", "", ["cpu1"], "cpu1.cluster") == "127.0.0.1"
     with pytest.raises(ConfigError, match=r"actor nodes \['cpu2.invalid'\] are other machines"):
         advertise_host("127.0.0.1", "", ["cpu1", "cpu2.invalid"], "cpu1")
+
+
+def test_with_a_shared_key_directory_no_key_is_shipped_and_actors_read_it_in_place():
+    cmd = ["py", "-m", "seedq.actor.main", "--keys-dir", "/shared/keys", "--log-file", "a.log"]
+    script = actor_host_script(cmd, "", {}, remote_keys="")
+    assert script.splitlines() == [
+        "set -e",
+        "exec py -m seedq.launch.remote_guard -- py -m seedq.actor.main --keys-dir /shared/keys",
+    ]
 
 
 @needs_slurm  # scontrol reads the cluster config even to expand a list
