@@ -33,7 +33,9 @@ class SACConfig(AlgorithmConfig):
     grad_clip: float = setting(
         1e6, "global gradient-norm clip of each network (the paper does not clip; never binds)"
     )
-    tau: float = setting(0.005, "Polyak rate of the target critics: target += tau (online - target)")
+    tau: float = setting(
+        0.005, "Polyak rate of the target critics: target += tau (online - target)"
+    )
     unroll_length: int = setting(
         8, "transitions each env adds to the replay at once (one unroll of the request stream)"
     )

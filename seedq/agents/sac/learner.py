@@ -112,10 +112,16 @@ class SACLearner:
         grad_norm = step.apply(loss_q, after_step=self._after_critic_step)
         if not self.stats.record_step(grad_norm):
             return None
-        with self.steps["actor"].autocast():
-            action, log_prob = model.sample(model.policy(x))
-            loss_pi = actor_loss(log_prob.float(), *model.q(x, action).float(), alpha)
-        self.steps["actor"].apply(loss_pi)
+        # The actor's gradient goes through the critics to the action only: frozen critics
+        # skip their weight gradients (inference runs without autograd, unaffected).
+        model.critics.requires_grad_(False)
+        try:
+            with self.steps["actor"].autocast():
+                action, log_prob = model.sample(model.policy(x))
+                loss_pi = actor_loss(log_prob.float(), *model.q(x, action).float(), alpha)
+            self.steps["actor"].apply(loss_pi)
+        finally:
+            model.critics.requires_grad_(True)
         loss_alpha = temperature_loss(model.log_alpha, log_prob.float(), self.target_entropy)
         if self.cfg.learn_temperature:
             self.steps["temperature"].apply(loss_alpha)

@@ -91,7 +91,9 @@ class SACNet(nn.Module):
         center, half = dist.center.to(actions.device), dist.half_range.to(actions.device)
         return ((actions - center) / half).clamp(-1.0, 1.0)
 
-    def forward(self, obs: Tensor, done: Tensor, core_state: CoreState) -> tuple[SACOutput, CoreState]:
+    def forward(
+        self, obs: Tensor, done: Tensor, core_state: CoreState
+    ) -> tuple[SACOutput, CoreState]:
         T, B = obs.shape[0], obs.shape[1]
         x = self.normalize(obs.reshape(T * B, -1))
         params = self.policy(x)
