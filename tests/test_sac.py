@@ -290,3 +290,39 @@ def test_load_policy_acts_with_the_mean_or_a_sample_within_bounds(sac_run):
     np.testing.assert_array_equal(a, b)
     draws = np.stack([sampled(obs) for _ in range(20)])
     assert draws.shape == (20, 2) and (np.abs(draws) <= 1).all() and draws.std(0).min() > 0
+
+
+def pendulum_run(tmp_path, *overrides: str):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                f"run_dir={tmp_path}",
+                "algorithm=sac",
+                "env=gym",
+                "env.id=Pendulum-v1",
+                "log_interval_s=1",
+                *overrides,
+            ],
+        )
+    return LocalRun(to_config(cfg), str(tmp_path)).run()
+
+
+def test_smoke_sac_trains_on_pendulum_with_tcp_actors(tmp_path):
+    """Smoke test: real Pendulum-v1 in an actor process, 4 envs (sac_gym), episodes truncated
+    at 200 steps, updates at a quarter of the paper's rate (no learning asserted)."""
+    summary = pendulum_run(
+        tmp_path,
+        "total_env_steps=1200",
+        "algorithm.learning_starts=256",
+        "algorithm.batch_size=64",
+        "algorithm.updates_per_step=0.25",
+    )
+    assert (summary.episodes >= 4, summary.updates >= 100) == (True, True), summary
+
+
+@pytest.mark.slow
+def test_sac_learns_pendulum(tmp_path):
+    # A random policy scores about -1200; the 100-episode mean includes the first episodes.
+    summary = pendulum_run(tmp_path, "max_minutes=15", "stop_at_return=-400")
+    assert summary.return_mean is not None and summary.return_mean >= -400, summary
