@@ -188,11 +188,11 @@ def test_bad_sac_values_are_refused_naming_the_key(override, key):
         to_config(compose_config("algorithm=sac", "env=mujoco", override))
 
 
-def test_a_discrete_or_unbounded_action_space_is_refused_by_the_network():
-    with pytest.raises(ValueError, match="algorithm=sac needs continuous"):
+def test_a_discrete_or_unbounded_action_space_is_refused_as_a_config_error():
+    with pytest.raises(ConfigError, match="algorithm=sac needs continuous"):
         build_network(EnvSpec((3,), "float32", 4), SACConfig())
     unbounded = EnvSpec((3,), "float32", 1, "continuous", (-math.inf,), (math.inf,))
-    with pytest.raises(ValueError, match="infinite bounds"):
+    with pytest.raises(ConfigError, match="infinite bounds"):
         build_network(unbounded, SACConfig())
 
 

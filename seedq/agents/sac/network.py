@@ -19,6 +19,7 @@ from seedq.learner.models import CoreState, MLPTorso, orthogonal_
 from seedq.learner.normalize import RunningNorm
 from seedq.learner.policy_head import PolicyHead
 from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
 
 
 class SACOutput(NamedTuple):
@@ -103,20 +104,21 @@ class SACNet(nn.Module):
 
 
 def check_spec(spec: EnvSpec) -> None:
-    """Refuse what SAC cannot act in: discrete actions, unbounded ones, non-vector obs."""
+    """Refuse what SAC cannot act in (discrete actions, unbounded ones, non-vector obs) as a
+    config error: the run stops before it starts, naming the alternative."""
     if not spec.continuous:
-        raise ValueError(
+        raise ConfigError(
             f"algorithm=sac needs continuous (Box) actions; this env has {spec.num_actions} "
             "discrete ones: use algorithm=ppo, vtrace or r2d2"
         )
     bounds = [*spec.action_low, *spec.action_high]
     if not all(math.isfinite(b) for b in bounds):
-        raise ValueError(
+        raise ConfigError(
             "algorithm=sac squashes actions into the env's bounds; this env's Box has infinite "
             f"bounds (low {spec.action_low}, high {spec.action_high}): use algorithm=ppo"
         )
     if len(spec.obs_shape) != 1:
-        raise ValueError(
+        raise ConfigError(
             f"algorithm=sac builds MLPs over vector observations; got shape {spec.obs_shape}"
         )
 
