@@ -243,6 +243,21 @@ def test_transitions_through_the_real_wire_pair_each_action_with_its_next_obs(sa
     assert (np.abs(stored["action"]) <= 1).all()  # squashed into the env's bounds
 
 
+def test_truncated_episodes_store_the_soft_value_of_their_final_observation(tmp_path):
+    cfg = sac_config(tmp_path)
+    cfg = dataclasses.replace(
+        cfg, env=dataclasses.replace(cfg.env, truncate_episodes=True), total_env_steps=200
+    )
+    run = LocalRun(cfg, str(tmp_path))
+    run.run()
+    replay = run.agent.replay
+    truncated = replay.storage["truncated"][: len(replay), 1]
+    value = replay.storage["truncation_value"][: len(replay), 1]
+    # Row 1 of a transition into a new episode carries the value inference computed for the
+    # true last observation: the learner bootstraps from it, not from the next episode's obs.
+    assert truncated.any() and (value[truncated] != 0).all() and (value[~truncated] == 0).all()
+
+
 def test_sac_updated_at_its_replay_ratio(sac_run):
     run, summary = sac_run
     limiter = run.agent.replay.limiter
