@@ -3,7 +3,7 @@
 The defaults are the paper's (table 1: Adam 3e-4, batch 256, gamma 0.99, tau 0.005, two hidden
 layers of 256, one gradient step per env step, target entropy -|A|) with a replay of 1e5
 transitions, which suits the short classic-control tasks; ``tuning/sac_mujoco.yaml`` applies the
-paper's 1e6 replay and 10k learning starts.
+paper's 1e6 replay and starts updates after 10k steps.
 """
 
 from __future__ import annotations
