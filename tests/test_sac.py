@@ -338,6 +338,7 @@ def test_smoke_sac_trains_on_pendulum_with_tcp_actors(tmp_path):
 
 @pytest.mark.slow
 def test_sac_learns_pendulum(tmp_path):
-    # A random policy scores about -1200; the 100-episode mean includes the first episodes.
-    summary = pendulum_run(tmp_path, "max_minutes=15", "stop_at_return=-400")
+    # A random policy scores about -1200; the 100-episode mean includes the first ~40 episodes
+    # (before the policy learns), so it passes -400 at ~23k env steps (12 min on a loaded box).
+    summary = pendulum_run(tmp_path, "max_minutes=20", "stop_at_return=-400")
     assert summary.return_mean is not None and summary.return_mean >= -400, summary
