@@ -42,7 +42,9 @@ __all__ = ["ConfigError", "SeedqConfig", "register_configs", "validate", "schema
 
 @dataclass
 class SeedqConfig:
-    algorithm: AlgorithmConfig = setting(MISSING, "the algorithm group: algorithm=vtrace|r2d2")
+    algorithm: AlgorithmConfig = setting(
+        MISSING, "the algorithm group: algorithm=vtrace|r2d2|ppo|sac"
+    )
     env: EnvConfig = setting(help="the environment", factory=EnvConfig)
     hardware: HardwareConfig = setting(help="where the learner computes", factory=HardwareConfig)
     launcher: LauncherConfig = setting(help="how the roles are started", factory=LauncherConfig)

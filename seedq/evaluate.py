@@ -4,10 +4,11 @@
 
 ``checkpoint`` is a checkpoint file or a run directory (its newest checkpoint). V-trace
 policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
-epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it). With ``video=true``
-each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen for gymnasium
-envs (MuJoCo offscreen through EGL, see ``seedq.envs.mujoco``), the agent's own view for Atari
-(84x84), MinAtar and Procgen. ``env.<key>=value`` changes the env for the
+epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it); PPO and SAC policies
+sample from their Gaussian (``mode=greedy``: its mean, squashed into the bounds for SAC). With
+``video=true`` each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen
+for gymnasium envs (MuJoCo offscreen through EGL, see ``seedq.envs.mujoco``), the agent's own
+view for Atari (84x84), MinAtar and Procgen. ``env.<key>=value`` changes the env for the
 evaluation, e.g. ``env.rewards=scoring`` so a football agent trained with checkpoint rewards
 is scored on goals alone (its mean return is then the scoring rate).
 

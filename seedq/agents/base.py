@@ -141,7 +141,7 @@ def require_discrete(spec: EnvSpec, algorithm: str) -> None:
     if spec.continuous:
         raise ValueError(
             f"algorithm={algorithm} supports discrete actions only; this env has {spec.num_actions}"
-            "-dimensional continuous actions: use algorithm=ppo"
+            "-dimensional continuous actions: use algorithm=ppo or algorithm=sac"
         )
 
 

@@ -26,6 +26,7 @@ AGENTS: dict[str, AgentEntry] = {
         ),
         AgentEntry("r2d2", "seedq.agents.r2d2.config:R2D2Config", "seedq.agents.r2d2:R2D2Agent"),
         AgentEntry("ppo", "seedq.agents.ppo.config:PPOConfig", "seedq.agents.ppo:PPOAgent"),
+        AgentEntry("sac", "seedq.agents.sac.config:SACConfig", "seedq.agents.sac:SACAgent"),
     ]
 }
 

@@ -42,7 +42,7 @@ class CheckpointConfig:
     )
     keep: int = setting(3, "newest checkpoints kept in <run dir>/checkpoints")
     replay: bool = setting(
-        False, "R2D2: also save the replay beside the checkpoints (replay.npz, can be GBs)"
+        False, "R2D2, SAC: also save the replay beside the checkpoints (replay.npz, can be GBs)"
     )
 
 

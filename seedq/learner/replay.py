@@ -1,4 +1,5 @@
 """Prioritised sequence replay for R2D2: a sum tree, a rate limiter and the sequence store.
+SAC stores two-row transitions in it with both exponents 0: uniform sampling, unit weights.
 
 Sampling follows Schaul et al. 2016 ("Prioritized Experience Replay", eq. 1-2) with R2D2's
 sequence priorities: P(i) = p_i^alpha / sum_k p_k^alpha, importance weights

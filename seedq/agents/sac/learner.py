@@ -1,0 +1,155 @@
+"""The SAC update on a batch of replayed transitions: critics, actor, temperature, targets.
+
+One call is one step of the paper's algorithm 1: the twin critics regress on the soft target of
+the target critics, the actor on the online critics, the temperature on the policy's entropy,
+then the target critics move towards the online ones by Polyak averaging. Each optimizer step
+is taken under the weights lock (``GradientStep``), so inference never acts with a half-written
+network and a checkpoint never copies half-averaged targets.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from seedq.agents.sac.config import SACConfig
+from seedq.agents.sac.loss import actor_loss, critic_loss, soft_q_target, temperature_loss
+from seedq.agents.sac.network import SACNet
+from seedq.learner.replay import SampledSequences
+from seedq.learner.stats import TrainStats
+from seedq.learner.targets import transition_rewards
+from seedq.learner.update import GradientStep
+
+
+@torch.no_grad()
+def polyak_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """``target <- (1 - tau) target + tau online`` for every parameter and buffer, in place."""
+    pairs = zip(target.state_dict().values(), online.state_dict().values(), strict=True)
+    for t, o in pairs:
+        if t.is_floating_point():
+            t.lerp_(o, tau)
+        else:
+            t.copy_(o)
+
+
+class SACLearner:
+    """One SAC update per call; owns the target critics and the three optimizers."""
+
+    def __init__(
+        self,
+        model: SACNet,
+        cfg: SACConfig,
+        device: torch.device,
+        weights_lock: threading.Lock,
+        *,
+        pin_memory: bool = False,
+        amp_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.model, self.cfg = model, cfg
+        self.target_critics = copy.deepcopy(model.critics).requires_grad_(False)
+        target = cfg.target_entropy
+        self.target_entropy = -float(model.unit.dim) if target is None else float(target)
+        actor_params = [*model.actor_torso.parameters(), *model.policy_head.parameters()]
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.steps: dict[str, GradientStep] = {}
+        for name, params in (
+            ("critic", list(model.critics.parameters())),
+            ("actor", actor_params),
+            ("temperature", [model.log_alpha]),
+        ):
+            self.optimizers[name] = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
+            self.steps[name] = GradientStep(
+                params,
+                self.optimizers[name],
+                device,
+                weights_lock,
+                grad_clip=cfg.grad_clip,
+                amp_dtype=amp_dtype,
+                pin_memory=pin_memory,
+            )
+        self.stats = TrainStats()
+
+    def _batch(self, data: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Device tensors: obs ``[2, B, ...]``, action ``[B, D]`` in [-1, 1], reward and
+        discount ``[B]`` of transitions stored as two rows ``[B, 2, ...]``."""
+        cfg, tensor, model = self.cfg, self.steps["critic"].tensor, self.model
+        rows = {k: tensor(v).transpose(0, 1) for k, v in data.items()}  # [2, B, ...]
+        rewards = transition_rewards(
+            rows["reward"],
+            rows["truncated"],
+            rows["truncation_value"],
+            first=1,
+            gamma=cfg.gamma,
+            reward_clip=cfg.reward_clip,
+        )[0]
+        return {
+            "obs": rows["obs"],
+            "action": model.to_unit(rows["action"][0]),
+            "reward": rewards,
+            "discount": cfg.gamma * (~rows["done"][1]).to(rewards.dtype),
+        }
+
+    def train_step(self, sample: SampledSequences) -> dict[str, float] | None:
+        """Update on B transitions; their mean losses, or None if the critic step was skipped
+        (a loss or gradient that was not finite)."""
+        model, batch, step = self.model, self._batch(sample.data), self.steps["critic"]
+        with step.autocast():
+            x = model.normalize(batch["obs"].reshape(-1, *batch["obs"].shape[2:]))
+            x, next_x = x.view(2, -1, x.shape[-1]).unbind(0)
+            with torch.no_grad():
+                alpha = model.log_alpha.exp()
+                next_action, next_log_prob = model.sample(model.policy(next_x))
+                next_q = model.q(next_x, next_action, self.target_critics).float()
+                y = soft_q_target(
+                    batch["reward"], batch["discount"], *next_q, next_log_prob.float(), alpha
+                )
+            q = model.q(x, batch["action"]).float()
+            loss_q = critic_loss(q[0], q[1], y)
+        grad_norm = step.apply(loss_q, after_step=self._after_critic_step)
+        if not self.stats.record_step(grad_norm):
+            return None
+        # The actor's gradient goes through the critics to the action only: frozen critics
+        # skip their weight gradients (inference runs without autograd, unaffected).
+        model.critics.requires_grad_(False)
+        try:
+            with self.steps["actor"].autocast():
+                action, log_prob = model.sample(model.policy(x))
+                loss_pi = actor_loss(log_prob.float(), *model.q(x, action).float(), alpha)
+            self.steps["actor"].apply(loss_pi)
+        finally:
+            model.critics.requires_grad_(True)
+        loss_alpha = temperature_loss(model.log_alpha, log_prob.float(), self.target_entropy)
+        if self.cfg.learn_temperature:
+            self.steps["temperature"].apply(loss_alpha)
+        self.stats.samples += int(y.numel())
+        stats = {
+            "loss/critic": float(loss_q.detach()),
+            "loss/actor": float(loss_pi.detach()),
+            "loss/temperature": float(loss_alpha.detach()),
+            "alpha": float(alpha),
+            "entropy": float(-log_prob.detach().mean()),
+            "q_mean": float(q[0].detach().mean()),
+            "grad_norm": grad_norm,
+            "lr": self.optimizers["critic"].param_groups[0]["lr"],
+        }
+        self.stats.add(stats)
+        return stats
+
+    def _after_critic_step(self) -> None:
+        # Under the weights lock, so a checkpoint never copies half-averaged targets.
+        polyak_update(self.target_critics, self.model.critics, self.cfg.tau)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "target_critics": self.target_critics.state_dict(),
+            **{f"optimizer/{k}": opt.state_dict() for k, opt in self.optimizers.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.target_critics.load_state_dict(state["target_critics"])
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(state[f"optimizer/{name}"])
