@@ -7,6 +7,9 @@ with ``pattern``, the median of the first group of that regex over its output. A
 running after ``seconds + warmup_s + grace_s`` gets SIGINT (Sample Factory 2.1.1 ignores its
 own time limit), then SIGTERM, then SIGKILL.
 
+``share=true`` gives the N copies ``hardware.runs_at_once=N``, as a Hydra joblib sweep of N
+jobs sizes its runs (seedq/launch/sharing.py); the copy alone keeps the whole machine.
+
 ``neighbours=K`` adds K CPU burners (one busy Python loop each) during the N-at-once phase:
 ``copies=1 neighbours=2`` is "one run beside a busy neighbour per core". ``rounds=R`` repeats
 the alone / N-at-once pair. Each copy's scheduler counters come from ``wait4``'s rusage (its
@@ -40,6 +43,7 @@ OPTIONS = {
     "metric": "env_steps_per_s",
     "pattern": "",
     "grace_s": 60.0,
+    "share": False,
 }
 BURNER = "while True: pass"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -147,7 +151,7 @@ def run_phase(command: list[str] | str, copies: int, burners: int, options: dict
             out.close()
 
 
-def copy_command(options: dict, overrides: list[str]) -> list[str] | str:
+def copy_command(options: dict, overrides: list[str], runs: int = 1) -> list[str] | str:
     if options["command"]:
         return options["command"]
     return [
@@ -158,6 +162,7 @@ def copy_command(options: dict, overrides: list[str]) -> list[str] | str:
         f"seconds={options['seconds']}",
         f"warmup_s={options['warmup_s']}",
         *overrides,
+        *([f"hardware.runs_at_once={runs}"] if options["share"] and runs > 1 else []),
     ]
 
 
@@ -167,14 +172,17 @@ def run(argv: list[str]) -> dict[str, Any]:
         raise BenchError("copies and rounds must be >= 1, neighbours >= 0")
     if options["command"] and overrides:
         raise BenchError(f"{overrides}: config overrides apply to seedq's own run, not command=")
-    command = copy_command(options, overrides)
     n, k = options["copies"], options["neighbours"]
+    if options["command"] and options["share"]:
+        raise BenchError("share=true sizes seedq's own runs; it does not apply to command=")
+    command = copy_command(options, overrides)
+    together_command = copy_command(options, overrides, n)
     rows, rounds = [], []
     for r in range(options["rounds"]):
         load_before = load_average()
         alone = run_phase(command, 1, 0, options)[0]
         load_between = load_average()
-        together = run_phase(command, n, k, options)
+        together = run_phase(together_command, n, k, options)
         aggregate = sum(c.figure for c in together)
         rounds.append(
             {
@@ -205,6 +213,8 @@ def run(argv: list[str]) -> dict[str, Any]:
                 ]
             )
     what = options["command"] or f"seedq-bench train {' '.join(overrides)}".strip()
+    if options["share"]:
+        what += f" (the {n} at once with hardware.runs_at_once={n})"
     print_table(
         f"contention: {what}, alone then {n} at once" + (f" beside {k} CPU burners" if k else ""),
         ["round", "phase", "copy", options["metric"], "cores busy", "vol cs/1k", "invol cs/1k"],
@@ -223,6 +233,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         "command": what,
         "copies": n,
         "neighbours": k,
+        "share": options["share"],
         "metric": options["metric"],
         "ratio": statistics.median(ratios),
         "rounds": rounds,
