@@ -93,19 +93,27 @@ def figure_of(output: str, metric: str, pattern: str) -> float | None:
     return None
 
 
-def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, Any]:
-    """``wait4`` on ``proc`` (its rusage covers the children it reaped), interrupting its
-    process group past ``deadline`` with SIGINT, then SIGTERM and SIGKILL 10 s apart."""
+def _wait_all(procs: list[subprocess.Popen], start: float, deadline: float) -> list[tuple]:
+    """``wait4`` on each of ``procs`` (rusage covers the children it reaped): (exit status,
+    rusage, seconds since ``start``) each, in order. Past ``deadline`` the process groups of
+    those still running get SIGINT, then SIGTERM and SIGKILL 10 s apart."""
+    done: dict[int, tuple] = {}
     sent = 0
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage
-        if time.monotonic() > deadline + 10 * sent and sent < len(STOP_SIGNALS):
-            os.killpg(proc.pid, STOP_SIGNALS[sent])
-            sent += 1
+    while len(done) < len(procs):
+        for i, proc in enumerate(procs):
+            if i in done:
+                continue
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                done[i] = (proc.returncode, usage, time.monotonic() - start)
+        late = time.monotonic() > deadline + 10 * sent and sent < len(STOP_SIGNALS)
+        for i, proc in enumerate(procs):
+            if late and i not in done:
+                os.killpg(proc.pid, STOP_SIGNALS[sent])
+        sent += late
         time.sleep(0.05)
+    return [done[i] for i in range(len(procs))]
 
 
 def run_phase(command: list[str] | str, copies: int, burners: int, options: dict) -> list:
@@ -127,9 +135,8 @@ def run_phase(command: list[str] | str, copies: int, burners: int, options: dict
                 )
             )
         results = []
-        for proc, out in zip(procs, logs, strict=True):
-            code, usage = _wait(proc, start + limit)
-            wall = time.monotonic() - start
+        waited = _wait_all(procs, start, start + limit)
+        for (code, usage, wall), out in zip(waited, logs, strict=True):
             out.seek(0)
             text = out.read()
             figure = figure_of(text, options["metric"], options["pattern"])
