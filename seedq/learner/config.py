@@ -33,7 +33,8 @@ class HardwareConfig:
         0,
         "seedq runs sharing this machine's cores (0: a Hydra joblib sweep's n_jobs, else 1); "
         "above 1, actor.num_actors and hardware.num_threads not set on the command line are "
-        "capped at cores // runs_at_once (seedq/launch/sharing.py)",
+        "capped at cores // runs_at_once, and actor.batches_per_actor raised to keep the env "
+        "batches (seedq/launch/sharing.py)",
     )
     gil_switch_interval_s: float = setting(
         0.0002,
