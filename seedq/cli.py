@@ -11,6 +11,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
+from seedq.launch.sharing import fit_to_share
 from seedq.learner.checkpoint import (
     CheckpointError,
     check_compatible,
@@ -73,6 +74,8 @@ def _train(cfg: DictConfig) -> float | None:
             log.info("resuming %s in %s", config.resume, config.run_dir)
             run = run_class(config.arch.name)(config, config.run_dir, resume=state)
         else:
+            hydra_cfg = HydraConfig.get()
+            fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
             config = to_config(cfg)
             run = run_class(config.arch.name)(config, config.run_dir)
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:

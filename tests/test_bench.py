@@ -113,6 +113,35 @@ def test_train_runs_the_real_loop_for_a_few_seconds():
     assert figures["updates_per_s"] > 0
 
 
+# A copy that reports 100 units/s on its last line, as `seedq-bench train` reports env steps/s.
+TINY_COPY = """python -c 'import json; print(json.dumps({"env_steps_per_s": 100.0}))'"""
+
+
+def test_contention_runs_copies_alone_then_at_once_and_reports_each_and_the_aggregate():
+    figures = last_json(
+        bench("contention", "copies=2", "seconds=1", "warmup_s=0", f"command={TINY_COPY}")
+    )
+    (only_round,) = figures["rounds"]
+    assert only_round["each"] == [100.0, 100.0] and only_round["aggregate"] == 200.0
+    assert figures["ratio"] == 2.0 and "load_before" in only_round
+
+
+def test_contention_interrupts_a_command_that_runs_on_and_reads_its_figure_by_pattern():
+    result = bench(
+        "contention",
+        "copies=1",
+        "neighbours=1",
+        "seconds=0.5",
+        "warmup_s=0",
+        "grace_s=0",
+        "command=echo 'fps 10'; echo 'fps 30'; sleep 60",
+        "pattern=fps ([0-9.]+)",
+    )
+    figures = last_json(result)
+    assert figures["rounds"][0]["each"] == [20.0] and figures["neighbours"] == 1
+    assert "aggregate vs alone" in result.stdout
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -120,6 +149,7 @@ def test_train_runs_the_real_loop_for_a_few_seconds():
         (["inference", "models=resnet9000"], "models=['resnet9000']"),
         (["pipeline", "obs_shape=0"], "obs_shape=[0]"),
         (["train", "hardware.amp=fp8"], "hardware.amp='fp8'"),
+        (["contention", "copies=0"], "copies and rounds must be >= 1"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(args, message):

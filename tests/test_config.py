@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 import seedq
 from seedq.cli import to_config
 from seedq.config import ConfigError, SeedqConfig, register_configs
+from seedq.launch.sharing import fit_to_share, runs_at_once
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 GROUPS = {
@@ -117,3 +118,34 @@ def test_resolved_config_round_trips_through_yaml():
     cfg = compose_config("env=atari")
     again = OmegaConf.create(OmegaConf.to_yaml(cfg))
     assert again.env.id == "ALE/Pong-v5"
+
+
+def test_a_joblib_sweep_counts_its_jobs_as_joblib_does():
+    assert runs_at_once({"n_jobs": 3}, cores=8) == 3
+    assert runs_at_once({"n_jobs": -1}, cores=8) == 8  # joblib's default: one job per core
+    assert runs_at_once({"n_jobs": -2}, cores=8) == 7
+    assert runs_at_once({"_target_": "hydra._internal.core_plugins.basic_launcher"}, 8) == 1
+    assert runs_at_once(None, cores=8) == 1
+
+
+def test_runs_at_once_cap_actor_processes_and_threads_but_keep_the_env_batches():
+    cfg = compose_config("hardware.num_threads=0")
+    changed = fit_to_share(cfg, ["hardware.num_threads=0"], {"n_jobs": 2}, cores=2)
+    assert changed == {"actor.num_actors": 1, "actor.batches_per_actor": 4}
+    assert (cfg.actor.num_actors, cfg.actor.batches_per_actor) == (1, 4)  # 4 env batches still
+    assert cfg.hardware.num_threads == 0  # given on the command line: left as given
+
+
+def test_runs_at_once_sizes_nothing_for_one_run_or_when_set_to_one():
+    cfg = compose_config()
+    assert fit_to_share(cfg, [], None, cores=2) == {}
+    assert fit_to_share(cfg, [], {"n_jobs": 2}, cores=2) != {}
+    cfg = compose_config("hardware.runs_at_once=1")
+    assert fit_to_share(cfg, ["hardware.runs_at_once=1"], {"n_jobs": 4}, cores=2) == {}
+    assert cfg.actor.num_actors == 2
+
+
+def test_a_share_of_cores_caps_the_torch_threads_a_hardware_preset_sets():
+    cfg = compose_config("hardware=gpu", "hardware.runs_at_once=4")  # gpu.yaml: 4 threads
+    changed = fit_to_share(cfg, ["hardware=gpu", "hardware.runs_at_once=4"], cores=8)
+    assert changed == {"hardware.num_threads": 2}  # 2 actors already fit in 2 cores

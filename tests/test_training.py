@@ -6,7 +6,9 @@ run asserts learning. The full >= 475 run is marked slow (CI runs the short one)
 
 import csv
 import math
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ import seedq
 from seedq.cli import to_config
 from seedq.config import register_configs
 from seedq.launch.local import LocalRun
+from seedq.launch.run_loop import TrainingRun
 from seedq.metrics import REQUIRED_COLUMNS
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
@@ -170,3 +173,16 @@ def test_bf16_autocast_runs_inference_and_training_forwards_in_bf16(tmp_path, al
     grad_norms = [float(r["train/grad_norm"]) for r in metrics(tmp_path) if r["train/grad_norm"]]
     assert seen == {(False, torch.bfloat16), (True, torch.bfloat16)}
     assert summary.updates >= 1 and grad_norms and all(map(math.isfinite, grad_norms))
+
+
+def test_every_thread_a_run_starts_sets_torchs_thread_count_itself(monkeypatch):
+    # OpenMP's thread count is per thread: one set only in the main thread leaves MKL's calls
+    # in the broker and train threads on a team of one spinning thread per core.
+    calls = []
+    monkeypatch.setattr(
+        torch, "set_num_threads", lambda n: calls.append((threading.current_thread().name, n))
+    )
+    run = TrainingRun()
+    run.cfg = SimpleNamespace(hardware=SimpleNamespace(num_threads=1))
+    run._thread("broker", lambda: None).join()
+    assert calls == [("broker", 1)]

@@ -18,6 +18,9 @@ USAGE = """usage: seedq-bench SUBCOMMAND [key=value ...]
              the learner's batched forward pass per model and batch size
   train      [env=...] [algorithm=...] [seconds=20]
              the real training loop: env steps/s, updates/s, batch fill, learner wait share
+  contention [copies=2] [seconds=20] [neighbours=0] [rounds=1] [command='...' metric=|pattern=]
+             one copy of `train` (or of any command) alone, then N at once: each copy's and
+             the aggregate throughput vs alone, context switches per 1k env steps
   anakin     [num_envs=256,1024,4096,16384] [seconds=5] | mode=time-to-target seeds=0,1,2
              [target=475] [max_minutes=2]   arch=anakin: env steps/s while learning per
              num_envs, or the wall time to a 100-episode mean return per seed
@@ -31,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
-    from seedq.bench import anakin, inference, pipeline, raw_env, train
+    from seedq.bench import anakin, contention, inference, pipeline, raw_env, train
 
     commands = {
         "raw-env": raw_env.run,
@@ -39,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         "inference": inference.run,
         "train": train.run,
         "anakin": anakin.run,
+        "contention": contention.run,
     }
     command = commands.get(argv[0])
     if command is None:

@@ -37,7 +37,7 @@ from seedq.agents.base import RunContext, build_agent
 from seedq.launch.monitor import Monitor, RunSummary
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, plain_config, save_checkpoint
-from seedq.learner.device import AMP_DTYPES
+from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.inference import InferenceEngine
 from seedq.learner.stats import NonFiniteTraining
 from seedq.metrics import MetricsWriter
@@ -190,6 +190,7 @@ class TrainingRun:
 
         def body() -> None:
             try:
+                prepare_learner_thread(self.cfg.hardware)
                 target(*args)
             except BaseException as exc:  # noqa: BLE001 - reported by the run loop
                 if isinstance(exc, NonFiniteTraining):

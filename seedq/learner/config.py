@@ -29,6 +29,13 @@ class HardwareConfig:
         "torch.compile of the inference forward: none, default, reduce-overhead (CUDA graphs) "
         "or max-autotune; batches are padded to power-of-two sizes so few graphs are built",
     )
+    runs_at_once: int = setting(
+        0,
+        "seedq runs sharing this machine's cores (0: a Hydra joblib sweep's n_jobs, else 1); "
+        "above 1, actor.num_actors and hardware.num_threads not set on the command line are "
+        "capped at cores // runs_at_once, and actor.batches_per_actor raised to keep the env "
+        "batches (seedq/launch/sharing.py)",
+    )
     gil_switch_interval_s: float = setting(
         0.0002,
         "Python's thread switch interval: short keeps the broker and training threads moving",
@@ -49,7 +56,7 @@ class CheckpointConfig:
 def validate_hardware(hw: HardwareConfig) -> None:
     choice("hardware.amp", hw.amp, AMP_MODES)
     choice("hardware.compile", hw.compile, COMPILE_MODES)
-    check_positive(hw, "hardware", ["num_threads"], zero_ok=True)
+    check_positive(hw, "hardware", ["num_threads", "runs_at_once"], zero_ok=True)
     device = str(hw.device)
     if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError(f"hardware.device={hw.device!r} is not allowed; use cpu, cuda or cuda:N")

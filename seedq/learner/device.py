@@ -30,7 +30,20 @@ def prepare_learner_process(cfg: Any) -> torch.device:
     # it inside ops, and at the default 5 ms switch interval the trainer then waits up to 5 ms
     # to get it back, many times per update. A short interval keeps the threads moving.
     sys.setswitchinterval(hw.gil_switch_interval_s)
-    if hw.num_threads:
-        torch.set_num_threads(hw.num_threads)
+    prepare_learner_thread(hw)
     torch.manual_seed(cfg.seed)
     return device
+
+
+def prepare_learner_thread(hw: Any) -> None:
+    """Every learner thread that runs torch ops calls this first.
+
+    torch's thread count reaches MKL's OpenMP calls (``log``, ``exp``, softmax on a few hundred
+    values) only in the thread that set it: in any other thread they run on a team of one
+    OpenMP thread per core, whose idle workers spin on a barrier. Measured in the broker thread
+    on 2 cores: a worker spinning ~0.45 core beside ~0.45 core of inference, and one run at a
+    fifth of its speed; a neighbouring process loses that core too (benchmarks/RESULTS.md,
+    "Sharing the machine").
+    """
+    if hw.num_threads:
+        torch.set_num_threads(hw.num_threads)
