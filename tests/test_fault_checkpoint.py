@@ -75,12 +75,14 @@ def test_a_run_whose_checkpoints_fail_logs_it_and_goes_on(tmp_path, monkeypatch)
         tmp_path,
         *FAKE,
         "actor.transport=inproc",
-        "total_env_steps=4000",
+        # A time budget, not a step budget: a fast run must still reach several periodic saves
+        # (every 0.6 s, checked at each 0.5 s metrics row) before it stops.
+        "max_minutes=0.05",
         "checkpoint.every_minutes=0.01",
     )
     monkeypatch.setattr(checkpoint.torch, "save", failing_save)
     summary = run.run()
     faults = json.loads((tmp_path / "faults.json").read_text())
-    assert summary.stop_reason == "total_env_steps"
+    assert summary.stop_reason == "max_minutes"
     assert faults["checkpoint_failures"] >= 2  # the periodic ones and the final one
     assert list((tmp_path / "checkpoints").glob("*")) == []
