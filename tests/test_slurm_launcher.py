@@ -272,7 +272,8 @@ def test_ctrl_c_sigterm_or_a_killed_learner_ends_every_actor_step(tmp_path, sig)
 @needs_slurm
 def test_an_actor_step_cancelled_by_slurm_is_restarted_and_the_run_goes_on(tmp_path):
     run_dir = tmp_path / "run"
-    process = salloc(run_dir, "max_minutes=0.5")
+    # A step budget out of reach: the run must end on its time budget however fast it is.
+    process = salloc(run_dir, "max_minutes=0.5", "total_env_steps=1000000000000")
     try:
         learner_pid(run_dir)
         job = re.search(r"Slurm job (\d+):", (run_dir / "cli.log").read_text())[1]

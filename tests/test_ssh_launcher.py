@@ -153,7 +153,12 @@ def test_a_killed_host_takes_its_actor_with_it_and_the_run_leaves_nothing_behind
     other host to its budget and leaves no process on either."""
     run_dir = tmp_path / "run"
     process = start(
-        run_dir, hosts, "max_minutes=1.5", "log_interval_s=1", "launcher.max_host_failures=2"
+        run_dir,
+        hosts,
+        "max_minutes=1.5",
+        "total_env_steps=1000000000000",  # out of reach: the run ends on its time budget
+        "log_interval_s=1",
+        "launcher.max_host_failures=2",
     )
     wait_for_metrics(run_dir)
     hosts["sshd"][1].kill()
