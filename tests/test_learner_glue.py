@@ -26,6 +26,7 @@ from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.agents.vtrace.network import AgentOutput
 from seedq.config import SeedqConfig
 from seedq.envs import EnvConfig
+from seedq.learner.normalize import RewardScaler
 from seedq.learner.replay import SampledSequences
 from seedq.learner.unroll_store import Unroll
 from seedq.messages import EnvSpec
@@ -104,6 +105,8 @@ def vtrace_config() -> VTraceConfig:
         baseline_cost=0.5,
         entropy_cost=0.01,
         grad_clip=1e6,
+        # The reference trains on the rewards as they are; scaling has its own test below.
+        reward_scaling=False,
     )
 
 
@@ -157,6 +160,24 @@ def test_vtrace_loss_is_the_reference_on_the_rows_sliced_by_the_convention():
     np.testing.assert_allclose(
         [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
     )
+
+
+def test_vtrace_reward_scaling_trains_on_the_scalers_rewards_and_checkpoints_its_state():
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    cfg.reward_scaling = True
+    learner = vtrace_learner(model, cfg)
+    scaled = copy.deepcopy(batch)
+    scaled.reward = RewardScaler(cfg.gamma).scale(batch.reward, batch.done, batch.env_id)
+
+    loss = learner.loss(batch)
+
+    expected = reference_vtrace_loss(model, scaled, cfg)
+    np.testing.assert_allclose(
+        [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
+    )
+    restored = vtrace_learner(LinearPolicy(), cfg)
+    restored.load_state_dict(learner.state_dict())
+    assert restored.reward_scaler.state_dict() == learner.reward_scaler.state_dict()
 
 
 def shift_rows(array: np.ndarray) -> np.ndarray:
