@@ -386,9 +386,7 @@ def test_baseline_gradient_regresses_values_towards_fixed_vtrace_targets():
     torch.testing.assert_close(grad, baseline_cost * (inputs["values"] - vs) / vs.numel())
 
 
-def _numpy_loss_reference(
-    inputs, baseline_cost, entropy_cost, clip_rho, clip_pg_rho, lambda_, normalize_advantages=False
-):
+def _numpy_loss_reference(inputs, baseline_cost, entropy_cost, clip_rho, clip_pg_rho, lambda_):
     """The IMPALA loss, computed by hand in NumPy."""
     arrays = {k: v.detach().numpy() for k, v in inputs.items()}
     actions = arrays["actions"]
@@ -411,8 +409,6 @@ def _numpy_loss_reference(
         clip_pg_rho,
         lambda_,
     )
-    if normalize_advantages:
-        pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std(ddof=1) + 1e-8)
     pg = -np.mean(taken_target * pg_adv)
     baseline = baseline_cost * 0.5 * np.mean((vs - arrays["values"]) ** 2)
     entropy = -entropy_cost * np.mean(-(np.exp(target_log_pi) * target_log_pi).sum(axis=-1))
@@ -435,27 +431,6 @@ def test_loss_term_matches_numpy_hand_computation(term, clip_rho, clip_pg_rho, l
 
     expected = _numpy_loss_reference(inputs, 0.5, 0.01, clip_rho, clip_pg_rho, lambda_)
     assert getattr(loss, term).item() == pytest.approx(expected[term], rel=1e-10, abs=1e-12)
-
-
-@pytest.mark.parametrize("term", VTraceLoss._fields)
-def test_normalized_advantages_loss_matches_numpy_hand_computation(term):
-    inputs = _loss_inputs(seed=9, num_steps=3, batch=2, num_actions=3)
-
-    loss = _loss(inputs, normalize_advantages=True)
-
-    expected = _numpy_loss_reference(inputs, 0.5, 0.01, 1.0, 1.0, 1.0, normalize_advantages=True)
-    assert getattr(loss, term).item() == pytest.approx(expected[term], rel=1e-10, abs=1e-12)
-
-
-def test_normalized_advantages_make_the_policy_gradient_independent_of_reward_units():
-    inputs = _loss_inputs(seed=4)
-    scaled = dict(inputs)
-    for name in ("rewards", "values", "bootstrap_value"):
-        scaled[name] = inputs[name].detach() * 100.0
-
-    pg = _loss(inputs, normalize_advantages=True).pg.item()
-
-    assert _loss(scaled, normalize_advantages=True).pg.item() == pytest.approx(pg, rel=1e-8)
 
 
 def test_loss_terms_are_scalars():

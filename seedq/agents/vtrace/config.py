@@ -34,9 +34,6 @@ class VTraceConfig(AlgorithmConfig):
     )
     baseline_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
-    normalize_advantages: bool = setting(
-        False, "standardise the policy-gradient advantages over each batch (as PPO does)"
-    )
     reward_scaling: bool = setting(
         True, "divide rewards by the running std of the discounted return (saved in checkpoints)"
     )

@@ -102,7 +102,6 @@ class VTraceLearner(OptimizerAndScalerState):
             clip_rho_threshold=cfg.clip_rho_threshold,
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
-            normalize_advantages=cfg.normalize_advantages,
         )
 
     def train_step(self, batch: Unroll) -> dict[str, Any]:

@@ -198,7 +198,6 @@ def vtrace_loss(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     lambda_: float = 1.0,
-    normalize_advantages: bool = False,
 ) -> VTraceLoss:
     """IMPALA actor-critic loss with V-trace targets.
 
@@ -213,8 +212,6 @@ def vtrace_loss(
         baseline_cost: weight of the value-regression term.
         entropy_cost: weight of the entropy bonus.
         clip_rho_threshold, clip_pg_rho_threshold, lambda_: as in `vtrace_returns`.
-        normalize_advantages: standardise the [T, B] policy-gradient advantages over the batch
-            (zero mean, unit std, as PPO does per minibatch) before they weight log pi(a).
 
     Returns:
         VTraceLoss of 0-dim tensors, each a mean over the T * B steps:
@@ -249,11 +246,7 @@ def vtrace_loss(
         lambda_=lambda_,
     )
 
-    pg_advantages = returns.pg_advantages
-    if normalize_advantages and pg_advantages.numel() > 1:
-        # Unit-scale advantages give entropy_cost one meaning whatever the env's reward units.
-        pg_advantages = (pg_advantages - pg_advantages.mean()) / (pg_advantages.std() + 1e-8)
-    pg = -(target_log_probs * pg_advantages).mean()
+    pg = -(target_log_probs * returns.pg_advantages).mean()
     baseline = baseline_cost * 0.5 * (returns.vs - values).pow(2).mean()
     entropy = -entropy_cost * policy_entropy(target_logits).mean()
     return VTraceLoss(total=pg + baseline + entropy, pg=pg, baseline=baseline, entropy=entropy)
