@@ -445,6 +445,21 @@ def test_vtrace_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+def test_a_skipped_vtrace_update_leaves_the_observation_statistics_alone():
+    from seedq.agents.vtrace.network import build_network
+
+    cfg = VTraceConfig()
+    model = build_network((OBS,), ACTIONS, cfg.model, channels_last=False)
+    before = copy.deepcopy(model.state_dict())
+    batch = vtrace_batch()
+    batch.obs[1] = np.nan  # a NaN observation: the loss is not finite, the update is skipped
+
+    stats = vtrace_learner(model, cfg).train_step(batch)
+
+    assert stats == {"skipped": True}
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_r2d2_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
     cfg = r2d2_config()
     learner = r2d2_learner(cfg, amp_dtype=torch.bfloat16)
