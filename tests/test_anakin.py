@@ -60,6 +60,8 @@ def test_anakin_picks_the_tensor_env_of_the_env_groups_id():
         (["algorithm=r2d2"], "does not train algorithm=r2d2"),
         (["arch.anakin.num_envs=100", "arch.anakin.minibatches=3"], "not a multiple"),
         (["algorithm.model.use_lstm=true"], "use_lstm"),
+        (["algorithm.reward_scaling=true"], "algorithm.reward_scaling=false"),
+        (["env=gym", "env.id=Acrobot-v1", "algorithm.model.obs_norm=true"], "obs_norm=false"),
     ],
 )
 def test_combinations_anakin_cannot_run_are_refused_naming_what_can(overrides, says):

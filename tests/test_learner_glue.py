@@ -26,6 +26,7 @@ from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.agents.vtrace.network import AgentOutput
 from seedq.config import SeedqConfig
 from seedq.envs import EnvConfig
+from seedq.learner.normalize import RewardScaler
 from seedq.learner.replay import SampledSequences
 from seedq.learner.unroll_store import Unroll
 from seedq.messages import EnvSpec
@@ -104,6 +105,8 @@ def vtrace_config() -> VTraceConfig:
         baseline_cost=0.5,
         entropy_cost=0.01,
         grad_clip=1e6,
+        # The reference trains on the rewards as they are; scaling has its own test below.
+        reward_scaling=False,
     )
 
 
@@ -157,6 +160,24 @@ def test_vtrace_loss_is_the_reference_on_the_rows_sliced_by_the_convention():
     np.testing.assert_allclose(
         [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
     )
+
+
+def test_vtrace_reward_scaling_trains_on_the_scalers_rewards_and_checkpoints_its_state():
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    cfg.reward_scaling = True
+    learner = vtrace_learner(model, cfg)
+    scaled = copy.deepcopy(batch)
+    scaled.reward = RewardScaler(cfg.gamma).scale(batch.reward, batch.done, batch.env_id)
+
+    loss = learner.loss(batch)
+
+    expected = reference_vtrace_loss(model, scaled, cfg)
+    np.testing.assert_allclose(
+        [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
+    )
+    restored = vtrace_learner(LinearPolicy(), cfg)
+    restored.load_state_dict(learner.state_dict())
+    assert restored.reward_scaler.state_dict() == learner.reward_scaler.state_dict()
 
 
 def shift_rows(array: np.ndarray) -> np.ndarray:
@@ -422,6 +443,21 @@ def test_vtrace_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
     stats = vtrace_learner(model, cfg, amp_dtype=torch.bfloat16).train_step(batch)
     assert (dtypes, np.isfinite(stats["loss/total"])) == ({torch.bfloat16}, True)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_skipped_vtrace_update_leaves_the_observation_statistics_alone():
+    from seedq.agents.vtrace.network import build_network
+
+    cfg = VTraceConfig()
+    model = build_network((OBS,), ACTIONS, cfg.model, channels_last=False)
+    before = copy.deepcopy(model.state_dict())
+    batch = vtrace_batch()
+    batch.obs[1] = np.nan  # a NaN observation: the loss is not finite, the update is skipped
+
+    stats = vtrace_learner(model, cfg).train_step(batch)
+
+    assert stats == {"skipped": True}
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_r2d2_bf16_update_runs_its_forward_in_bf16_and_stays_finite():

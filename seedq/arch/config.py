@@ -105,3 +105,17 @@ def validate_arch(cfg: Any) -> None:
             "(env=cartpole, or env=gym env.id=<one of them>); use arch=seed or arch=sebulba "
             "for other envs"
         )
+    host_side = [
+        key
+        for key, on in (
+            ("algorithm.reward_scaling", cfg.algorithm.reward_scaling),
+            ("algorithm.model.obs_norm", cfg.algorithm.model.obs_norm),
+        )
+        if on
+    ]
+    if host_side:
+        raise ConfigError(
+            f"arch=anakin keeps unrolls on the device, and {' and '.join(host_side)} keep "
+            f"their statistics on the host: set {' '.join(k + '=false' for k in host_side)} "
+            "(the anakin presets do), or use arch=seed or arch=sebulba"
+        )

@@ -1,4 +1,10 @@
-"""V-trace's settings (IMPALA, Espeholt et al. 2018); defaults tuned for small CPU runs."""
+"""V-trace's settings (IMPALA, Espeholt et al. 2018); defaults tuned for small CPU runs.
+
+Observation normalisation and reward scaling are on by default: with raw rewards an env paying
+-1 a step (Acrobot, MountainCar) gives advantages of tens, next to which an entropy bonus of
+0.01 is nothing, and the policy collapsed to one action within ~100 k steps
+(benchmarks/RESULTS.md, "V-trace defaults on envs nobody tuned for").
+"""
 
 from __future__ import annotations
 
@@ -29,14 +35,16 @@ class VTraceConfig(AlgorithmConfig):
     baseline_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
     reward_scaling: bool = setting(
-        False, "divide rewards by the running std of the discounted return (saved in checkpoints)"
+        True, "divide rewards by the running std of the discounted return (saved in checkpoints)"
     )
     optimizer: str = setting("adam", f"optimizer: {', '.join(OPTIMIZERS)}")
     lr_schedule: str = setting("constant", "constant, or linear (decays to 0 at total_env_steps)")
     rmsprop_alpha: float = setting(0.99, "RMSprop smoothing constant")
     rmsprop_eps: float = setting(1e-5, "RMSprop epsilon")
     rmsprop_momentum: float = setting(0.0, "RMSprop momentum")
-    model: ModelConfig = setting(help="the actor-critic network", factory=ModelConfig)
+    model: ModelConfig = setting(
+        help="the actor-critic network", factory=lambda: ModelConfig(obs_norm=True)
+    )
 
 
 def validate(alg: VTraceConfig, cfg: object) -> None:

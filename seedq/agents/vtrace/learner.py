@@ -108,10 +108,12 @@ class VTraceLearner(OptimizerAndScalerState):
         """One update; the returned stats have ``skipped=True`` when it was not finite."""
         loss = self.loss(batch)
         grad_norm = self.step.apply(loss.total)
+        if not self.stats.record_step(grad_norm):
+            # A skipped update leaves the observation statistics alone too: a NaN observation
+            # must not poison them, and a run of skips keeps the last good model whole.
+            return {"skipped": True}
         # After the step: this batch was trained with the statistics it was collected with.
         update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock)
-        if not self.stats.record_step(grad_norm):
-            return {"skipped": True}
         stats = {
             "loss/total": float(loss.total.detach()),
             "loss/pg": float(loss.pg.detach()),
