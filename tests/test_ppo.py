@@ -213,3 +213,14 @@ def test_discrete_only_agents_refuse_a_continuous_spec(name):
     spec = EnvSpec((3,), "float32", 1, "continuous", (-2.0,), (2.0,))
     with pytest.raises(ValueError, match="use algorithm=ppo"):
         agent_class(name).build_model(spec, config_class(name)(), channels_last=False)
+
+
+def test_obs_statistics_leave_out_rows_with_a_non_finite_value():
+    data = RNG.normal(size=(4, 5, 3))
+    poisoned = data.copy()
+    poisoned[1, 2, 0], poisoned[3, 4, 2] = np.nan, np.inf
+    spec = EnvSpec((3,), "float32", 2)
+    model = PPOAgent.build_model(spec, PPOConfig(), channels_last=False)
+    update_obs_norm(model, poisoned, threading.Lock())
+    finite_rows = poisoned.reshape(-1, 3)[np.isfinite(poisoned.reshape(-1, 3)).all(axis=1)]
+    np.testing.assert_allclose(model.policy_body.obs_norm.mean.numpy(), finite_rows.mean(0))

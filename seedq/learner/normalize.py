@@ -79,12 +79,19 @@ def update_obs_norm(model: nn.Module, obs: np.ndarray, weights_lock: threading.L
     """Merge ``obs [T, B, *obs_shape]`` into every observation normaliser of ``model``.
 
     Call after the update on this batch; under the weights lock so inference never acts with
-    a half-written pair. Models without a normaliser pay nothing.
+    a half-written pair. Models without a normaliser pay nothing. Rows with a non-finite
+    value are left out: one NaN observation would otherwise poison the statistics for good.
     """
     norms = obs_norms(model)
     if not norms:
         return
     flat = np.asarray(obs).reshape(-1, *obs.shape[2:])
+    if np.issubdtype(flat.dtype, np.floating):
+        finite = np.isfinite(flat.reshape(len(flat), -1)).all(axis=1)
+        if not finite.all():
+            flat = flat[finite]
+        if not len(flat):
+            return
     with weights_lock:
         for norm in norms:
             norm.update(flat)

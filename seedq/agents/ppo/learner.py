@@ -154,9 +154,10 @@ class PPOLearner(OptimizerAndScalerState):
                 for key in _STAT_KEYS:
                     sums[key] += float(getattr(loss, key).detach())
                 sums["grad_norm"] += grad_norm
-        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock)
         if not taken:
             return {"skipped": True}
+        # After the updates: this batch was trained with the statistics it was collected with.
+        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock)
         stats = {f"loss/{k}": sums[k] / taken for k in _STAT_KEYS}
         stats |= {
             "grad_norm": sums["grad_norm"] / taken,
