@@ -8,10 +8,8 @@ them). Sequences go to the replay at a bounded replay ratio; the training thread
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,14 +21,13 @@ from seedq.agents.r2d2.exploration import Exploration, epsilon_ladder
 from seedq.agents.r2d2.learner import R2D2Learner
 from seedq.agents.r2d2.network import build_network
 from seedq.agents.r2d2.sequences import ReplaySink, make_replay
-from seedq.learner.checkpoint import REPLAY_NAME, CheckpointError, load_arrays, save_arrays
+from seedq.agents.replay_state import ReplayCheckpointState
 from seedq.learner.unroll_store import Unroll
 from seedq.messages import EnvSpec
 
-log = logging.getLogger(__name__)
 
-
-class R2D2Agent:
+class R2D2Agent(ReplayCheckpointState):
+    replay_items: ClassVar[str] = "sequences"
     name: ClassVar[str] = "r2d2"
     metric_columns: ClassVar[list[str]] = [
         "eval/return_mean",
@@ -146,29 +143,3 @@ class R2D2Agent:
         if self.alg.eval_batches:
             return list(self.exploration.eval_returns)
         return returns
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            **self.learner.state_dict(),
-            "rng": {"replay": self.replay.rng.bit_generator.state},
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.learner.load_state_dict(state)
-        self.replay.rng.bit_generator.state = state["rng"]["replay"]
-
-    def save_files(self, run_dir: str) -> None:
-        if self.save_replay:
-            save_arrays(run_dir, self.replay.state_dict())
-
-    def restore_files(self, checkpoint_dir: str) -> None:
-        saved = Path(checkpoint_dir) / REPLAY_NAME
-        if not (self.save_replay and saved.exists()):
-            return
-        try:
-            self.replay.load_state_dict(load_arrays(saved))
-        except (KeyError, ValueError) as exc:
-            raise CheckpointError(f"{saved}: {exc}") from None
-        log.info("replay restored: %d sequences", len(self.replay))

@@ -10,24 +10,20 @@ a rate limiter; the training thread samples batches from it. Observation statist
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, ClassVar
 
 from seedq.agents.base import RunContext
+from seedq.agents.replay_state import ReplayCheckpointState
 from seedq.agents.sac.config import SACConfig
 from seedq.agents.sac.learner import SACLearner
 from seedq.agents.sac.network import SACNet, build_network
 from seedq.agents.sac.transitions import TransitionSink, make_replay
-from seedq.learner.checkpoint import REPLAY_NAME, CheckpointError, load_arrays, save_arrays
 from seedq.learner.normalize import update_obs_norm
 from seedq.learner.policy_head import SampleFromDistribution
 from seedq.learner.unroll_store import Unroll
 from seedq.messages import EnvSpec
-
-log = logging.getLogger(__name__)
 
 _COLUMNS = {
     "loss/critic": "loss/critic",
@@ -41,7 +37,8 @@ _COLUMNS = {
 }
 
 
-class SACAgent:
+class SACAgent(ReplayCheckpointState):
+    replay_items: ClassVar[str] = "transitions"
     name: ClassVar[str] = "sac"
     metric_columns: ClassVar[list[str]] = [*_COLUMNS, "replay/size", "replay/ratio"]
 
@@ -120,29 +117,3 @@ class SACAgent:
 
     def judged_returns(self, returns: list[float]) -> list[float]:
         return returns
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            **self.learner.state_dict(),
-            "rng": {"replay": self.replay.rng.bit_generator.state},
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.learner.load_state_dict(state)
-        self.replay.rng.bit_generator.state = state["rng"]["replay"]
-
-    def save_files(self, run_dir: str) -> None:
-        if self.save_replay:
-            save_arrays(run_dir, self.replay.state_dict())
-
-    def restore_files(self, checkpoint_dir: str) -> None:
-        saved = Path(checkpoint_dir) / REPLAY_NAME
-        if not (self.save_replay and saved.exists()):
-            return
-        try:
-            self.replay.load_state_dict(load_arrays(saved))
-        except (KeyError, ValueError) as exc:
-            raise CheckpointError(f"{saved}: {exc}") from None
-        log.info("replay restored: %d transitions", len(self.replay))
