@@ -124,6 +124,8 @@ def row(algorithm: str, env: Env, root: Path) -> str | None:
     head = f"| {algorithm} | {env.name} |"
     if (run_dir / "refused.txt").exists():
         why = (run_dir / "refused.txt").read_text().strip().replace("|", "/")
+        # The log line's time and process prefix: "... ERROR [learner N] seedq: <why>".
+        why = why.split(" seedq: ", 1)[-1]
         return f"{head} - | - | - | - | - | refused: {why} | - |"
     if not (run_dir / "metrics.csv").exists():
         return None
