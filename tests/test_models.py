@@ -10,10 +10,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from seedq.agents.config import ACTIVATIONS as CONFIG_ACTIVATIONS
 from seedq.agents.config import TORSOS as CONFIG_TORSOS
 from seedq.agents.config import ModelConfig
 from seedq.agents.vtrace.network import ActorCriticNet, AgentOutput, build_network
+from seedq.learner.models import ACTIVATIONS as MODEL_ACTIVATIONS
 from seedq.learner.models import TORSOS as MODEL_TORSOS
+from seedq.learner.models import MLPTorso, body_kwargs
 
 VEC_SHAPE = (4,)
 FRAME_SHAPE = (4, 84, 84)
@@ -243,6 +246,22 @@ def test_initial_policy_is_near_uniform() -> None:
 
 def test_config_torsos_are_the_ones_the_model_builds() -> None:
     assert CONFIG_TORSOS == MODEL_TORSOS
+    assert CONFIG_ACTIVATIONS == tuple(MODEL_ACTIVATIONS)
+
+
+def test_tanh_torso_features_stay_bounded_on_clipped_normalised_observations() -> None:
+    """obs_norm clips inputs to +-10; a tanh MLP keeps its features in [-1, 1] whatever the
+    input, a ReLU MLP lets them grow with it (the PPO-on-Acrobot collapse, RESULTS)."""
+    torch.manual_seed(0)
+    obs = torch.full((1, 6), 10.0)
+    tanh, relu = MLPTorso(6, (64, 64), "tanh"), MLPTorso(6, (64, 64), "relu")
+    with torch.no_grad():
+        assert tanh(obs).abs().max() <= 1.0 < relu(obs).abs().max()
+
+
+def test_model_config_without_activation_builds_the_relu_mlp_of_old_checkpoints() -> None:
+    old = SimpleNamespace(torso="mlp", hidden_sizes=[8], use_lstm=False, lstm_size=1)
+    assert body_kwargs(old, channels_last=False)["activation"] == "relu"
 
 
 def test_build_model_from_config() -> None:

@@ -163,6 +163,16 @@ def test_obs_normaliser_merges_batches_like_one_pass_and_survives_a_checkpoint(t
     np.testing.assert_allclose(restored.policy_body.obs_norm.mean.numpy(), data.mean(0))
 
 
+def test_ppo_default_network_is_cleanrl_tanh_mlp():
+    # With obs_norm on, a ReLU torso let the policy collapse on Acrobot-v1 before its first
+    # swing-up (return -500 for 1.5 M env steps); cleanrl's tanh MLP learns it.
+    model = PPOAgent.build_model(EnvSpec((6,), "float32", 3), PPOConfig(), channels_last=False)
+    activations = {
+        type(m) for m in model.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.Tanh))
+    }
+    assert activations == {torch.nn.Tanh}
+
+
 def test_reward_scaler_divides_by_the_std_of_discounted_returns():
     scaler = RewardScaler(gamma=0.5)
     reward = np.ones((4, 2), np.float32)

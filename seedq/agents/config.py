@@ -11,6 +11,8 @@ from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, 
 # The torsos seedq.learner.models builds (kept here so configs compose without torch; a test
 # checks the two agree).
 TORSOS = ("auto", "mlp", "nature", "impala", "minatar")
+# The MLP torso's nonlinearities (seedq.learner.models.ACTIVATIONS; the same test keeps them equal).
+ACTIVATIONS = ("relu", "tanh")
 REWARD_CLIPS = ("none", "abs_one", "tanh")
 # How a Gaussian policy head gets its log-std (seedq.learner.policy_head).
 LOG_STD_KINDS = ("state_independent", "learned")
@@ -26,6 +28,11 @@ class ModelConfig:
     hidden_sizes: list[int] = setting(
         help="widths of the MLP torso's layers (ignored by the conv torsos)",
         factory=lambda: [64, 64],
+    )
+    activation: str = setting(
+        "relu",
+        f"nonlinearity of the MLP torso's layers: {', '.join(ACTIVATIONS)} (ignored by the conv "
+        "torsos)",
     )
     use_lstm: bool = setting(False, "add an LSTM core between torso and heads")
     lstm_size: int = setting(256, "LSTM hidden and cell size")
@@ -55,6 +62,7 @@ def validate_common(alg: AlgorithmConfig) -> None:
     """The checks every algorithm shares: ranges, choices and the model section."""
     choice("algorithm.reward_clip", alg.reward_clip, REWARD_CLIPS)
     choice("algorithm.model.torso", alg.model.torso, TORSOS)
+    choice("algorithm.model.activation", alg.model.activation, ACTIVATIONS)
     check_positive(alg, "algorithm", ["batch_size", "lr", "adam_eps", "grad_clip"])
     check_positive(alg.model, "algorithm.model", ["lstm_size"], zero_ok=True)
     in_unit_interval("algorithm.gamma", alg.gamma)

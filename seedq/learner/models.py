@@ -42,6 +42,8 @@ __all__ = [
 # The torso names configs may use (seedq.agents.config.TORSOS repeats them without torch; a
 # test keeps the two equal).
 TORSOS = ("auto", "mlp", "nature", "impala", "minatar")
+# The MLP torso's nonlinearities (seedq.agents.config.ACTIVATIONS repeats them without torch).
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
 # The Nature CNN's convs need frames of at least 36x36; torso=auto picks the minatar torso for
 # smaller ones.
 NATURE_MIN_SIZE = 36
@@ -72,20 +74,27 @@ def _frames_to_float(x: Tensor) -> Tensor:
 
 
 class MLPTorso(nn.Module):
-    """Linear + ReLU layers over flat feature vectors.
+    """Linear layers, each followed by ``activation`` (``relu`` or ``tanh``), over flat vectors.
 
     Input ``[N, D]`` -> output ``[N, hidden_sizes[-1]]`` (``[N, D]`` when ``hidden_sizes`` is
     empty, i.e. the heads read the raw features).
     """
 
-    def __init__(self, in_features: int, hidden_sizes: Sequence[int]) -> None:
+    def __init__(
+        self, in_features: int, hidden_sizes: Sequence[int], activation: str = "relu"
+    ) -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; expected one of {tuple(ACTIVATIONS)}"
+            )
         layers: list[nn.Module] = []
         size = in_features
         for hidden in hidden_sizes:
             linear = nn.Linear(size, hidden)
-            orthogonal_(linear, math.sqrt(2.0))  # sqrt(2): the ReLU gain
-            layers += [linear, nn.ReLU()]
+            # sqrt(2) for both: the ReLU gain, and cleanrl's (baselines') choice for tanh MLPs.
+            orthogonal_(linear, math.sqrt(2.0))
+            layers += [linear, ACTIVATIONS[activation]()]
             size = hidden
         self.net = nn.Sequential(*layers)
         self.out_size = size
@@ -246,6 +255,8 @@ class RecurrentBody(nn.Module):
         torso: ``"auto"`` (``mlp`` for 1-D obs, ``nature`` for 3-D obs, ``minatar`` for frames
             smaller than 36x36), ``"mlp"``, ``"nature"``, ``"impala"`` or ``"minatar"``.
         hidden_sizes: MLP layer widths (ignored by the conv torsos).
+        activation: the MLP's nonlinearity, ``"relu"`` or ``"tanh"`` (ignored by the conv
+            torsos).
         use_lstm: add an LSTM core between torso and heads.
         lstm_size: LSTM hidden/cell size.
         channels_last: for image torsos, run the convs in ``torch.channels_last`` memory format
@@ -261,6 +272,7 @@ class RecurrentBody(nn.Module):
         *,
         torso: str = "auto",
         hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "relu",
         use_lstm: bool = False,
         lstm_size: int = 256,
         channels_last: bool = True,
@@ -305,7 +317,7 @@ class RecurrentBody(nn.Module):
         self.obs_norm = RunningNorm(obs_shape) if obs_norm and len(obs_shape) == 1 else None
         self.torso: nn.Module
         if torso == "mlp":
-            self.torso = MLPTorso(obs_shape[0], tuple(int(h) for h in hidden_sizes))
+            self.torso = MLPTorso(obs_shape[0], tuple(int(h) for h in hidden_sizes), activation)
         elif torso == "nature":
             self.torso = NatureTorso(obs_shape, channels_last=self.channels_last)
         elif torso == "minatar":
@@ -407,6 +419,8 @@ def body_kwargs(model_cfg: Any, channels_last: bool) -> dict[str, Any]:
     return dict(
         torso=str(model_cfg.torso),
         hidden_sizes=tuple(int(h) for h in model_cfg.hidden_sizes),
+        # Checkpoints from before activation existed have no such key: their MLPs were ReLU.
+        activation=str(getattr(model_cfg, "activation", "relu")),
         use_lstm=bool(model_cfg.use_lstm),
         lstm_size=int(model_cfg.lstm_size),
         channels_last=channels_last,

@@ -33,9 +33,11 @@ class SACOutput(NamedTuple):
 class QNetwork(nn.Module):
     """``[N, obs + D]`` (normalised obs, action in [-1, 1]) -> Q ``[N]``."""
 
-    def __init__(self, in_features: int, hidden_sizes: tuple[int, ...]) -> None:
+    def __init__(
+        self, in_features: int, hidden_sizes: tuple[int, ...], activation: str = "relu"
+    ) -> None:
         super().__init__()
-        self.torso = MLPTorso(in_features, hidden_sizes)
+        self.torso = MLPTorso(in_features, hidden_sizes, activation)
         self.out = nn.Linear(self.torso.out_size, 1)
         orthogonal_(self.out, 1.0)
 
@@ -51,16 +53,19 @@ class SACNet(nn.Module):
         hidden_sizes: tuple[int, ...],
         obs_norm: bool,
         init_temperature: float,
+        activation: str = "relu",
     ) -> None:
         super().__init__()
         check_spec(spec)
         obs_dim, dim = int(spec.obs_shape[0]), spec.num_actions
         self.obs_norm = RunningNorm((obs_dim,)) if obs_norm else None
-        self.actor_torso = MLPTorso(obs_dim, hidden_sizes)
+        self.actor_torso = MLPTorso(obs_dim, hidden_sizes, activation)
         self.policy_head = PolicyHead(
             self.actor_torso.out_size, spec, squash=True, log_std="learned"
         )
-        self.critics = nn.ModuleList([QNetwork(obs_dim + dim, hidden_sizes) for _ in range(2)])
+        self.critics = nn.ModuleList(
+            [QNetwork(obs_dim + dim, hidden_sizes, activation) for _ in range(2)]
+        )
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_temperature)))
         self.distribution = self.policy_head.distribution
         ones = torch.ones(dim)
@@ -129,4 +134,6 @@ def build_network(spec: EnvSpec, alg: Any) -> SACNet:
         hidden_sizes=tuple(int(h) for h in alg.model.hidden_sizes),
         obs_norm=bool(alg.model.obs_norm),
         init_temperature=float(alg.init_temperature),
+        # Checkpoints from before activation existed have no such key: their MLPs were ReLU.
+        activation=str(getattr(alg.model, "activation", "relu")),
     )
