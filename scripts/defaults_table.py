@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -104,6 +105,8 @@ def run_one(algorithm: str, env: Env, root: Path, rerun: bool) -> None:
     if (run_dir / "summary.json").exists() and not rerun:
         print(f"{run_dir}: done before, kept", flush=True)
         return
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a rerun replaces the row (and an earlier refusal)
     cmd = command(algorithm, env, run_dir)
     print(" ".join(cmd), flush=True)
     start = time.monotonic()

@@ -158,3 +158,13 @@ def test_r2d2_resumes_with_its_target_network_counters_and_replay(tmp_path):
         True,
         True,
     )
+
+
+def test_a_checkpoint_from_before_a_new_model_key_resumes_with_its_legacy_value(tmp_path):
+    # Checkpoints written before algorithm.model.activation existed were ReLU networks.
+    saved = {"algorithm": {"name": "ppo", "model": {"lstm_size": 256}}, "env": {"id": "Cart"}}
+    relu = {"algorithm": {"name": "ppo", "model": {"lstm_size": 256, "activation": "relu"}}}
+    tanh = {"algorithm": {"name": "ppo", "model": {"lstm_size": 256, "activation": "tanh"}}}
+    check_compatible(tmp_path / "x.pt", saved, {**relu, "env": {"id": "Cart"}})
+    with pytest.raises(CheckpointError, match=r"activation='relu' there, 'tanh' here"):
+        check_compatible(tmp_path / "x.pt", saved, {**tanh, "env": {"id": "Cart"}})

@@ -23,6 +23,7 @@ from seedq.learner.distributions import Gaussian
 from seedq.learner.normalize import RewardScaler, RunningNorm, update_obs_norm
 from seedq.learner.targets import transition_rewards
 from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
 
 RNG = np.random.default_rng(0)
 
@@ -221,7 +222,8 @@ def test_discrete_only_agents_refuse_a_continuous_spec(name):
     from seedq.agents.registry import agent_class, config_class
 
     spec = EnvSpec((3,), "float32", 1, "continuous", (-2.0,), (2.0,))
-    with pytest.raises(ValueError, match="use algorithm=ppo"):
+    # A ConfigError: seedq-train stops at start-up with the message and exit 2, no traceback.
+    with pytest.raises(ConfigError, match="use algorithm=ppo"):
         agent_class(name).build_model(spec, config_class(name)(), channels_last=False)
 
 

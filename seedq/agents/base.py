@@ -27,6 +27,7 @@ import torch
 from seedq.learner.stats import TrainStats
 from seedq.learner.unroll_store import Unroll
 from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
 
 
 class Selection(NamedTuple):
@@ -137,9 +138,10 @@ class Agent(Protocol):
 
 
 def require_discrete(spec: EnvSpec, algorithm: str) -> None:
-    """Refuse a continuous action space for an algorithm whose head is discrete."""
+    """Refuse a continuous action space for an algorithm whose head is discrete (a
+    :class:`~seedq.schema.ConfigError`: the run stops at start-up with the message, exit 2)."""
     if spec.continuous:
-        raise ValueError(
+        raise ConfigError(
             f"algorithm={algorithm} supports discrete actions only; this env has {spec.num_actions}"
             "-dimensional continuous actions: use algorithm=ppo or algorithm=sac"
         )

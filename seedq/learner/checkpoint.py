@@ -29,6 +29,9 @@ DIR_NAME = "checkpoints"
 PREFIX = "ckpt-"
 # Sections that must match for a checkpoint to fit a run: the networks' shapes and meaning.
 COMPATIBILITY_KEYS = ("algorithm.name", "algorithm.model", "env")
+# Settings added to those sections after checkpoints were written, with the value every run
+# before them had: a checkpoint without the key is read as having that value.
+LEGACY_VALUES = {"algorithm.model": {"activation": "relu"}}
 
 
 class CheckpointError(ValueError):
@@ -187,6 +190,9 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
     """Raise naming the first setting where the checkpoint's run and this run differ."""
     for key in COMPATIBILITY_KEYS:
         old, new = _section(saved, key), _section(current, key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            legacy = LEGACY_VALUES.get(key, {})
+            old = {**{k: v for k, v in legacy.items() if k in new}, **old}
         if old == new:
             continue
         if isinstance(old, dict) and isinstance(new, dict):
