@@ -74,6 +74,24 @@ def test_atari_tuning_clips_rewards_and_the_command_line_still_wins():
     )
 
 
+def test_ppo_presets_carry_their_published_settings_and_activations():
+    procgen = to_config(compose_config("algorithm=ppo", "env=procgen")).algorithm
+    assert (
+        procgen.model.torso,
+        procgen.shared_body,
+        procgen.gamma,
+        procgen.unroll_length * procgen.batch_size,
+        procgen.epochs,
+        procgen.minibatches,
+        procgen.lr,
+        procgen.lr_schedule,
+    ) == ("impala", True, 0.999, 16384, 3, 8, 0.0005, "constant")
+    mujoco = to_config(compose_config("algorithm=ppo", "env=mujoco")).algorithm
+    gym = to_config(compose_config("algorithm=ppo", "env=gym", "env.id=Acrobot-v1")).algorithm
+    # tanh is PPO's default; the MuJoCo preset keeps the ReLU its runs were measured with.
+    assert (mujoco.model.activation, mujoco.epochs, gym.model.activation) == ("relu", 10, "tanh")
+
+
 def test_gpu_group_uses_pinned_memory_on_cuda():
     hw = to_config(compose_config("hardware=gpu")).hardware
     assert (hw.device, hw.pin_memory) == ("cuda", True)
