@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from seedq.agents.base import RunContext, build_agent
+from seedq.agents.registry import build_agent
 from seedq.bench import inference, raw_env, train
 from seedq.bench.common import compose, frames_per_step, split_args
-from seedq.learner.unroll_store import Unroll
+from seedq.core.agent import RunContext
+from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
 
 PONG = ["env=atari", "env.id=ALE/Pong-v5"]

@@ -29,10 +29,10 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import seedq
+from seedq.arch.seed import SeedRun
 from seedq.bench.fuzz import fire_burst
 from seedq.cli import to_config
 from seedq.config import register_configs
-from seedq.launch.local import LocalRun
 
 CONF = str(Path(seedq.__file__).parent / "conf")
 TARGETS = ("target_return", "total_env_steps")  # the budgets that mean "reached"
@@ -50,10 +50,10 @@ class Row:
     steps_lost: int = 0
 
 
-def make_run(run_dir: str, overrides: list[str]) -> LocalRun:
+def make_run(run_dir: str, overrides: list[str]) -> SeedRun:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"run_dir={run_dir}", *overrides])
-    return LocalRun(to_config(cfg), run_dir)
+    return SeedRun(to_config(cfg), run_dir)
 
 
 def wait(condition, timeout: float) -> bool:
@@ -65,11 +65,11 @@ def wait(condition, timeout: float) -> bool:
     return True
 
 
-def run_ids(run: LocalRun) -> dict[int, str]:
+def run_ids(run: SeedRun) -> dict[int, str]:
     return {i: slot.hello.run_id for i, slot in list(run.broker.actors.items())}
 
 
-def rejoined(run: LocalRun, before: dict[int, str], ids: list[int]):
+def rejoined(run: SeedRun, before: dict[int, str], ids: list[int]):
     """True once every actor id in ``ids`` runs under a new run id."""
     return lambda: all(run_ids(run).get(i, before.get(i)) != before.get(i) for i in ids)
 
@@ -90,7 +90,7 @@ def in_process(row: Row, run_dir: str, overrides: list[str], inject) -> dict:
 
 
 def kill_actors(every_s: float):
-    def inject(run: LocalRun, row: Row) -> None:
+    def inject(run: SeedRun, row: Row) -> None:
         per_kill = run.cfg.actor.batches_per_actor * run.cfg.actor.envs_per_batch
         while not run.stop.wait(every_s):
             pids = run.actors.pids
@@ -111,7 +111,7 @@ def kill_actors(every_s: float):
 
 
 def stop_actor(pause_s: float):
-    def inject(run: LocalRun, row: Row) -> None:
+    def inject(run: SeedRun, row: Row) -> None:
         if not wait(lambda: run.broker.stats.env_steps > 2000, 120):
             return
         pid = run.actors.pids[0]
@@ -130,7 +130,7 @@ def stop_actor(pause_s: float):
 
 
 def fuzz(bursts: int, size: int):
-    def inject(run: LocalRun, row: Row) -> None:
+    def inject(run: SeedRun, row: Row) -> None:
         ids = range(run.cfg.actor.num_actors * run.cfg.actor.batches_per_actor)
         for burst in range(bursts):
             if run.stop.wait(3.0):
@@ -146,7 +146,7 @@ def fuzz(bursts: int, size: int):
     return inject
 
 
-def nothing(run: LocalRun, row: Row) -> None:
+def nothing(run: SeedRun, row: Row) -> None:
     return
 
 

@@ -25,10 +25,10 @@ from hydra import compose, initialize_config_dir
 
 import seedq
 from seedq.actor.main import REPORT_EVERY_S
+from seedq.arch.seed import SeedRun
 from seedq.bench.fuzz import fire_burst
 from seedq.cli import to_config
 from seedq.config import register_configs
-from seedq.launch.local import LocalRun
 
 CONF = str(Path(seedq.__file__).parent / "conf")
 register_configs()
@@ -75,7 +75,7 @@ def main() -> int:
     ]
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
-    run = LocalRun(to_config(cfg), run_dir)
+    run = SeedRun(to_config(cfg), run_dir)
     samples: list[tuple[float, int, int]] = []
     kills: list[int] = []
     bursts: list[int] = []

@@ -64,9 +64,9 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
     from seedq.arch import ArchUnavailable, run_class
+    from seedq.core.stats import NonFiniteTraining
     from seedq.envs import EnvError
     from seedq.launch.actors import ActorFailure
-    from seedq.learner.stats import NonFiniteTraining
 
     try:
         if cfg.resume:

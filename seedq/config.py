@@ -99,8 +99,10 @@ def validate(cfg: Any) -> None:
     positive("log_interval_s", cfg.log_interval_s)
     positive("total_env_steps", cfg.total_env_steps)
     positive("max_minutes", cfg.max_minutes, zero_ok=True)
-    _algorithm_module(cfg.algorithm.name).validate(cfg.algorithm, cfg)
+    # The architecture first: an agent it cannot run is refused with its reason, before any
+    # check of the algorithm's that the architecture would make moot.
     validate_arch(cfg)
+    _algorithm_module(cfg.algorithm.name).validate(cfg.algorithm, cfg)
 
 
 def _algorithm_module(name: str) -> Any:

@@ -8,9 +8,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import seedq
+from seedq.arch.seed import SeedRun
 from seedq.cli import to_config
 from seedq.config import register_configs
-from seedq.launch.local import LocalRun
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 # A fake-env run that needs no download and steps fast; tests add their own budget.
@@ -19,10 +19,10 @@ FAKE = ["env.kind=fake", "actor.envs_per_batch=8", "log_interval_s=0.5"]
 register_configs()
 
 
-def make_run(tmp_path, *overrides: str) -> LocalRun:
+def make_run(tmp_path, *overrides: str) -> SeedRun:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"run_dir={tmp_path}", *overrides])
-    return LocalRun(to_config(cfg), str(tmp_path))
+    return SeedRun(to_config(cfg), str(tmp_path))
 
 
 def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> None:

@@ -13,7 +13,7 @@ import torch
 from cli_helpers import run_cli
 
 from seedq.config import ConfigError
-from seedq.launch.local import resolve_device
+from seedq.learner.device import resolve_device
 
 
 def train(*overrides: str, tmp_path) -> tuple[int, str]:

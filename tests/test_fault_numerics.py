@@ -9,9 +9,9 @@ import torch
 from fault_helpers import FAKE, make_run
 
 import seedq.agents.vtrace.learner as vtrace_learner
-from seedq.learner import stats
+from seedq.core import stats
+from seedq.core.stats import NonFiniteTraining
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
-from seedq.learner.stats import NonFiniteTraining
 
 
 def test_an_env_emitting_nan_costs_one_message_per_nan_and_the_run_goes_on(tmp_path):

@@ -311,7 +311,7 @@ def test_rows_per_env_is_the_controlled_players_for_football_only():
 
 
 def test_probe_builds_one_game_with_a_row_per_controlled_player(monkeypatch):
-    from seedq.launch import local
+    from seedq.envs import registry
 
     requested: list[int] = []
 
@@ -321,11 +321,11 @@ def test_probe_builds_one_game_with_a_row_per_controlled_player(monkeypatch):
             env_cfg, num_envs, seed, make_env=lambda s: FakeFootballEnv(s, players=3)
         )
 
-    monkeypatch.setattr(local, "make_env_batch", make_fake_batch)
+    monkeypatch.setattr(registry, "make_env_batch", make_fake_batch)
     config = to_config(
         compose_config("env=football", "env.controlled_players=3", "actor.envs_per_batch=12")
     )
-    spec = local.probe_env_spec(config)
+    spec = registry.env_spec(config.env, seed=config.seed)
     assert (requested, spec) == ([3], EnvSpec((115,), "float32", 19))
 
 
@@ -587,7 +587,7 @@ def test_real_three_controlled_players_are_rows_of_one_game():
 )
 def test_real_football_trains_through_actor_and_learner(tmp_path, overrides):
     _needs_gfootball()
-    from seedq.launch.local import LocalRun
+    from seedq.arch.seed import SeedRun
 
     cfg = compose_config(
         "env=football",
@@ -598,7 +598,7 @@ def test_real_football_trains_through_actor_and_learner(tmp_path, overrides):
         f"run_dir={tmp_path}",
         *overrides,
     )
-    summary = LocalRun(to_config(cfg), str(tmp_path)).run()
+    summary = SeedRun(to_config(cfg), str(tmp_path)).run()
     assert (summary.env_steps >= 400, summary.updates >= 1) == (True, True)
     # The run's checkpoint plays football through seedq-eval (video is refused: no OpenGL).
     from seedq.evaluate import main as eval_main
@@ -609,8 +609,8 @@ def test_real_football_trains_through_actor_and_learner(tmp_path, overrides):
 
 def test_real_football_trains_with_three_controlled_players(tmp_path):
     _needs_gfootball()
+    from seedq.arch.seed import SeedRun
     from seedq.evaluate import main as eval_main
-    from seedq.launch.local import LocalRun
 
     cfg = compose_config(
         "env=football",
@@ -625,7 +625,7 @@ def test_real_football_trains_with_three_controlled_players(tmp_path):
         "log_interval_s=1",
         f"run_dir={tmp_path}",
     )
-    run = LocalRun(to_config(cfg), str(tmp_path))
+    run = SeedRun(to_config(cfg), str(tmp_path))
     summary = run.run()
     assert (run.spec, summary.env_steps >= 300, summary.updates >= 1) == (
         EnvSpec((115,), "float32", 19),

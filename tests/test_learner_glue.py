@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from test_vtrace import _recursive_reference
 
-from seedq.agents.base import RunContext
+from seedq.agents.common.normalize import RewardScaler
+from seedq.agents.common.replay import SampledSequences
+from seedq.agents.common.update import Placement
 from seedq.agents.r2d2 import R2D2Agent
 from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
@@ -25,10 +27,9 @@ from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.agents.vtrace.network import AgentOutput
 from seedq.config import SeedqConfig
+from seedq.core.agent import RunContext
+from seedq.core.unroll import Unroll
 from seedq.envs import EnvConfig
-from seedq.learner.normalize import RewardScaler
-from seedq.learner.replay import SampledSequences
-from seedq.learner.unroll_store import Unroll
 from seedq.messages import EnvSpec
 
 CPU = torch.device("cpu")
@@ -150,7 +151,7 @@ def reference_vtrace_loss(model: LinearPolicy, batch: Unroll, cfg: VTraceConfig)
 
 
 def vtrace_learner(model: torch.nn.Module, cfg: VTraceConfig, **kw) -> VTraceLearner:
-    return VTraceLearner(model, cfg, CPU, threading.Lock(), total_env_steps=1000, **kw)
+    return VTraceLearner(model, cfg, Placement(CPU, threading.Lock(), **kw), total_env_steps=1000)
 
 
 def test_vtrace_loss_is_the_reference_on_the_rows_sliced_by_the_convention():
@@ -211,7 +212,7 @@ def test_vtrace_loss_differs_from_the_reference_on_misaligned_rows(misalign):
 def test_vtrace_train_step_takes_an_adam_step_along_the_reference_gradient():
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
     reference = copy.deepcopy(model)
-    stats = vtrace_learner(model, cfg).train_step(batch)
+    stats = vtrace_learner(model, cfg).train_batch(batch)
 
     optimizer = torch.optim.Adam(reference.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
     total = reference_vtrace_loss(reference, batch, cfg)[0]
@@ -284,7 +285,7 @@ def r2d2_sample(weights=(1.0, 0.5)) -> SampledSequences:
 def r2d2_learner(cfg: R2D2Config, **kw):
     from seedq.agents.r2d2.learner import R2D2Learner
 
-    return R2D2Learner(q_network(cfg), cfg, CPU, threading.Lock(), **kw)
+    return R2D2Learner(q_network(cfg), cfg, Placement(CPU, threading.Lock(), **kw))
 
 
 def reference_td(learner, data: dict[str, np.ndarray], cfg: R2D2Config) -> torch.Tensor:
@@ -440,7 +441,7 @@ def test_vtrace_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
     batch = vtrace_batch()
     batch.reward[0] = 0.0  # the poison of the exactness tests is not the point here
     batch.behaviour[-1] = 0.0
-    stats = vtrace_learner(model, cfg, amp_dtype=torch.bfloat16).train_step(batch)
+    stats = vtrace_learner(model, cfg, amp_dtype=torch.bfloat16).train_batch(batch)
     assert (dtypes, np.isfinite(stats["loss/total"])) == ({torch.bfloat16}, True)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
@@ -454,7 +455,7 @@ def test_a_skipped_vtrace_update_leaves_the_observation_statistics_alone():
     batch = vtrace_batch()
     batch.obs[1] = np.nan  # a NaN observation: the loss is not finite, the update is skipped
 
-    stats = vtrace_learner(model, cfg).train_step(batch)
+    stats = vtrace_learner(model, cfg).train_batch(batch)
 
     assert stats == {"skipped": True}
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -1,4 +1,4 @@
-"""Tests for seedq.learner.models: shapes, recurrence semantics, memory format and gradients."""
+"""Tests for seedq.agents.common.models: shapes, recurrence, memory format and gradients."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
-from seedq.agents.config import ACTIVATIONS as CONFIG_ACTIVATIONS
-from seedq.agents.config import TORSOS as CONFIG_TORSOS
+from seedq.agents.common.models import RecurrentBody, body_kwargs
+from seedq.agents.common.torsos import MLPTorso
 from seedq.agents.config import ModelConfig
+from seedq.agents.torsos import TORSOS as REGISTERED
+from seedq.agents.torsos import TorsoEntry, torso_class
 from seedq.agents.vtrace.network import ActorCriticNet, AgentOutput, build_network
-from seedq.learner.models import ACTIVATIONS as MODEL_ACTIVATIONS
-from seedq.learner.models import TORSOS as MODEL_TORSOS
-from seedq.learner.models import MLPTorso, body_kwargs
 
 VEC_SHAPE = (4,)
 FRAME_SHAPE = (4, 84, 84)
@@ -244,9 +244,40 @@ def test_initial_policy_is_near_uniform() -> None:
     assert out.logits.abs().max() < 0.1
 
 
-def test_config_torsos_are_the_ones_the_model_builds() -> None:
-    assert CONFIG_TORSOS == MODEL_TORSOS
-    assert CONFIG_ACTIVATIONS == tuple(MODEL_ACTIVATIONS)
+@pytest.mark.parametrize("name", list(REGISTERED))
+def test_every_registered_torso_builds_for_its_input_rank(name: str) -> None:
+    shape = VEC_SHAPE if REGISTERED[name].obs_rank == 1 else (4, 84, 84)
+    body = RecurrentBody(shape, 3, torso=name, channels_last=False)
+    features, _ = body.embed(make_obs(shape, 1, 2), torch.zeros(1, 2, dtype=torch.bool), ())
+    assert (body.torso_name, tuple(features.shape)) == (name, (2, body.torso.out_size))
+
+
+def test_a_torso_registered_by_one_line_is_built_by_name(monkeypatch) -> None:
+    import seedq.agents.common.torsos as torsos
+
+    class Linear1(nn.Module):
+        out_size = 5
+
+        def __init__(self, in_features: int) -> None:
+            super().__init__()
+            self.fc = nn.Linear(in_features, 5)
+
+        @classmethod
+        def build(cls, obs_shape, settings):  # noqa: ANN001, ANN206
+            return cls(obs_shape[0])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.float())
+
+    monkeypatch.setattr(torsos, "Linear1", Linear1, raising=False)
+    monkeypatch.setitem(REGISTERED, "linear1", TorsoEntry(f"{torsos.__name__}:Linear1", 1, "test"))
+    body = RecurrentBody(VEC_SHAPE, 2, torso="linear1")
+    assert torso_class("linear1") is Linear1 and isinstance(body.torso, Linear1)
+
+
+def test_a_torso_for_the_wrong_input_names_the_ones_that_fit() -> None:
+    with pytest.raises(ValueError, match="torso 'nature' needs 3-D .* use torso 'mlp'"):
+        RecurrentBody(VEC_SHAPE, 2, torso="nature")
 
 
 def test_tanh_torso_features_stay_bounded_on_clipped_normalised_observations() -> None:

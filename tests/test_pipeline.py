@@ -18,10 +18,10 @@ from seedq.actor.config import ActorConfig
 from seedq.agents.vtrace import VTraceAgent
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.network import AgentOutput
+from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.config import SeedqConfig
 from seedq.envs import EnvConfig
-from seedq.launch.local import LocalRun
 
 EPISODE_LENGTH = 4
 UNROLL = 5
@@ -80,8 +80,8 @@ def run_pipeline(tmp_path, *, truncate: bool, total_env_steps: int = 3000):
     with pytest.MonkeyPatch.context() as patch:
         # The agent builds the network the run acts with: give it the test's.
         patch.setattr(VTraceAgent, "build_model", classmethod(lambda cls, *a, **k: StepValueNet(3)))
-        run = LocalRun(cfg, str(tmp_path))
-    run.agent.learner.train_step = capture
+        run = SeedRun(cfg, str(tmp_path))
+    run.agent.learner.train_batch = capture
     summary = run.run()
     return summary, batches
 

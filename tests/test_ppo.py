@@ -12,16 +12,16 @@ import torch
 from torch import distributions as D
 
 from seedq.actor.config import ActorConfig
+from seedq.agents.common.distributions import Gaussian
+from seedq.agents.common.normalize import RewardScaler, RunningNorm, update_obs_norm
+from seedq.agents.common.targets import transition_rewards
 from seedq.agents.ppo import PPOAgent
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.loss import gae, ppo_loss
+from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.config import SeedqConfig
 from seedq.envs import EnvConfig
-from seedq.launch.local import LocalRun
-from seedq.learner.distributions import Gaussian
-from seedq.learner.normalize import RewardScaler, RunningNorm, update_obs_norm
-from seedq.learner.targets import transition_rewards
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
 
@@ -199,7 +199,7 @@ def test_continuous_fake_env_through_the_real_wire(tmp_path):
         log_interval_s=0.2,
         max_minutes=1,
     )
-    run = LocalRun(cfg, str(tmp_path))
+    run = SeedRun(cfg, str(tmp_path))
     assert run.spec.action_kind == "continuous" and run.spec.action_low == (-1.0, -1.0)
     batches = []
     train_batch = run.agent.learner.train_batch

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from seedq.actor.config import ActorConfig
+from seedq.agents.common.replay import SequenceReplay
 from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.r2d2.sequences import check_replay_fits, replay_fields
+from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import EnvConfig
-from seedq.launch.local import LocalRun
-from seedq.learner.replay import SequenceReplay
 from seedq.messages import EnvSpec
 
 BURN_IN, LENGTH = 2, 4
@@ -52,7 +52,7 @@ def r2d2_config(tmp_path, **overrides):
 @pytest.fixture(scope="module")
 def r2d2_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("r2d2")
-    run = LocalRun(r2d2_config(tmp_path), str(tmp_path))
+    run = SeedRun(r2d2_config(tmp_path), str(tmp_path))
     seen = {}  # (env, episode, t) -> the state inference used, and the epsilon it acted with
     lock = threading.Lock()
     infer = run.engine.infer

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from seedq.agents.r2d2.exploration import epsilon_ladder
-from seedq.learner.replay import (
+from seedq.agents.common.replay import (
     RateLimiter,
     SequenceReplay,
     SumTree,
     importance_weights,
     sampling_probabilities,
 )
+from seedq.agents.r2d2.exploration import epsilon_ladder
 
 
 def never():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,19 +15,20 @@ from torch import distributions as D
 
 import seedq
 from seedq.actor.config import ActorConfig
+from seedq.agents.common.distributions import Gaussian
+from seedq.agents.common.update import Placement
 from seedq.agents.sac.config import SACConfig, SACModelConfig
 from seedq.agents.sac.learner import SACLearner, polyak_update
 from seedq.agents.sac.loss import actor_loss, critic_loss, soft_q_target, temperature_loss
 from seedq.agents.sac.network import build_network
+from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.cli import to_config
 from seedq.config import ConfigError, SeedqConfig, register_configs
 from seedq.envs import EnvConfig
 from seedq.evaluate import load_policy
-from seedq.launch.local import LocalRun
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 from seedq.learner.config import CheckpointConfig
-from seedq.learner.distributions import Gaussian
 from seedq.messages import EnvSpec
 
 RNG = np.random.default_rng(0)
@@ -63,7 +63,7 @@ def test_soft_q_target_bootstraps_truncations_and_stops_at_terminations():
         "truncation_value": truncation_value,
     }
     model = build_network(SPEC, SACConfig())
-    learner = SACLearner(model, SACConfig(gamma=gamma), torch.device("cpu"), threading.Lock())
+    learner = SACLearner(model, SACConfig(gamma=gamma), Placement.cpu())
     batch = learner._batch(data)
     q1, q2, log_prob = (RNG.normal(size=B) for _ in range(3))
     y = soft_q_target(
@@ -223,7 +223,7 @@ def sac_config(tmp_path, **overrides) -> SeedqConfig:
 @pytest.fixture(scope="module")
 def sac_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("sac")
-    run = LocalRun(sac_config(tmp_path), str(tmp_path))
+    run = SeedRun(sac_config(tmp_path), str(tmp_path))
     summary = run.run()
     return run, summary
 
@@ -248,7 +248,7 @@ def test_truncated_episodes_store_the_soft_value_of_their_final_observation(tmp_
     cfg = dataclasses.replace(
         cfg, env=dataclasses.replace(cfg.env, truncate_episodes=True), total_env_steps=200
     )
-    run = LocalRun(cfg, str(tmp_path))
+    run = SeedRun(cfg, str(tmp_path))
     run.run()
     replay = run.agent.replay
     truncated = replay.storage["truncated"][: len(replay), 1]
@@ -274,7 +274,7 @@ def test_checkpoint_resumes_weights_targets_optimizers_and_replay(sac_run, tmp_p
     path = find_checkpoint(run.run_dir)
     state = load_checkpoint(path)
     cfg = dataclasses.replace(sac_config(tmp_path), resume=str(path))
-    resumed = LocalRun(cfg, str(tmp_path), resume=state)
+    resumed = SeedRun(cfg, str(tmp_path), resume=state)
     agent, old = resumed.agent, run.agent
     for a, b in [
         (agent.model, old.model),
@@ -320,7 +320,7 @@ def pendulum_run(tmp_path, *overrides: str):
                 *overrides,
             ],
         )
-    return LocalRun(to_config(cfg), str(tmp_path)).run()
+    return SeedRun(to_config(cfg), str(tmp_path)).run()
 
 
 def test_smoke_sac_trains_on_pendulum_with_tcp_actors(tmp_path):

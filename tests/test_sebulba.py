@@ -91,7 +91,7 @@ def run_capturing(cfg, tmp_path):
             batches.append(batch)
         return {}
 
-    run.agent.learner.train_step = capture
+    run.agent.learner.train_batch = capture
     return run, run.run(), batches
 
 

@@ -15,10 +15,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import seedq
+from seedq.arch.base import TrainingRun
+from seedq.arch.seed import SeedRun
 from seedq.cli import to_config
 from seedq.config import register_configs
-from seedq.launch.local import LocalRun
-from seedq.launch.run_loop import TrainingRun
 from seedq.metrics import REQUIRED_COLUMNS
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
@@ -27,10 +27,10 @@ RANDOM_CARTPOLE_RETURN = 22.0
 register_configs()
 
 
-def local_run(tmp_path, *overrides: str) -> LocalRun:
+def local_run(tmp_path, *overrides: str) -> SeedRun:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"run_dir={tmp_path}", *overrides])
-    return LocalRun(to_config(cfg), str(tmp_path))
+    return SeedRun(to_config(cfg), str(tmp_path))
 
 
 def train(tmp_path, *overrides: str):

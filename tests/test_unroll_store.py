@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from seedq.learner.unroll_store import BatchAssembler, StepRecord, UnrollStore
+from seedq.agents.common.batches import BatchAssembler
+from seedq.learner.unroll_store import StepRecord, UnrollStore
 
 
 def record(t: int, n: int = 3, base: int = 0) -> StepRecord:

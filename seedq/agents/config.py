@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
+from seedq.agents.torsos import ACTIVATIONS, TORSO_CHOICES
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
-# The torsos seedq.learner.models builds (kept here so configs compose without torch; a test
-# checks the two agree).
-TORSOS = ("auto", "mlp", "nature", "impala", "minatar")
-# The MLP torso's nonlinearities (seedq.learner.models.ACTIVATIONS; the same test keeps them equal).
-ACTIVATIONS = ("relu", "tanh")
+# What a model config written before ``activation`` existed was trained with.
+LEGACY_ACTIVATION = "relu"
+
+
+def model_activation(model_cfg: Any) -> str:
+    """``model_cfg.activation``; :data:`LEGACY_ACTIVATION` for a saved config that predates it."""
+    return str(getattr(model_cfg, "activation", LEGACY_ACTIVATION))
+
+
 REWARD_CLIPS = ("none", "abs_one", "tanh")
-# How a Gaussian policy head gets its log-std (seedq.learner.policy_head).
+# How a Gaussian policy head gets its log-std (seedq.agents.common.policy_head).
 LOG_STD_KINDS = ("state_independent", "learned")
 
 
@@ -22,8 +28,8 @@ LOG_STD_KINDS = ("state_independent", "learned")
 class ModelConfig:
     torso: str = setting(
         "auto",
-        f"network torso: {', '.join(TORSOS)} (auto: mlp for vectors, nature for frames, minatar "
-        "for frames smaller than 36x36)",
+        f"network torso: {', '.join(TORSO_CHOICES)} (auto: mlp for vectors, nature for frames, "
+        "minatar for frames smaller than 36x36)",
     )
     hidden_sizes: list[int] = setting(
         help="widths of the MLP torso's layers (ignored by the conv torsos)",
@@ -47,6 +53,11 @@ class ModelConfig:
 class AlgorithmConfig:
     """What every algorithm has; ``algorithm=<name>`` picks a subclass from the registry."""
 
+    # What this algorithm's agent cannot do, each with the reason a refusal gives: an
+    # architecture that needs it (seedq.arch.config.ARCH_NEEDS) is refused at validation.
+    # "learn": a synchronous Agent.learn(unroll) on device-resident unrolls (arch=anakin).
+    cannot: ClassVar[dict[str, str]] = {}
+
     name: str = setting(MISSING, "the algorithm (set by the algorithm group)")
     batch_size: int = setting(32, "training batch: unrolls or sequences per update")
     gamma: float = setting(0.99, "discount factor")
@@ -61,8 +72,8 @@ class AlgorithmConfig:
 def validate_common(alg: AlgorithmConfig) -> None:
     """The checks every algorithm shares: ranges, choices and the model section."""
     choice("algorithm.reward_clip", alg.reward_clip, REWARD_CLIPS)
-    choice("algorithm.model.torso", alg.model.torso, TORSOS)
-    choice("algorithm.model.activation", alg.model.activation, ACTIVATIONS)
+    choice("algorithm.model.torso", alg.model.torso, TORSO_CHOICES)
+    choice("algorithm.model.activation", alg.model.activation, tuple(ACTIVATIONS))
     check_positive(alg, "algorithm", ["batch_size", "lr", "adam_eps", "grad_clip"])
     check_positive(alg.model, "algorithm.model", ["lstm_size"], zero_ok=True)
     in_unit_interval("algorithm.gamma", alg.gamma)

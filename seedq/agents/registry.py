@@ -15,7 +15,7 @@ from typing import Any
 class AgentEntry:
     name: str
     config: str  # "module:Class" of the algorithm's config dataclass
-    agent: str  # "module:Class" implementing seedq.agents.base.Agent
+    agent: str  # "module:Class" implementing seedq.core.agent.Agent
 
 
 AGENTS: dict[str, AgentEntry] = {
@@ -53,3 +53,8 @@ def config_class(name: str) -> type:
 
 def agent_class(name: str) -> Any:
     return _load(_entry(name).agent)
+
+
+def build_agent(ctx: Any) -> Any:
+    """The configured algorithm's agent for a run (``ctx``: a ``seedq.core.agent.RunContext``)."""
+    return agent_class(ctx.cfg.algorithm.name)(ctx)

@@ -2,7 +2,7 @@
 
 Each entry names its run class by import path, so choosing one imports only what it needs;
 every run class takes ``(cfg, run_dir, *, resume=None)`` and its ``run()`` returns a
-:class:`~seedq.launch.monitor.RunSummary`. The settings live in :mod:`seedq.arch.config`.
+:class:`~seedq.arch.monitor.RunSummary`. The settings live in :mod:`seedq.arch.config`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from seedq.arch.config import ARCH_NAMES, ArchConfig
 __all__ = ["ARCH_NAMES", "ARCH_RUNS", "ArchConfig", "ArchUnavailable", "run_class"]
 
 ARCH_RUNS: dict[str, str] = {
-    "seed": "seedq.launch.local:LocalRun",
+    "seed": "seedq.arch.seed:SeedRun",
     "sebulba": "seedq.arch.sebulba:SebulbaRun",
     "anakin": "seedq.arch.anakin:AnakinRun",
 }

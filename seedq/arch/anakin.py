@@ -6,9 +6,10 @@ and learning in one loop.
 
 Each iteration collects one unroll of ``T`` steps from ``arch.anakin.num_envs`` envs
 (:class:`~seedq.arch.rollout.DeviceRollout`) and trains on it at once with the agent's own
-update (``arch.anakin.minibatches`` updates of equal column shares). Nothing crosses to the host
-per step; counters are read once per logging interval. The run writes the SEED path's metrics
-rows (through :class:`~seedq.launch.monitor.Monitor`), progress line, stop rules and
+update, ``Agent.learn`` (``arch.anakin.minibatches`` calls on equal column shares): any agent
+whose config does not declare it cannot learn that way (V-trace, PPO). Nothing crosses to the
+host per step; counters are read once per logging interval. The run writes the SEED path's
+metrics rows (through :class:`~seedq.arch.monitor.Monitor`), progress line, stop rules and
 checkpoints, so ``seedq-eval``, ``seedq-plot`` and ``seedq-train resume=`` work unchanged;
 ``seedq-eval`` plays the gymnasium env of the same id, which the tensor env reproduces.
 
@@ -24,12 +25,13 @@ import time
 
 import torch
 
-from seedq.agents.base import RunContext, build_agent
+from seedq.agents.registry import build_agent
+from seedq.arch.base import TrainingRun
 from seedq.arch.rollout import DeviceRollout
-from seedq.broker.router import BrokerStats
 from seedq.config import SeedqConfig
+from seedq.core.agent import RunContext
+from seedq.core.stats import RunStats
 from seedq.envs.tensor import make_tensor_env
-from seedq.launch.run_loop import TrainingRun
 from seedq.learner.device import AMP_DTYPES, prepare_learner_process
 from seedq.messages import EnvSpec
 
@@ -50,7 +52,7 @@ class AnakinRun(TrainingRun):
         hw, anakin = cfg.hardware, cfg.arch.anakin
         self.device = prepare_learner_process(cfg)
         self.unroll_length = anakin.unroll_length or cfg.algorithm.unroll_length
-        self.stats = BrokerStats()
+        self.stats = RunStats()
         env_seed = cfg.seed
         if resume is not None:
             # Fresh episodes on resume, from a seed no earlier start of this run used.
@@ -70,13 +72,15 @@ class AnakinRun(TrainingRun):
         )
         self.agent = build_agent(
             RunContext(
-                cfg, self.spec, self.device, self.weights_lock, self.stop, AMP_DTYPES[hw.amp]
+                cfg,
+                self.spec,
+                self.device,
+                self.weights_lock,
+                self.stop,
+                AMP_DTYPES[hw.amp],
+                compile_training=hw.compile,
             )
         )
-        # The agent's own update (VTraceLearner.train_step) on device-resident unrolls.
-        self.learner = self.agent.learner
-        if hw.compile != "none":
-            self.learner.model = torch.compile(self.agent.model, mode=hw.compile)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         if resume is not None:
             self.restore(resume)
@@ -91,24 +95,19 @@ class AnakinRun(TrainingRun):
 
     def train_iteration(self) -> None:
         """Collect one unroll, then train on it: the act-and-learn step."""
-        stats, learner = self.agent.stats, self.learner
+        stats = self.agent.stats
         begin = time.monotonic()
         unroll = self.rollout.collect()
         self.stats.env_steps += self.unroll_length * self.env.num_envs
         acted = time.monotonic()
-        learner.set_progress(self.stats.env_steps)
         share = self.env.num_envs // self.cfg.arch.anakin.minibatches
         for start in range(0, self.env.num_envs, share):
-            learner.train_step(unroll.columns(start, start + share))
+            self.agent.learn(unroll.columns(start, start + share), self.stats.env_steps)
         stats.wait_s += acted - begin
         stats.busy_s += time.monotonic() - acted
 
     def _drain_episodes(self) -> None:
-        count, returns, lengths = self.rollout.episodes.drain()
-        with self.stats.lock:
-            self.stats.episodes += count
-            self.stats.recent_returns.extend(returns)
-            self.stats.recent_lengths.extend(lengths)
+        self.stats.record_episodes(*self.rollout.episodes.drain())
 
     def _wait(self) -> None:
         # No threads: the loop itself acts and learns between metrics rows.

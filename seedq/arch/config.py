@@ -1,13 +1,16 @@
 """The ``arch`` section (Hydra group ``arch``): how acting and learning are arranged.
 
 * ``seed``: actor processes step CPU envs and send observations over ZeroMQ to central
-  inference (``seedq.launch.local``); the default, and the only one that spans hosts.
+  inference (``seedq.arch.seed``); the default, and the only one that spans hosts.
 * ``sebulba``: vector envs stepped by threads of the learner process, batches handed to
   inference without sockets (``seedq.arch.sebulba``).
 * ``anakin``: envs written as tensor code (``seedq.envs.tensor``), stepped on the learner's
   device inside one act-and-learn loop (``seedq.arch.anakin``).
 
-This module imports no torch: configs compose and validate without it.
+Which algorithm runs under which architecture is not listed here: each architecture names the
+agent capabilities it needs (:data:`ARCH_NEEDS`), and each algorithm's config class declares
+what its agent cannot do and why (``AlgorithmConfig.cannot``). This module imports no torch:
+configs compose and validate without it.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import Any
 from seedq.schema import ConfigError, check_positive, choice, setting
 
 ARCH_NAMES = ("seed", "sebulba", "anakin")
-# Algorithms whose update Anakin can drive: on-policy unrolls trained as soon as they are
-# collected. R2D2 needs a replay buffer and per-env exploration, which Anakin does not have.
-ANAKIN_ALGORITHMS = ("vtrace",)
-# Env kinds whose ids name a gymnasium env that may have a tensor implementation.
-ANAKIN_ENV_KINDS = ("cartpole", "gym")
+# What each architecture needs of an agent beyond the Agent protocol's threaded half
+# (on_unroll + train): "learn", a synchronous learn(unroll) on device-resident unrolls.
+ARCH_NEEDS: dict[str, tuple[str, ...]] = {"seed": (), "sebulba": (), "anakin": ("learn",)}
+# How each capability reads in a refusal: "arch=X <needs>; algorithm=Y cannot: <its reason>".
+CAPABILITIES = {
+    "learn": "trains on each unroll as soon as it is collected on the device (Agent.learn)",
+}
 ENV_DTYPES = ("float32", "float64")
 
 
@@ -67,11 +72,12 @@ def anakin_env_ids() -> list[str]:
 
 
 def validate_arch(cfg: Any) -> None:
-    """Check ``cfg.arch`` and the combinations it cannot run (an env without a tensor
-    implementation, an algorithm Anakin does not train), naming what can."""
+    """Check ``cfg.arch`` and the combinations it cannot run (an agent without a capability
+    the architecture needs, an env without a tensor implementation), naming what can."""
     arch = cfg.arch
     choice("arch.name", arch.name, ARCH_NAMES)
     check_positive(arch.sebulba, "arch.sebulba", ["threads", "envs_per_thread"])
+    check_agent_fits(cfg)
     if arch.name != "anakin":
         return
     anakin = arch.anakin
@@ -84,38 +90,36 @@ def validate_arch(cfg: Any) -> None:
             f"arch.anakin.num_envs={anakin.num_envs} is not a multiple of "
             f"arch.anakin.minibatches={anakin.minibatches}; each update trains an equal share"
         )
-    if cfg.algorithm.name not in ANAKIN_ALGORITHMS:
-        raise ConfigError(
-            f"arch=anakin does not train algorithm={cfg.algorithm.name}: it trains on-policy "
-            f"unrolls as they are collected, and {cfg.algorithm.name} needs a replay buffer "
-            f"and per-env exploration it does not have. Use algorithm="
-            f"{' or '.join(ANAKIN_ALGORITHMS)} with arch=anakin, or arch=seed or arch=sebulba "
-            f"for {cfg.algorithm.name}"
-        )
     if cfg.algorithm.model.use_lstm:
         raise ConfigError(
             "arch=anakin runs feed-forward policies only: algorithm.model.use_lstm=true is not "
             "supported (use arch=seed or arch=sebulba for an LSTM policy)"
         )
     ids = anakin_env_ids()
-    if cfg.env.kind not in ANAKIN_ENV_KINDS or cfg.env.id not in ids:
+    if cfg.env.id not in ids:
         raise ConfigError(
             f"arch=anakin needs an env with a tensor implementation; env.kind={cfg.env.kind} "
             f"env.id={cfg.env.id} has none. Envs arch=anakin runs: {', '.join(ids)} "
             "(env=cartpole, or env=gym env.id=<one of them>); use arch=seed or arch=sebulba "
             "for other envs"
         )
-    host_side = [
-        key
-        for key, on in (
-            ("algorithm.reward_scaling", cfg.algorithm.reward_scaling),
-            ("algorithm.model.obs_norm", cfg.algorithm.model.obs_norm),
-        )
-        if on
-    ]
-    if host_side:
-        raise ConfigError(
-            f"arch=anakin keeps unrolls on the device, and {' and '.join(host_side)} keep "
-            f"their statistics on the host: set {' '.join(k + '=false' for k in host_side)} "
-            "(the anakin presets do), or use arch=seed or arch=sebulba"
-        )
+
+
+def check_agent_fits(cfg: Any) -> None:
+    """Refuse an algorithm whose agent lacks a capability ``arch.name`` needs, with the reason
+    its config class gives (one line, exit 2)."""
+    from seedq.agents.registry import config_class
+
+    arch, algorithm = cfg.arch.name, cfg.algorithm.name
+    cannot: dict[str, str] = getattr(config_class(algorithm), "cannot", {})
+    for need in ARCH_NEEDS[arch]:
+        if need in cannot:
+            others = " or ".join(
+                f"arch={name}"
+                for name, needs in ARCH_NEEDS.items()
+                if name != arch and not set(needs) & set(cannot)
+            )
+            raise ConfigError(
+                f"arch={arch} {CAPABILITIES[need]}; algorithm={algorithm} cannot: "
+                f"{cannot[need]}. Use {others} for algorithm={algorithm}"
+            )

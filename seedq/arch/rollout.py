@@ -2,7 +2,7 @@
 
 :class:`DeviceRollout` steps a :class:`~seedq.envs.tensor.TensorEnv` with the acting network
 and writes every step into preallocated time-major buffers ``[T+1, N, ...]`` on the env's
-device, in the rows convention of :mod:`seedq.learner.targets` (row t: obs t, the reward and
+device, in the rows convention of :mod:`seedq.agents.common.targets` (row t: obs t, the reward and
 done flags that arrived with it, the action and logits taken at it). The last row of an unroll
 is row 0 of the next (one row of overlap, as the SEED path cuts V-trace unrolls).
 
@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import torch
 
-from seedq.agents.base import Selector
 from seedq.arch.episodes import EpisodeTracker
+from seedq.core.agent import Selector
+from seedq.core.unroll import Unroll
 from seedq.envs.tensor import TensorEnv
-from seedq.learner.unroll_store import Unroll
 
 StepOutputs = tuple[torch.Tensor, ...]
 
@@ -119,6 +119,10 @@ class DeviceRollout:
         # The one data-dependent shape of the unroll (how many envs hit their time limit);
         # kept out of the per-step path.
         rows, cols = self.truncated[1:].nonzero(as_tuple=True)
+        if not rows.numel():
+            return
         final = self.final_obs[1:][rows, cols]
         out, _ = self.model(final[None], torch.zeros_like(rows, dtype=torch.bool)[None], ())
-        self.truncation_value[1:][rows, cols] = out.baseline[0].float()
+        # The selector's value, as central inference bootstraps truncations on the SEED path.
+        values = self.select(out, None, self.generator).values
+        self.truncation_value[1:][rows, cols] = values.float()

@@ -6,7 +6,7 @@ CartPole, any gymnasium id through the gym backend, the fake envs in tests). Eac
 its batch and hands the ``Step`` straight to central inference through an
 :class:`~seedq.arch.sebulba_threads.InferenceDesk`; the agent trains on its own thread beside
 them, exactly as in ``arch=seed``. Agents, metrics, progress, checkpoints (same format as
-:class:`~seedq.launch.local.LocalRun`) and stop rules are shared with the SEED run.
+:class:`~seedq.arch.seed.SeedRun`) and stop rules are shared with the SEED run.
 
 Copies: on the CPU an observation reaches the model without one when a batch holds one
 thread's step (``torch.from_numpy`` of the env's array); a batch merging several threads is
@@ -26,12 +26,11 @@ import logging
 import threading
 from typing import Any
 
+from seedq.arch.base import TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
-from seedq.broker.router import BrokerStats
 from seedq.config import ConfigError
-from seedq.envs import EnvBatch, make_env_batch, rows_per_env
-from seedq.launch.local import probe_env_spec
-from seedq.launch.run_loop import TrainingRun
+from seedq.core.stats import RunStats
+from seedq.envs import EnvBatch, env_spec, make_env_batch, rows_per_env
 from seedq.learner.device import prepare_learner_process
 
 log = logging.getLogger(__name__)
@@ -82,9 +81,9 @@ class SebulbaRun(TrainingRun):
         self.threads_n, self.envs_per_thread = sebulba_layout(cfg)
         self.layout = layout_config(cfg, self.threads_n, self.envs_per_thread)
         self.device = prepare_learner_process(cfg)
-        self.spec = probe_env_spec(cfg)
+        self.spec = env_spec(cfg.env, seed=cfg.seed)
         self._build_acting(self.layout)
-        self.stats = BrokerStats()
+        self.stats = RunStats()
         max_batch = self.threads_n * self.envs_per_thread
         self.desk = InferenceDesk(self.consumer, self.stats, self.stop, max_batch)
         if resume is not None:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seedq.actor.loop import EpisodeTracker, next_step
-from seedq.broker.router import ActorSlot, Batch, BatchConsumer, BrokerStats
+from seedq.broker.router import ActorSlot, Batch, BatchConsumer
+from seedq.core.stats import RunStats
 from seedq.envs import EnvBatch
 from seedq.messages import EnvSpec, Hello, Step
 
@@ -42,7 +43,7 @@ class InferenceDesk:
     broker does (env steps, batches, episode returns), so the same Monitor reads it."""
 
     def __init__(
-        self, consumer: BatchConsumer, stats: BrokerStats, stop: threading.Event, max_batch: int
+        self, consumer: BatchConsumer, stats: RunStats, stop: threading.Event, max_batch: int
     ) -> None:
         self.consumer = consumer
         self.stats = stats
@@ -100,15 +101,7 @@ class InferenceDesk:
         batch: Batch = [(r.slot, r.step) for r in requests]
         try:
             actions = self.consumer.act(batch)
-            stats = self.stats
-            stats.batches += 1
-            stats.batch_envs += len(actions)
-            stats.env_steps += len(actions)
-            with stats.lock:
-                for _, step in batch:
-                    stats.episodes += len(step.episode_returns)
-                    stats.recent_returns.extend(step.episode_returns)
-                    stats.recent_lengths.extend(step.episode_lengths)
+            self.stats.record_batch(len(actions), (step for _, step in batch))
             self.consumer.record(batch)
         except BaseException as exc:
             for request in requests:

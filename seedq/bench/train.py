@@ -30,9 +30,9 @@ def _mean(rows: list[dict], key: str) -> float | None:
 
 
 def run(argv: list[str], runner: Callable[[Any, str], Any] | None = None) -> dict[str, Any]:
-    """``runner(cfg, run_dir)``: the run to time (default ``LocalRun``; benchmarks/
+    """``runner(cfg, run_dir)``: the run to time (default ``SeedRun``; benchmarks/
     sebulba_vs_seed.py passes ``SebulbaRun``)."""
-    from seedq.launch.local import LocalRun
+    from seedq.arch.seed import SeedRun
 
     options, overrides = split_args(argv, OPTIONS)
     run_dir = options["run_dir"] or tempfile.mkdtemp(prefix="seedq-bench-train-")
@@ -48,7 +48,7 @@ def run(argv: list[str], runner: Callable[[Any, str], Any] | None = None) -> dic
         run_dir=run_dir,
     )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    summary = (runner or LocalRun)(cfg, run_dir).run()
+    summary = (runner or SeedRun)(cfg, run_dir).run()
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > warmup_s]
     if not rows:

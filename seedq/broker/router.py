@@ -14,12 +14,11 @@ hello/bye churn never grows the state table.
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -27,9 +26,9 @@ import zmq
 
 from seedq.broker.batcher import Batcher
 from seedq.broker.rows import RowPool
+from seedq.core.stats import RunStats
 from seedq.messages import (
     BYE,
-    ERROR_CODES,
     HELLO,
     MAX_FRAMES,
     STEP,
@@ -69,26 +68,6 @@ class ActorSlot:
     in_flight: bool = False  # a Step of it is queued or being answered
 
 
-def _zero_counts() -> collections.Counter:
-    # Every code present from the start: the dict never changes size, so a monitor thread can
-    # sum its values while the broker counts.
-    return collections.Counter(dict.fromkeys(sorted(ERROR_CODES), 0))
-
-
-@dataclass
-class BrokerStats:
-    env_steps: int = 0
-    messages: int = 0
-    batches: int = 0
-    batch_envs: int = 0
-    bad_messages: collections.Counter = field(default_factory=_zero_counts)
-    evicted: int = 0
-    episodes: int = 0
-    recent_returns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
-    recent_lengths: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 Batch = list[tuple[ActorSlot, Step]]
 
 
@@ -119,6 +98,7 @@ class Broker:
             socket's ``MAXMSGSIZE`` so over-size frames from TCP peers are dropped by ZeroMQ
             before they are allocated (the peer is disconnected).
         clock: monotonic seconds; injectable for tests.
+        stats: the run's counters this broker adds to (a new one by default).
     """
 
     def __init__(
@@ -131,6 +111,7 @@ class Broker:
         silent_timeout_s: float = DEFAULT_SILENT_TIMEOUT_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        stats: RunStats | None = None,
     ) -> None:
         if silent_timeout_s < 0:
             raise ValueError(f"silent_timeout_s must be >= 0 (0 disables), got {silent_timeout_s}")
@@ -143,7 +124,7 @@ class Broker:
         self.clock = clock
         self.actors: dict[int, ActorSlot] = {}
         self.rows = RowPool(MAX_TOTAL_ENVS)
-        self.stats = BrokerStats()
+        self.stats = stats if stats is not None else RunStats()
         self._logged_codes: set[str] = set()
         self._next_eviction = 0.0
         socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
@@ -365,15 +346,7 @@ class Broker:
         now = self.clock()
         for slot, _ in batch:
             slot.last_seen = now  # its silence counts from our reply
-        envs = offset
-        self.stats.batches += 1
-        self.stats.batch_envs += envs
-        self.stats.env_steps += envs
-        with self.stats.lock:
-            for _, step in batch:
-                self.stats.episodes += len(step.episode_returns)
-                self.stats.recent_returns.extend(step.episode_returns)
-                self.stats.recent_lengths.extend(step.episode_lengths)
+        self.stats.record_batch(offset, (step for _, step in batch))
         self.consumer.record(batch)
 
     def close(self) -> None:

@@ -13,10 +13,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from seedq.agents.base import Agent, Exploration
 from seedq.broker.router import ActorSlot, Batch
+from seedq.core.agent import Agent, Exploration
+from seedq.core.unroll import Unroll
 from seedq.learner.inference import InferenceEngine, InferenceResult
-from seedq.learner.unroll_store import StepRecord, Unroll, UnrollStore
+from seedq.learner.unroll_store import StepRecord, UnrollStore
 
 
 class CentralInference:

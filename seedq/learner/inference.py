@@ -16,8 +16,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from seedq.agents.base import Selector
-from seedq.learner.tensors import to_device
+from seedq.core.agent import Selector
+from seedq.core.tensors import to_device
 
 
 class InferenceResult(NamedTuple):

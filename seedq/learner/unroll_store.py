@@ -16,68 +16,11 @@ sequence's burn-in replays the steps this one trained on.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass
-class Unroll:
-    """A time-major trajectory of T+1 steps for B env columns.
-
-    obs: [T+1, B, *obs_shape]; reward: float32 [T+1, B] (arrived with obs[t]);
-    done: bool [T+1, B] (obs[t] is the first obs of an episode); truncated: bool [T+1, B];
-    truncation_value: float32 [T+1, B] (value of the true last obs where truncated, else 0);
-    action: int32 [T+1, B], or float32 [T+1, B, D] for continuous actions (the policy's sample,
-    before the env clips it); behaviour: float32 [T+1, B, P], what the acting network output
-    (policy logits or Gaussian mean and log-std, Q-values for R2D2);
-    core_state: tuple of [B, H] arrays, the recurrent state before obs[0];
-    env_id: int64 [B] global env ids.
-    """
-
-    obs: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray
-    truncated: np.ndarray
-    truncation_value: np.ndarray
-    action: np.ndarray
-    behaviour: np.ndarray
-    core_state: tuple[np.ndarray, ...]
-    env_id: np.ndarray
-
-    @property
-    def num_columns(self) -> int:
-        return int(self.env_id.shape[0])
-
-    def columns(self, start: int, stop: int) -> Unroll:
-        """Env columns [start, stop) as a new Unroll (views)."""
-        sliced = {
-            f.name: getattr(self, f.name)[:, start:stop]
-            for f in fields(self)
-            if f.name not in ("core_state", "env_id")
-        }
-        return Unroll(
-            **sliced,
-            core_state=tuple(s[start:stop] for s in self.core_state),
-            env_id=self.env_id[start:stop],
-        )
-
-
-def concat_unrolls(unrolls: list[Unroll]) -> Unroll:
-    """Concatenate along the env (column) axis."""
-    if len(unrolls) == 1:
-        return unrolls[0]
-    joined = {
-        f.name: np.concatenate([getattr(u, f.name) for u in unrolls], axis=1)
-        for f in fields(Unroll)
-        if f.name not in ("core_state", "env_id")
-    }
-    states = tuple(
-        np.concatenate([u.core_state[i] for u in unrolls], axis=0)
-        for i in range(len(unrolls[0].core_state))
-    )
-    env_id = np.concatenate([u.env_id for u in unrolls])
-    return Unroll(**joined, core_state=states, env_id=env_id)
+from seedq.core.unroll import Unroll
 
 
 @dataclass
@@ -174,27 +117,3 @@ class UnrollStore:
         track.cursor = self.overlap
         self.unrolls_emitted += 1
         self._on_unroll(unroll)
-
-
-class BatchAssembler:
-    """Collects unrolls until exactly ``batch_size`` env columns, splitting the remainder."""
-
-    def __init__(self, batch_size: int) -> None:
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be > 0, got {batch_size}")
-        self.batch_size = batch_size
-        self._pending: list[Unroll] = []
-        self._pending_columns = 0
-
-    def add(self, unroll: Unroll) -> list[Unroll]:
-        """Add an unroll; return the batches it completed (often none, sometimes several)."""
-        self._pending.append(unroll)
-        self._pending_columns += unroll.num_columns
-        batches = []
-        while self._pending_columns >= self.batch_size:
-            joined = concat_unrolls(self._pending)
-            batches.append(joined.columns(0, self.batch_size))
-            rest = joined.num_columns - self.batch_size
-            self._pending = [joined.columns(self.batch_size, joined.num_columns)] if rest else []
-            self._pending_columns = rest
-        return batches

@@ -5,119 +5,55 @@ On-policy through SEED's pipeline: completed unrolls are gathered into a batch o
 the training thread has finished its epochs on that batch, so the actors' next steps are taken
 by the new policy (the broker stops answering meanwhile: backpressure, not lost data). Unrolls
 that straddle an update carry the old policy's parameters as behaviour, so their importance
-ratios start away from 1 and the clipped objective treats them as it should.
+ratios start away from 1 and the clipped objective treats them as it should. Under
+``arch=anakin`` each unroll collected on the device is one batch, trained on at once.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
-from collections.abc import Callable
 from typing import Any, ClassVar
 
-from seedq.agents.base import ModelAndLearnerState, RunContext
-from seedq.agents.ppo.config import PPOConfig
+from seedq.agents.common.onpolicy import OnPolicyAgent
+from seedq.agents.common.update import Placement
 from seedq.agents.ppo.learner import PPOLearner
 from seedq.agents.ppo.network import build_network
-from seedq.learner.policy_head import SampleFromDistribution
-from seedq.learner.unroll_store import BatchAssembler, Unroll
+from seedq.core.agent import RunContext
 from seedq.messages import EnvSpec
 
-_COLUMNS = {
-    "loss/total": "loss/total",
-    "loss/pg": "loss/pg",
-    "loss/value": "loss/value",
-    "loss/entropy": "loss/entropy",
-    "train/approx_kl": "loss/approx_kl",
-    "train/clip_fraction": "loss/clip_fraction",
-    "train/grad_norm": "grad_norm",
-    "train/lr": "lr",
-}
 
-
-class PPOAgent(ModelAndLearnerState):
+class PPOAgent(OnPolicyAgent):
     name: ClassVar[str] = "ppo"
-    metric_columns: ClassVar[list[str]] = list(_COLUMNS)
+    columns: ClassVar[dict[str, str | None]] = {
+        "loss/total": "loss/total",
+        "loss/pg": "loss/pg",
+        "loss/value": "loss/value",
+        "loss/entropy": "loss/entropy",
+        "train/approx_kl": "loss/approx_kl",
+        "train/clip_fraction": "loss/clip_fraction",
+        "train/grad_norm": "grad_norm",
+        "train/lr": "lr",
+    }
 
     def __init__(self, ctx: RunContext) -> None:
-        cfg, alg = ctx.cfg, ctx.cfg.algorithm
-        self.ctx = ctx
-        self.alg: PPOConfig = alg
-        self.model = self.build_model(ctx.spec, alg, channels_last=cfg.hardware.channels_last).to(
-            ctx.device
-        )
-        self.selector = self.make_selector(alg)
-        self.exploration = None
-        self.learner = PPOLearner(
-            self.model,
-            alg,
-            ctx.device,
-            ctx.weights_lock,
-            total_env_steps=cfg.total_env_steps,
-            seed=cfg.seed,
-            pin_memory=ctx.pin_memory,
-            amp_dtype=ctx.amp_dtype,
-        )
-        self.stats = self.learner.stats
-        self.train_queue: queue.Queue[Unroll] = queue.Queue(maxsize=1)
-        self.assembler = BatchAssembler(alg.batch_size)
-        self._trained = threading.Event()
+        super().__init__(ctx)
+        self.pauses_acting = bool(self.alg.pause_acting)
 
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
         return build_network(spec, alg, channels_last=channels_last)
 
     @classmethod
-    def make_selector(cls, alg: Any, *, greedy: bool = False) -> SampleFromDistribution:
-        return SampleFromDistribution(greedy=greedy)
-
-    @classmethod
-    def default_epsilon(cls, alg: Any) -> float | None:
-        return None
-
-    @classmethod
     def samples_per_update(cls, alg: Any) -> int:
         return alg.batch_size * alg.unroll_length // alg.minibatches
 
-    def unroll_layout(self) -> tuple[int, int]:
-        return self.alg.unroll_length, 1
-
-    def on_unroll(self, unroll: Unroll) -> None:
-        stop = self.ctx.stop
-        for batch in self.assembler.add(unroll):
-            self._trained.clear()
-            while not stop.is_set():
-                try:
-                    self.train_queue.put(batch, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if self.alg.pause_acting:
-                while not stop.is_set() and not self._trained.wait(0.1):
-                    pass
-
-    def train(self, env_steps: Callable[[], int]) -> None:
-        stats, stop = self.stats, self.ctx.stop
-        while not stop.is_set():
-            start = time.monotonic()
-            try:
-                batch = self.train_queue.get(timeout=0.1)
-            except queue.Empty:
-                stats.wait_s += time.monotonic() - start
-                continue
-            begin = time.monotonic()
-            stats.wait_s += begin - start
-            self.learner.set_progress(env_steps())
-            try:
-                self.learner.train_batch(batch)
-            finally:
-                self._trained.set()
-            stats.busy_s += time.monotonic() - begin
-
-    def metrics(self) -> dict[str, Any]:
-        means = self.stats.pop_means()
-        return {column: means.get(key) for column, key in _COLUMNS.items()}
+    def make_learner(self, ctx: RunContext, placement: Placement) -> PPOLearner:
+        return PPOLearner(
+            self.model,
+            self.alg,
+            placement,
+            total_env_steps=ctx.cfg.total_env_steps,
+            seed=ctx.cfg.seed,
+        )
 
     def progress(self, row: dict[str, Any]) -> str:
         if row.get("loss/pg") is None:

@@ -10,59 +10,37 @@ weights lock, so the batch is trained on with exactly the statistics it was coll
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 
+from seedq.agents.common.normalize import update_obs_norm
+from seedq.agents.common.onpolicy import OnPolicyLearner
+from seedq.agents.common.targets import transition_rewards
+from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.loss import gae, ppo_loss
-from seedq.learner.normalize import OptimizerAndScalerState, RewardScaler, update_obs_norm
-from seedq.learner.stats import TrainStats
-from seedq.learner.targets import transition_rewards
-from seedq.learner.unroll_store import Unroll
-from seedq.learner.update import GradientStep
+from seedq.core.unroll import Unroll
 
 _STAT_KEYS = ("total", "pg", "value", "entropy", "approx_kl", "clip_fraction")
 
 
-class PPOLearner(OptimizerAndScalerState):
+class PPOLearner(OnPolicyLearner):
     """Trains ``model`` on whole collected batches; owns the optimizer and the reward scaler."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         cfg: PPOConfig,
-        device: torch.device,
-        weights_lock: threading.Lock,
+        placement: Placement,
         *,
         total_env_steps: int,
         seed: int = 0,
-        pin_memory: bool = False,
-        amp_dtype: torch.dtype | None = None,
     ) -> None:
-        self.model, self.cfg = model, cfg
-        self.total_env_steps = total_env_steps
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
-        self.step = GradientStep(
-            model.parameters(),
-            self.optimizer,
-            device,
-            weights_lock,
-            grad_clip=cfg.grad_clip,
-            amp_dtype=amp_dtype,
-            pin_memory=pin_memory,
-        )
-        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.reward_scaling else None
+        step = GradientStep.adam(model.parameters(), cfg, placement)
+        super().__init__(model, cfg, step, total_env_steps=total_env_steps)
         self.generator = torch.Generator().manual_seed(seed)
-        self.stats = TrainStats()
-
-    def set_progress(self, env_steps: int) -> None:
-        if self.cfg.lr_schedule == "linear":
-            fraction = max(0.0, 1.0 - env_steps / self.total_env_steps)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.cfg.lr * fraction
 
     @torch.no_grad()
     def targets(self, batch: Unroll) -> dict[str, torch.Tensor]:

@@ -32,7 +32,7 @@ def gae(
 
     Args:
         rewards: [T, B] r_t of transition t -> t+1 (truncation bootstraps folded in, see
-            ``seedq.learner.targets``).
+            ``seedq.agents.common.targets``).
         discounts: [T, B] gamma, or 0 where obs t+1 starts a new episode.
         values: [T, B] V(x_t); bootstrap_value: [B] V(x_T).
         lambda_: GAE lambda in [0, 1].

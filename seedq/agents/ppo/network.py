@@ -7,9 +7,10 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from seedq.learner.distributions import ActionDistribution
-from seedq.learner.models import CoreState, RecurrentBody, body_kwargs, orthogonal_
-from seedq.learner.policy_head import PolicyHead
+from seedq.agents.common.distributions import ActionDistribution
+from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
+from seedq.agents.common.policy_head import PolicyHead
+from seedq.agents.common.torsos import orthogonal_
 from seedq.messages import EnvSpec
 
 
@@ -56,7 +57,8 @@ class PPONet(nn.Module):
         if self.value_body is not None:
             value_features, v_new = self.value_body.embed(obs, done, v_state)
             new_state = new_state + v_new
-        policy = self.policy_head(features).view(T, B, -1)
+        policy = self.policy_head(features)
+        policy = policy.view(T, B, policy.shape[-1])  # explicit: B may be 0
         value = self.value_head(value_features).view(T, B)
         return PolicyOutput(policy, value, self.distribution), new_state
 

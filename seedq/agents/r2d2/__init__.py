@@ -8,49 +8,41 @@ them). Sequences go to the replay at a bounded replay ratio; the training thread
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
-from seedq.agents.base import RunContext, require_discrete
+from seedq.agents.common.base import require_discrete
+from seedq.agents.common.replay_agent import ReplayAgent
+from seedq.agents.common.update import Placement
 from seedq.agents.r2d2.acting import EpsilonGreedy
-from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.exploration import Exploration, epsilon_ladder
 from seedq.agents.r2d2.learner import R2D2Learner
 from seedq.agents.r2d2.network import build_network
 from seedq.agents.r2d2.sequences import ReplaySink, make_replay
-from seedq.agents.replay_state import ReplayCheckpointState
-from seedq.learner.unroll_store import Unroll
+from seedq.core.agent import RunContext
 from seedq.messages import EnvSpec
 
 
-class R2D2Agent(ReplayCheckpointState):
+class R2D2Agent(ReplayAgent):
     replay_items: ClassVar[str] = "sequences"
     name: ClassVar[str] = "r2d2"
-    metric_columns: ClassVar[list[str]] = [
-        "eval/return_mean",
-        "eval/episodes",
-        "eval/epsilon",
-        "loss/td",
-        "train/q_mean",
-        "train/grad_norm",
-        "train/lr",
-        "replay/size",
-        "replay/ratio",
-        "replay/priority_mean",
-    ]
+    columns: ClassVar[dict[str, str | None]] = {
+        "eval/return_mean": None,
+        "eval/episodes": None,
+        "eval/epsilon": None,
+        "loss/td": "loss/td",
+        "train/q_mean": "q_mean",
+        "train/grad_norm": "grad_norm",
+        "train/lr": "lr",
+        "replay/size": None,
+        "replay/ratio": None,
+        "replay/priority_mean": None,
+    }
 
     def __init__(self, ctx: RunContext) -> None:
-        cfg, alg, actor = ctx.cfg, ctx.cfg.algorithm, ctx.cfg.actor
-        self.ctx = ctx
-        self.alg: R2D2Config = alg
-        self.save_replay = bool(cfg.checkpoint.replay)
-        self.model = self.build_model(ctx.spec, alg, channels_last=cfg.hardware.channels_last).to(
-            ctx.device
-        )
-        self.selector = self.make_selector(alg)
+        super().__init__(ctx)
+        alg, actor = self.alg, ctx.cfg.actor
         batches = actor.num_actors * actor.batches_per_actor
         exploring_envs = (batches - alg.eval_batches) * actor.envs_per_batch
         self.exploration = Exploration(
@@ -58,17 +50,8 @@ class R2D2Agent(ReplayCheckpointState):
         )
         # The replay is the big allocation: check it fits before anything starts.
         sizes = tuple(int(s.shape[1]) for s in self.model.initial_state(1, "cpu"))
-        self.replay = make_replay(alg, ctx.spec, sizes, cfg.seed)
+        self.replay = make_replay(alg, ctx.spec, sizes, ctx.cfg.seed)
         self.sink = ReplaySink(self.replay, alg, ctx.stop)
-        self.learner = R2D2Learner(
-            self.model,
-            alg,
-            ctx.device,
-            ctx.weights_lock,
-            pin_memory=ctx.pin_memory,
-            amp_dtype=ctx.amp_dtype,
-        )
-        self.stats = self.learner.stats
 
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
@@ -90,39 +73,25 @@ class R2D2Agent(ReplayCheckpointState):
     def samples_per_update(cls, alg: Any) -> int:
         return alg.batch_size * alg.sequence_length
 
+    def make_learner(self, ctx: RunContext, placement: Placement) -> R2D2Learner:
+        return R2D2Learner(self.model, self.alg, placement)
+
     def unroll_layout(self) -> tuple[int, int]:
         # Consecutive sequences share burn_in + 1 rows: the next one's burn-in and the row
         # that bootstraps this one's last transition.
         return self.alg.burn_in + self.alg.sequence_length, self.alg.burn_in + 1
 
-    def on_unroll(self, unroll: Unroll) -> None:
-        self.sink(unroll)
+    def train_on(self, sample: Any) -> None:
+        priorities = self.learner.train_step(sample)
+        if priorities is not None:
+            self.replay.update_priorities(sample.indices, sample.generations, priorities)
 
-    def train(self, env_steps: Callable[[], int]) -> None:
-        stats, stop, replay = self.stats, self.ctx.stop, self.replay
-        while not stop.is_set():
-            start = time.monotonic()
-            sample = replay.sample(self.alg.batch_size, stop.is_set)
-            stats.wait_s += time.monotonic() - start
-            if sample is None:
-                continue
-            begin = time.monotonic()
-            priorities = self.learner.train_step(sample)
-            if priorities is not None:
-                replay.update_priorities(sample.indices, sample.generations, priorities)
-            stats.busy_s += time.monotonic() - begin
-
-    def metrics(self) -> dict[str, Any]:
-        means = self.stats.pop_means()
+    def extra_metrics(self) -> dict[str, Any]:
         evals = list(self.exploration.eval_returns)
         return {
             "eval/return_mean": float(np.mean(evals)) if evals else None,
             "eval/episodes": self.exploration.eval_episodes,
             "eval/epsilon": self.alg.eval_epsilon,
-            "loss/td": means.get("loss/td"),
-            "train/q_mean": means.get("q_mean"),
-            "train/grad_norm": means.get("grad_norm"),
-            "train/lr": means.get("lr"),
             "replay/size": len(self.replay),
             "replay/ratio": self.replay.limiter.replay_ratio(),
             "replay/priority_mean": self.replay.mean_priority(),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from seedq.agents.base import Selection
 from seedq.agents.r2d2.loss import inverse_value_rescale
+from seedq.core.agent import Selection
 
 
 class EpsilonGreedy:

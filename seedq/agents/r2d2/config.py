@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common
 from seedq.schema import ConfigError, check_positive, in_unit_interval, setting
@@ -24,6 +25,12 @@ class QModelConfig(ModelConfig):
 
 @dataclass
 class R2D2Config(AlgorithmConfig):
+    cannot: ClassVar[dict[str, str]] = {
+        "learn": (
+            "it learns from a prioritised replay of sequences sampled at a bounded replay "
+            "ratio, and explores with per-env epsilons that Anakin's loop does not keep"
+        )
+    }
     name: str = setting("r2d2", "the algorithm")
     sequence_length: int = setting(20, "transitions trained on per sequence (80 in the paper)")
     burn_in: int = setting(10, "steps replayed without gradient to warm the stored state (40)")

@@ -3,46 +3,28 @@
 from __future__ import annotations
 
 import copy
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 
+from seedq.agents.common.replay import SampledSequences
+from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
 from seedq.agents.r2d2.sequences import trained_transitions
-from seedq.learner.replay import SampledSequences
-from seedq.learner.stats import TrainStats
-from seedq.learner.update import GradientStep
+from seedq.core.stats import TrainStats
 
 
 class R2D2Learner:
     """One R2D2 update per call; owns the optimizer and the target network."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        cfg: R2D2Config,
-        device: torch.device,
-        weights_lock: threading.Lock,
-        *,
-        pin_memory: bool = False,
-        amp_dtype: torch.dtype | None = None,
-    ) -> None:
+    def __init__(self, model: torch.nn.Module, cfg: R2D2Config, placement: Placement) -> None:
         self.model = model
         self.target = copy.deepcopy(model).requires_grad_(False)
         self.cfg = cfg
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
-        self.step = GradientStep(
-            model.parameters(),
-            self.optimizer,
-            device,
-            weights_lock,
-            grad_clip=cfg.grad_clip,
-            amp_dtype=amp_dtype,
-            pin_memory=pin_memory,
-        )
+        self.step = GradientStep.adam(model.parameters(), cfg, placement)
+        self.optimizer = self.step.optimizer
         self.stats = TrainStats()
 
     def td_errors(self, data: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,7 +5,7 @@ overlapping by ``burn_in + 1`` rows (``UnrollStore`` with a longer overlap). Eac
 state the inference path had before its first row. A new sequence enters the replay with a
 priority computed from the Q-values inference already produced (no extra forward pass);
 training replaces it with the priority of its latest TD errors. Rows follow
-``seedq.learner.targets``' convention.
+``seedq.agents.common.targets``' convention.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import threading
 import numpy as np
 import torch
 
+from seedq.agents.common.replay import RateLimiter, SequenceReplay
+from seedq.agents.common.targets import transition_rewards
 from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
-from seedq.learner.replay import RateLimiter, SequenceReplay
-from seedq.learner.targets import transition_rewards
-from seedq.learner.unroll_store import Unroll
+from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
 

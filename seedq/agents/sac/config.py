@@ -9,6 +9,7 @@ paper's 1e6 replay and starts updates after 10k steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common
 from seedq.schema import ConfigError, check_positive, setting
@@ -27,6 +28,12 @@ class SACModelConfig(ModelConfig):
 
 @dataclass
 class SACConfig(AlgorithmConfig):
+    cannot: ClassVar[dict[str, str]] = {
+        "learn": (
+            "it learns from a replay of past transitions sampled at a bounded replay ratio, "
+            "not from each unroll once"
+        )
+    }
     name: str = setting("sac", "the algorithm")
     batch_size: int = setting(256, "transitions per update")
     lr: float = setting(3e-4, "learning rate of the actor, the critics and the temperature")

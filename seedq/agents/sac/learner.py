@@ -10,19 +10,18 @@ network and a checkpoint never copies half-averaged targets.
 from __future__ import annotations
 
 import copy
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 
+from seedq.agents.common.replay import SampledSequences
+from seedq.agents.common.targets import transition_rewards
+from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.sac.config import SACConfig
 from seedq.agents.sac.loss import actor_loss, critic_loss, soft_q_target, temperature_loss
 from seedq.agents.sac.network import SACNet
-from seedq.learner.replay import SampledSequences
-from seedq.learner.stats import TrainStats
-from seedq.learner.targets import transition_rewards
-from seedq.learner.update import GradientStep
+from seedq.core.stats import TrainStats
 
 
 @torch.no_grad()
@@ -39,38 +38,21 @@ def polyak_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) 
 class SACLearner:
     """One SAC update per call; owns the target critics and the three optimizers."""
 
-    def __init__(
-        self,
-        model: SACNet,
-        cfg: SACConfig,
-        device: torch.device,
-        weights_lock: threading.Lock,
-        *,
-        pin_memory: bool = False,
-        amp_dtype: torch.dtype | None = None,
-    ) -> None:
+    def __init__(self, model: SACNet, cfg: SACConfig, placement: Placement) -> None:
         self.model, self.cfg = model, cfg
         self.target_critics = copy.deepcopy(model.critics).requires_grad_(False)
         target = cfg.target_entropy
         self.target_entropy = -float(model.unit.dim) if target is None else float(target)
         actor_params = [*model.actor_torso.parameters(), *model.policy_head.parameters()]
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
-        self.steps: dict[str, GradientStep] = {}
-        for name, params in (
-            ("critic", list(model.critics.parameters())),
-            ("actor", actor_params),
-            ("temperature", [model.log_alpha]),
-        ):
-            self.optimizers[name] = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
-            self.steps[name] = GradientStep(
-                params,
-                self.optimizers[name],
-                device,
-                weights_lock,
-                grad_clip=cfg.grad_clip,
-                amp_dtype=amp_dtype,
-                pin_memory=pin_memory,
+        self.steps = {
+            name: GradientStep.adam(params, cfg, placement)
+            for name, params in (
+                ("critic", model.critics.parameters()),
+                ("actor", actor_params),
+                ("temperature", [model.log_alpha]),
             )
+        }
+        self.optimizers = {name: step.optimizer for name, step in self.steps.items()}
         self.stats = TrainStats()
 
     def _batch(self, data: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

@@ -32,7 +32,7 @@ def soft_q_target(
 
     Args:
         rewards: [B] reward of each transition, a truncated episode's bootstrap folded in (see
-            ``seedq.learner.targets``).
+            ``seedq.agents.common.targets``).
         discounts: [B] gamma, or 0 where the next observation starts a new episode (terminated
             or truncated: a truncated return continues through ``rewards``, not through s').
         next_q1, next_q2: [B] the target critics at (s', a'), a' ~ pi(.|s').

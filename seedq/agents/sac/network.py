@@ -14,10 +14,12 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from seedq.learner.distributions import ActionDistribution, Gaussian
-from seedq.learner.models import CoreState, MLPTorso, orthogonal_
-from seedq.learner.normalize import RunningNorm
-from seedq.learner.policy_head import PolicyHead
+from seedq.agents.common.distributions import ActionDistribution, Gaussian
+from seedq.agents.common.models import CoreState
+from seedq.agents.common.normalize import RunningNorm
+from seedq.agents.common.policy_head import PolicyHead
+from seedq.agents.common.torsos import MLPTorso, orthogonal_
+from seedq.agents.config import model_activation
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
 
@@ -105,7 +107,9 @@ class SACNet(nn.Module):
         params = self.policy(x)
         action, log_prob = self.sample(params)
         value = self.q(x, action).min(0).values - self.log_alpha.exp() * log_prob
-        return SACOutput(params.view(T, B, -1), value.view(T, B), self.distribution), ()
+        return SACOutput(
+            params.view(T, B, params.shape[-1]), value.view(T, B), self.distribution
+        ), ()
 
 
 def check_spec(spec: EnvSpec) -> None:
@@ -134,6 +138,5 @@ def build_network(spec: EnvSpec, alg: Any) -> SACNet:
         hidden_sizes=tuple(int(h) for h in alg.model.hidden_sizes),
         obs_norm=bool(alg.model.obs_norm),
         init_temperature=float(alg.init_temperature),
-        # Checkpoints from before activation existed have no such key: their MLPs were ReLU.
-        activation=str(getattr(alg.model, "activation", "relu")),
+        activation=model_activation(alg.model),
     )

@@ -1,11 +1,11 @@
 """SAC's replay: single transitions, sampled uniformly at a bounded replay ratio.
 
-It is ``seedq.learner.replay``'s ``SequenceReplay`` and ``RateLimiter`` (R2D2's machinery) with
-sequences of two rows, obs t and obs t + 1 with what arrived with them, so a transition follows
-``seedq.learner.targets``' row convention (a truncated episode's bootstrap value arrives in row
-1). Priority exponent and importance exponent are 0: every stored transition is equally likely
-and every weight is 1. The rate limiter holds the samples per inserted transition at
-``updates_per_step * batch_size``: the learner waits for new data instead of over-sampling,
+It is ``seedq.agents.common.replay``'s ``SequenceReplay`` and ``RateLimiter`` (R2D2's machinery)
+with sequences of two rows, obs t and obs t + 1 with what arrived with them, so a transition
+follows ``seedq.agents.common.targets``' row convention (a truncated episode's bootstrap value
+arrives in row 1). Priority exponent and importance exponent are 0: every stored transition is
+equally likely and every weight is 1. The rate limiter holds the samples per inserted transition
+at ``updates_per_step * batch_size``: the learner waits for new data instead of over-sampling,
 and the inference thread (with it the actors) waits when the learner falls behind.
 """
 
@@ -16,9 +16,9 @@ import threading
 
 import numpy as np
 
+from seedq.agents.common.replay import RateLimiter, SequenceReplay
 from seedq.agents.sac.config import SACConfig
-from seedq.learner.replay import RateLimiter, SequenceReplay
-from seedq.learner.unroll_store import Unroll
+from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
 
 log = logging.getLogger(__name__)

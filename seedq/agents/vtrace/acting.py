@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from seedq.agents.base import Selection
+from seedq.core.agent import Selection
 
 
 class SampleFromPolicy:

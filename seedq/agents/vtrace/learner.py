@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
 
+from seedq.agents.common.normalize import update_obs_norm
+from seedq.agents.common.onpolicy import OnPolicyLearner
+from seedq.agents.common.targets import transition_rewards
+from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import vtrace_loss
-from seedq.learner.normalize import OptimizerAndScalerState, RewardScaler, update_obs_norm
-from seedq.learner.stats import TrainStats
-from seedq.learner.targets import transition_rewards
-from seedq.learner.unroll_store import Unroll
-from seedq.learner.update import GradientStep
+from seedq.core.unroll import Unroll
 
 
 def make_optimizer(model: torch.nn.Module, cfg: VTraceConfig) -> torch.optim.Optimizer:
@@ -28,41 +27,20 @@ def make_optimizer(model: torch.nn.Module, cfg: VTraceConfig) -> torch.optim.Opt
     )
 
 
-class VTraceLearner(OptimizerAndScalerState):
-    """One V-trace update per call; owns the optimizer."""
+class VTraceLearner(OnPolicyLearner):
+    """One V-trace update per batch; owns the optimizer and the reward scaler."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         cfg: VTraceConfig,
-        device: torch.device,
-        weights_lock: threading.Lock,
+        placement: Placement,
         *,
         total_env_steps: int,
-        pin_memory: bool = False,
-        amp_dtype: torch.dtype | None = None,
     ) -> None:
-        self.model = model
-        self.cfg = cfg
-        self.total_env_steps = total_env_steps
-        self.optimizer = make_optimizer(model, cfg)
-        self.step = GradientStep(
-            model.parameters(),
-            self.optimizer,
-            device,
-            weights_lock,
-            grad_clip=cfg.grad_clip,
-            amp_dtype=amp_dtype,
-            pin_memory=pin_memory,
-        )
-        self.stats = TrainStats()
-        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.reward_scaling else None
-
-    def set_progress(self, env_steps: int) -> None:
-        if self.cfg.lr_schedule == "linear":
-            fraction = max(0.0, 1.0 - env_steps / self.total_env_steps)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.cfg.lr * fraction
+        optimizer = make_optimizer(model, cfg)
+        step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
+        super().__init__(model, cfg, step, total_env_steps=total_env_steps)
 
     def loss(self, batch: Unroll):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
@@ -104,7 +82,7 @@ class VTraceLearner(OptimizerAndScalerState):
             lambda_=cfg.lambda_,
         )
 
-    def train_step(self, batch: Unroll) -> dict[str, Any]:
+    def train_batch(self, batch: Unroll) -> dict[str, Any]:
         """One update; the returned stats have ``skipped=True`` when it was not finite."""
         loss = self.loss(batch)
         grad_norm = self.step.apply(loss.total)

@@ -6,7 +6,8 @@ from typing import Any, NamedTuple
 
 from torch import Tensor, nn
 
-from seedq.learner.models import CoreState, RecurrentBody, body_kwargs, orthogonal_
+from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
+from seedq.agents.common.torsos import orthogonal_
 
 
 class AgentOutput(NamedTuple):

@@ -1,6 +1,8 @@
-"""Single-machine training: learner + broker in this process, actors as subprocesses or threads.
+"""``arch=seed``: the SEED RL run. The broker and central inference in this process, actors as
+processes started by the launcher (here, over ssh, or as Slurm job steps), or as ``inproc://``
+threads in tests.
 
-This is the one place that wires the roles together; the roles talk only through
+This is the one place that wires the SEED roles together; the roles talk only through
 ``seedq.messages``, and the algorithm is whatever agent the registry builds.
 """
 
@@ -14,37 +16,21 @@ import numpy as np
 import zmq
 
 from seedq.actor.loop import Patience
+from seedq.arch.base import TrainingRun
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
 from seedq.config import ConfigError, SeedqConfig
-from seedq.envs import make_env_batch, rows_per_env
-from seedq.envs.base import env_spec_of
+from seedq.envs import env_spec
+from seedq.launch import remote_launcher
 from seedq.launch.actors import ActorPool, RestartPolicy, spawn_local
-from seedq.launch.monitor import RunSummary
-from seedq.launch.run_loop import TrainingRun
-from seedq.launch.slurm import SlurmLauncher
-from seedq.launch.ssh import SshLauncher
-from seedq.learner.device import AMP_DTYPES, prepare_learner_process, resolve_device
+from seedq.learner.device import prepare_learner_process
 from seedq.messages import EnvSpec
 from seedq.security import curve_enabled
 
 log = logging.getLogger(__name__)
 
-# Launchers whose actors run elsewhere; each checks its hosts in ``for_run`` and spawns there.
-REMOTE_LAUNCHERS = {"ssh": SshLauncher, "slurm": SlurmLauncher}
-
-__all__ = ["LocalRun", "RunSummary", "resolve_device", "probe_env_spec", "AMP_DTYPES"]
-
-
-def probe_env_spec(cfg: SeedqConfig) -> EnvSpec:
-    """Build one env to learn its spec; fails fast on a bad id or a missing package."""
-    # One football game fills a row per controlled player.
-    env = make_env_batch(cfg.env, rows_per_env(cfg.env), seed=cfg.seed)
-    try:
-        return env_spec_of(env)
-    finally:
-        env.close()
+__all__ = ["SeedRun", "check_message_size"]
 
 
 # A Step's bytes beyond its arrays: the msgpack header (bounded by messages.MAX_HEADER_BYTES).
@@ -77,7 +63,7 @@ def largest_fitting_batch(cfg: SeedqConfig, obs_bytes: int) -> int:
     return max(0, (cfg.broker.max_message_bytes - STEP_HEADER_BYTES) // (2 * obs_bytes + 6))
 
 
-class LocalRun(TrainingRun):
+class SeedRun(TrainingRun):
     """``arch=seed``: the broker in this process, actors as processes (or threads in tests);
     ``run()`` blocks until a stop condition."""
 
@@ -94,11 +80,10 @@ class LocalRun(TrainingRun):
         self.cfg = cfg
         self.run_dir = run_dir
         self.device = prepare_learner_process(cfg)
-        self.spec = probe_env_spec(cfg)
+        self.spec = env_spec(cfg.env, seed=cfg.seed)
         check_message_size(cfg, self.spec)
         # Remote hosts are checked before the learner is built: nothing starts half-way.
-        remote = REMOTE_LAUNCHERS.get(cfg.launcher.name)
-        self.remote = remote.for_run(cfg, run_dir) if remote else None
+        self.remote = remote_launcher(cfg, run_dir)
         self._build_acting(cfg)
         self.ctx = context or zmq.Context()
         self._own_context = context is None

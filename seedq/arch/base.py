@@ -1,7 +1,7 @@
 """What every architecture's run shares: the checkpoint, resume, thread reporting and the loop
 that writes metrics rows, saves checkpoints and stops the run.
 
-``LocalRun`` (``arch=seed``), ``SebulbaRun`` and ``AnakinRun`` differ only in how env steps
+``SeedRun`` (``arch=seed``), ``SebulbaRun`` and ``AnakinRun`` differ only in how env steps
 reach the agent; each subclasses :class:`TrainingRun` and fills in its hooks:
 
 - ``_start_roles()``: start what produces env steps (broker, actors, threads); return threads
@@ -33,13 +33,14 @@ from typing import Any
 
 import torch
 
-from seedq.agents.base import RunContext, build_agent
-from seedq.launch.monitor import Monitor, RunSummary
+from seedq.agents.registry import build_agent
+from seedq.arch.monitor import Monitor, RunSummary
+from seedq.core.agent import RunContext
+from seedq.core.stats import NonFiniteTraining
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, plain_config, save_checkpoint
 from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.inference import InferenceEngine
-from seedq.learner.stats import NonFiniteTraining
 from seedq.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)

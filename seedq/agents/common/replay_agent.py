@@ -1,29 +1,46 @@
-"""Checkpoint state of agents that learn from a replay (R2D2, SAC): one implementation."""
+"""What the replay agents (R2D2, SAC) share: a sink that fills the replay, a training thread that
+samples it, and their checkpoint state (model, learner, replay RNG, and the replay's own file
+beside the checkpoint with ``checkpoint.replay``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from seedq.agents.common.base import AgentBase
+from seedq.core.unroll import Unroll
 from seedq.learner.checkpoint import REPLAY_NAME, CheckpointError, load_arrays, save_arrays
 
 log = logging.getLogger(__name__)
 
 
-class ReplayCheckpointState:
-    """``state_dict``/``load_state_dict`` (model, learner, replay RNG) and the replay's own file
-    beside the checkpoint (``save_files``/``restore_files``, with ``checkpoint.replay``).
+class ReplayAgent(AgentBase):
+    """An agent whose learner trains on batches sampled from a replay the sink fills.
 
-    The agent provides ``model``, ``learner``, ``replay`` and ``save_replay``; ``replay_items``
-    names what the replay holds, for the restore log line.
+    The subclass sets ``replay`` and ``sink`` (called with each completed unroll) in its
+    ``__init__``; ``replay_items`` names what the replay holds, for the restore log line.
     """
 
     replay_items: ClassVar[str] = "items"
-    model: Any
-    learner: Any
     replay: Any
-    save_replay: bool
+    sink: Callable[[Unroll], None]
+
+    @property
+    def save_replay(self) -> bool:
+        return bool(self.ctx.cfg.checkpoint.replay)
+
+    def on_unroll(self, unroll: Unroll) -> None:
+        self.sink(unroll)
+
+    def train(self, env_steps: Callable[[], int]) -> None:
+        stop, batch_size = self.ctx.stop, self.alg.batch_size
+        self.training_loop(lambda: self.replay.sample(batch_size, stop.is_set), self.train_on)
+
+    def train_on(self, sample: Any) -> None:
+        """One update on a sampled batch."""
+        self.learner.train_step(sample)
 
     def state_dict(self) -> dict[str, Any]:
         return {

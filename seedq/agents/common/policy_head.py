@@ -1,7 +1,7 @@
 """Stochastic policy heads for any action space, and the selector that samples from them.
 
 Agents with a stochastic policy (PPO now; SAC reuses both) put a :class:`PolicyHead` on their
-body's features. It outputs the parameter vector of :func:`seedq.learner.distributions.
+body's features. It outputs the parameter vector of :func:`seedq.agents.common.distributions.
 distribution_for` the env's spec: logits for discrete actions, a Gaussian's mean and log-std
 for continuous ones (the log-std either one learned parameter per dimension, independent of
 the state, as in PPO's continuous-control setting, or a second linear output, as SAC needs).
@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from seedq.agents.base import Selection
+from seedq.agents.common.distributions import ActionDistribution, distribution_for
+from seedq.agents.common.torsos import orthogonal_
 from seedq.agents.config import LOG_STD_KINDS
-from seedq.learner.distributions import ActionDistribution, distribution_for
-from seedq.learner.models import orthogonal_
+from seedq.core.agent import Selection
 from seedq.messages import EnvSpec
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from seedq.agents.base import Agent
-from seedq.broker.router import BrokerStats
+from seedq.core.agent import Agent
+from seedq.core.stats import RunStats
 from seedq.metrics import MetricsWriter
 from seedq.progress import PROGRESS_LOGGER, ProgressBar
 
@@ -56,7 +56,7 @@ class Monitor:
         self,
         cfg: Any,
         agent: Agent,
-        broker_stats: BrokerStats,
+        broker_stats: RunStats,
         writer: MetricsWriter,
         start: float,
         *,

@@ -14,11 +14,29 @@ import contextlib
 import math
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from seedq.learner.tensors import to_device
+from seedq.core.tensors import to_device
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a learner computes and what it shares with inference: the device, the lock around
+    in-place weight writes, the autocast dtype (None: fp32) and whether uploads are pinned."""
+
+    device: torch.device
+    weights_lock: threading.Lock
+    amp_dtype: torch.dtype | None = None
+    pin_memory: bool = False
+
+    @classmethod
+    def cpu(cls) -> Placement:
+        """fp32 on the CPU with a lock of its own (tests, tools)."""
+        return cls(torch.device("cpu"), threading.Lock())
 
 
 class GradientStep:
@@ -28,21 +46,29 @@ class GradientStep:
         self,
         parameters: Iterable[torch.nn.Parameter],
         optimizer: torch.optim.Optimizer,
-        device: torch.device,
-        weights_lock: threading.Lock,
+        placement: Placement,
         *,
         grad_clip: float,
-        amp_dtype: torch.dtype | None = None,
-        pin_memory: bool = False,
     ) -> None:
         self.parameters = list(parameters)
         self.optimizer = optimizer
-        self.device = device
-        self.weights_lock = weights_lock
+        self.device = device = placement.device
+        self.weights_lock = placement.weights_lock
         self.grad_clip = grad_clip
-        self.amp_dtype = amp_dtype
-        self.pin_memory = pin_memory and device.type == "cuda"
-        self.scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+        self.amp_dtype = placement.amp_dtype
+        self.pin_memory = placement.pin_memory and device.type == "cuda"
+        self.scaler = torch.amp.GradScaler(
+            device.type, enabled=placement.amp_dtype == torch.float16
+        )
+
+    @classmethod
+    def adam(
+        cls, parameters: Iterable[torch.nn.Parameter], cfg: Any, placement: Placement
+    ) -> GradientStep:
+        """An Adam step with ``cfg.lr``, ``cfg.adam_eps`` and ``cfg.grad_clip``."""
+        params = list(parameters)
+        optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
+        return cls(params, optimizer, placement, grad_clip=cfg.grad_clip)
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         return to_device(array, self.device, self.pin_memory)
@@ -79,3 +105,10 @@ class GradientStep:
             if after_step is not None:
                 after_step()
         return grad_norm
+
+
+def linear_lr(optimizer: torch.optim.Optimizer, lr: float, env_steps: int, total: int) -> None:
+    """Set every group's learning rate to ``lr`` decayed linearly to 0 at ``total`` env steps."""
+    fraction = max(0.0, 1.0 - env_steps / total)
+    for group in optimizer.param_groups:
+        group["lr"] = lr * fraction

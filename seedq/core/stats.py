@@ -1,10 +1,16 @@
-"""Counters a learner keeps for the run monitor: updates, samples, wait/busy time, loss means."""
+"""The run's counters, read by the monitor: what the learner did (:class:`TrainStats`, one per
+agent) and what reached it (:class:`RunStats`: env steps, episodes, batches and the faults
+survived, fed by whatever produces env steps: the broker, Sebulba's desk, Anakin's loop)."""
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from seedq.messages import ERROR_CODES, Step
 
 # Updates in a row whose loss or gradient was not finite before the run stops: a few are a
 # bad batch, this many mean the model or the data are broken and training on is pointless.
@@ -59,3 +65,45 @@ class TrainStats:
             means = {k: v / self.count for k, v in self.sums.items()} if self.count else {}
             self.sums, self.count = {}, 0
         return means
+
+
+def _zero_counts() -> collections.Counter:
+    # Every code present from the start: the dict never changes size, so a monitor thread can
+    # sum its values while the broker counts.
+    return collections.Counter(dict.fromkeys(sorted(ERROR_CODES), 0))
+
+
+@dataclass
+class RunStats:
+    """What reached the learner: env steps, inference batches, finished episodes, and the bad
+    messages and evicted actors the run survived (those two stay 0 without a broker)."""
+
+    env_steps: int = 0
+    messages: int = 0
+    batches: int = 0
+    batch_envs: int = 0
+    bad_messages: collections.Counter = field(default_factory=_zero_counts)
+    evicted: int = 0
+    episodes: int = 0
+    recent_returns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
+    recent_lengths: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record_batch(self, envs: int, steps: Iterable[Step]) -> None:
+        """One inference batch answered: ``envs`` env steps, and the episodes its ``steps``
+        report finished (only the thread that answers batches calls this)."""
+        self.batches += 1
+        self.batch_envs += envs
+        self.env_steps += envs
+        with self.lock:
+            for step in steps:
+                self.episodes += len(step.episode_returns)
+                self.recent_returns.extend(step.episode_returns)
+                self.recent_lengths.extend(step.episode_lengths)
+
+    def record_episodes(self, count: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        """``count`` finished episodes, the most recent of which have these returns/lengths."""
+        with self.lock:
+            self.episodes += count
+            self.recent_returns.extend(returns)
+            self.recent_lengths.extend(lengths)

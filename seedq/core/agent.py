@@ -1,17 +1,27 @@
 """The protocol between an algorithm and everything that runs it.
 
-The launcher, ``seedq-bench``, ``seedq-eval`` and checkpointing use an algorithm only through
-this interface (acme's builder idea): they never ask which algorithm it is. An agent owns its
-network head, its action selector, what happens to each completed unroll (its sink), its
+The architectures (``seedq.arch``), ``seedq-bench``, ``seedq-eval`` and checkpointing use an
+algorithm only through this interface (acme's builder idea): they never ask which algorithm it
+is. An agent owns its network head, its action selector, what happens to each unroll, its
 training loop, its metric columns and its checkpoint state. What it is given is a
-:class:`RunContext`; the shared pieces it builds on live in ``seedq.learner``.
+:class:`RunContext`. This module sits below both the learner runtime (``seedq.learner``) and
+the agents (``seedq.agents``); neither imports the other's internals.
 
-How one env step reaches an agent::
+Two ways an unroll reaches an agent:
 
-    actor Step -> broker batch -> CentralInference.act: model forward + agent.selector
-                               -> CentralInference.record: UnrollStore (agent.unroll_layout)
-                               -> completed unroll -> agent.on_unroll (train queue / replay)
-    training thread: agent.train(env_steps) until ctx.stop
+* threaded (``arch=seed``, ``arch=sebulba``): central inference cuts unrolls from the request
+  stream and hands each to ``on_unroll`` (a bounded queue, a replay); a training thread runs
+  ``train(env_steps)`` until ``ctx.stop``::
+
+      actor Step -> broker batch -> CentralInference.act: model forward + agent.selector
+                                 -> CentralInference.record: UnrollStore (agent.unroll_layout)
+                                 -> completed unroll -> agent.on_unroll
+      training thread: agent.train(env_steps)
+
+* synchronous (``arch=anakin``): the architecture collects an unroll on the device and calls
+  ``learn(unroll, env_steps)``, which trains on it before returning. An agent that cannot learn
+  that way (a replay agent) says so in its config class (``AlgorithmConfig.cannot``), and
+  config validation refuses the pairing with that reason.
 """
 
 from __future__ import annotations
@@ -24,10 +34,9 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 import numpy as np
 import torch
 
-from seedq.learner.stats import TrainStats
-from seedq.learner.unroll_store import Unroll
+from seedq.core.stats import TrainStats
+from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
-from seedq.schema import ConfigError
 
 
 class Selection(NamedTuple):
@@ -70,6 +79,10 @@ class RunContext:
     stop: threading.Event
     amp_dtype: torch.dtype | None = None
     pin_memory: bool = False
+    # A torch.compile mode for the learner's forward ("none": eager). arch=anakin sets
+    # hardware.compile here (its act-and-learn step is compiled whole); the threaded
+    # architectures compile only inference (seedq.learner.inference).
+    compile_training: str = "none"
 
 
 class Agent(Protocol):
@@ -112,6 +125,11 @@ class Agent(Protocol):
         """Thread body: train until ``ctx.stop``; exceptions reach the run, which stops."""
         ...
 
+    def learn(self, unroll: Unroll, env_steps: int) -> None:
+        """Train on ``unroll`` now, before returning (Anakin's act-and-learn step); its arrays
+        may be device tensors. Only agents whose config does not declare ``cannot["learn"]``."""
+        ...
+
     def metrics(self) -> dict[str, float | int | None]:
         """This interval's values of ``metric_columns``."""
         ...
@@ -135,45 +153,3 @@ class Agent(Protocol):
         ...
 
     def restore_files(self, checkpoint_dir: str) -> None: ...
-
-
-def require_discrete(spec: EnvSpec, algorithm: str) -> None:
-    """Refuse a continuous action space for an algorithm whose head is discrete (a
-    :class:`~seedq.schema.ConfigError`: the run stops at start-up with the message, exit 2)."""
-    if spec.continuous:
-        raise ConfigError(
-            f"algorithm={algorithm} supports discrete actions only; this env has {spec.num_actions}"
-            "-dimensional continuous actions: use algorithm=ppo or algorithm=sac"
-        )
-
-
-class ModelAndLearnerState:
-    """The checkpoint part of an agent that owns ``model`` and ``learner`` (whose
-    ``state_dict`` holds its optimizer) and keeps nothing beside its checkpoints; it is
-    judged by all its episodes."""
-
-    model: torch.nn.Module
-    learner: Any
-
-    def judged_returns(self, returns: list[float]) -> list[float]:
-        return returns
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), **self.learner.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.learner.load_state_dict(state)
-
-    def save_files(self, run_dir: str) -> None:
-        """Nothing is kept beside the checkpoints."""
-
-    def restore_files(self, checkpoint_dir: str) -> None:
-        """Nothing is kept beside the checkpoints."""
-
-
-def build_agent(ctx: RunContext) -> Agent:
-    """The configured algorithm's agent for a run."""
-    from seedq.agents.registry import agent_class
-
-    return agent_class(ctx.cfg.algorithm.name)(ctx)

@@ -1,0 +1,129 @@
+"""The skeleton every agent shares, so an algorithm's ``__init__.py`` holds only what is its own.
+
+:class:`AgentBase` builds the model (on the run's device), the selector and the learner from the
+:class:`~seedq.core.agent.RunContext`, maps the learner's loss means to metric columns, and runs
+the training thread's loop with its wait/busy accounting. :mod:`seedq.agents.common.onpolicy`
+(V-trace, PPO) and :mod:`seedq.agents.common.replay_agent` (R2D2, SAC) add the two ways of
+feeding a learner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from seedq.agents.common.policy_head import SampleFromDistribution
+from seedq.agents.common.update import Placement
+from seedq.core.agent import RunContext, Selector
+from seedq.core.stats import TrainStats
+from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
+
+Item = TypeVar("Item")
+
+
+def require_discrete(spec: EnvSpec, algorithm: str) -> None:
+    """Refuse a continuous action space for an algorithm whose head is discrete (a
+    :class:`~seedq.schema.ConfigError`: the run stops at start-up with the message, exit 2)."""
+    if spec.continuous:
+        raise ConfigError(
+            f"algorithm={algorithm} supports discrete actions only; this env has {spec.num_actions}"
+            "-dimensional continuous actions: use algorithm=ppo or algorithm=sac"
+        )
+
+
+def placement_of(ctx: RunContext) -> Placement:
+    """Where the run's learner computes (device, weights lock, AMP, pinned uploads)."""
+    return Placement(ctx.device, ctx.weights_lock, ctx.amp_dtype, ctx.pin_memory)
+
+
+class AgentBase:
+    """Model, selector, learner and metric columns from a run context.
+
+    A subclass sets ``name`` and ``columns`` (metric column -> the key of the learner's loss
+    means, or None for a column :meth:`extra_metrics` supplies) and implements
+    :meth:`build_model`, :meth:`make_learner`, ``on_unroll``, ``train``, ``progress`` and the
+    checkpoint methods (the two feeding bases implement the last ones).
+    """
+
+    name: ClassVar[str]
+    columns: ClassVar[dict[str, str | None]]
+    metric_columns: ClassVar[list[str]]
+
+    stats: TrainStats
+    learner: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "columns" in cls.__dict__:
+            cls.metric_columns = list(cls.columns)
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.alg = ctx.cfg.algorithm
+        channels_last = bool(ctx.cfg.hardware.channels_last)
+        model = self.build_model(ctx.spec, self.alg, channels_last=channels_last)
+        self.model = model.to(ctx.device)
+        self.selector = self.make_selector(self.alg)
+        self.exploration: Any = None
+        self.learner = self.make_learner(ctx, placement_of(ctx))
+        self.stats = self.learner.stats
+        if ctx.compile_training != "none":
+            # The learner's forward only: the optimizer steps the uncompiled model's parameters.
+            self.learner.model = torch.compile(self.model, mode=ctx.compile_training)
+
+    # ------------------------------------------------------------ what a subclass supplies
+
+    @classmethod
+    def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def make_learner(self, ctx: RunContext, placement: Placement) -> Any:
+        """The algorithm's learner for ``self.model`` (its ``stats`` become the agent's)."""
+        raise NotImplementedError
+
+    def extra_metrics(self) -> dict[str, Any]:
+        """The values of the columns mapped to None in ``columns``."""
+        return {}
+
+    # ---------------------------------------------------------------------- defaults
+
+    @classmethod
+    def make_selector(cls, alg: Any, *, greedy: bool = False) -> Selector:
+        return SampleFromDistribution(greedy=greedy)
+
+    @classmethod
+    def default_epsilon(cls, alg: Any) -> float | None:
+        return None
+
+    def unroll_layout(self) -> tuple[int, int]:
+        # One row of overlap: an unroll's last row bootstraps it and is the next one's first.
+        return self.alg.unroll_length, 1
+
+    def metrics(self) -> dict[str, Any]:
+        means = self.stats.pop_means()
+        extra = self.extra_metrics()
+        return {
+            column: extra.get(column) if key is None else means.get(key)
+            for column, key in self.columns.items()
+        }
+
+    def judged_returns(self, returns: list[float]) -> list[float]:
+        return returns
+
+    def training_loop(self, take: Callable[[], Item | None], train: Callable[[Item], None]) -> None:
+        """The training thread: ``take()`` the next item (None: nothing yet, look again) and
+        ``train`` on it until ``ctx.stop``; time spent taking counts as waiting."""
+        stats, stop = self.stats, self.ctx.stop
+        while not stop.is_set():
+            start = time.monotonic()
+            item = take()
+            begin = time.monotonic()
+            stats.wait_s += begin - start
+            if item is None:
+                continue
+            train(item)
+            stats.busy_s += time.monotonic() - begin

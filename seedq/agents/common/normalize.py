@@ -1,0 +1,221 @@
+"""Running normalisation shared by every agent: observations (in the model) and rewards.
+
+Observations. :class:`RunningNorm` lives inside the network (``RecurrentBody``), its count,
+mean and variance are buffers, so checkpoints, ``seedq.load_policy`` and ``seedq-eval`` carry and
+apply it with no extra code. Its statistics change only in :func:`update_obs_norm`, which the
+learner calls *after* an update with the observations of the batch it just trained on, under
+the weights lock. So acting and training always see the same statistics: a batch is trained on
+with exactly the statistics it was collected with (inference never updates them), and
+inference never sees a half-written mean/variance pair.
+
+Rewards. :class:`RewardScaler` divides rewards by the running standard deviation of the
+discounted return (the scaling of OpenAI baselines' ``VecNormalize`` and cleanrl's
+``NormalizeReward``): advantages and value targets keep a scale near one whatever the env's
+reward units, so an entropy bonus and a learning rate mean the same thing on CartPole (+1 a
+step) and MountainCar (-1 a step). It runs on the learner over the unrolls it trains on; each
+env's running return is kept by global env id.
+
+Statistics merge by Chan et al.'s parallel algorithm (1979): batches of any sizes give the
+same mean and variance as one pass over all samples. Both run as tensor code wherever their
+data is: host arrays (the SEED and Sebulba paths) are viewed as CPU tensors, Anakin's
+device-resident unrolls stay on the device with no host read (rows are masked, not dropped, so
+no shape depends on the data). One implementation, so the statistics and the checkpoint format
+are the same on every architecture.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+Moments = tuple[Tensor, Tensor, Tensor]  # float64 count [], mean [*shape], var [*shape]
+
+
+def merge_moments(
+    count: Tensor, mean: Tensor, var: Tensor, batch: Tensor, valid: Tensor | None = None
+) -> Moments:
+    """``(count, mean, var)`` after adding the rows of ``batch [N, *shape]`` where ``valid
+    [N]`` (all rows when None); population variance, float64, on ``batch``'s device.
+
+    Rows are weighted, not selected, so nothing here waits for the device.
+    """
+    batch = batch.to(torch.float64)
+    weight = torch.ones(batch.shape[0], dtype=torch.float64, device=batch.device)
+    if valid is not None:
+        weight = valid.to(torch.float64)
+        # 0 * NaN is NaN: zero the rows that are left out before summing.
+        batch = torch.where(valid.view(-1, *([1] * (batch.dim() - 1))), batch, 0.0)
+    w = weight.view(-1, *([1] * (batch.dim() - 1)))
+    n = weight.sum()
+    safe_n = n.clamp(min=1.0)
+    b_mean = (batch * w).sum(0) / safe_n
+    b_var = (((batch - b_mean) ** 2) * w).sum(0) / safe_n
+    total = count + n
+    safe_total = total.clamp(min=1.0)
+    delta = b_mean - mean
+    new_mean = mean + delta * (n / safe_total)
+    m2 = var * count + b_var * n + delta**2 * (count * n / safe_total)
+    empty = total == 0
+    return (
+        total,
+        torch.where(empty, mean, new_mean),
+        torch.where(empty, var, m2 / safe_total),
+    )
+
+
+def as_tensor(data: np.ndarray | Tensor, device: torch.device | None = None) -> Tensor:
+    """``data`` as a tensor: a host array is viewed (no copy), a tensor is left where it is
+    unless ``device`` names another."""
+    tensor = data if isinstance(data, Tensor) else torch.from_numpy(np.asarray(data))
+    return tensor if device is None else tensor.to(device)
+
+
+class RunningNorm(nn.Module):
+    """``clip((x - mean) / sqrt(var + eps), -clip, clip)`` with running statistics (buffers)."""
+
+    def __init__(self, shape: tuple[int, ...], *, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, *shape]`` -> float32 ``[N, *shape]``; the identity until the first update."""
+        mean, std = self.mean.float(), torch.sqrt(self.var.float() + self.eps)
+        return ((x.float() - mean) / std).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, batch: np.ndarray | Tensor, valid: Tensor | None = None) -> None:
+        """Merge the rows of ``batch [N, *shape]`` (those where ``valid [N]``, if given)."""
+        rows = as_tensor(batch, self.mean.device).reshape(-1, *self.mean.shape)
+        count, mean, var = merge_moments(self.count, self.mean, self.var, rows, valid)
+        self.count.copy_(count)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
+
+
+def obs_norms(model: nn.Module) -> list[RunningNorm]:
+    return [m for m in model.modules() if isinstance(m, RunningNorm)]
+
+
+def update_obs_norm(
+    model: nn.Module, obs: np.ndarray | Tensor, weights_lock: threading.Lock
+) -> None:
+    """Merge ``obs [T, B, *obs_shape]`` (host array or device tensor) into every observation
+    normaliser of ``model``.
+
+    Call after the update on this batch; under the weights lock so inference never acts with
+    a half-written pair. Models without a normaliser pay nothing. Rows with a non-finite
+    value are left out: one NaN observation would otherwise poison the statistics for good.
+    """
+    norms = obs_norms(model)
+    if not norms:
+        return
+    flat = as_tensor(obs, norms[0].mean.device)
+    flat = flat.reshape(-1, *flat.shape[2:])
+    valid = None
+    if flat.is_floating_point():
+        valid = torch.isfinite(flat.reshape(len(flat), -1)).all(dim=1)
+    with weights_lock:
+        for norm in norms:
+            norm.update(flat, valid)
+
+
+class RewardScaler:
+    """Rewards divided by the running std of each env's discounted return.
+
+    Host arrays keep each env's running return by global env id (any ids, as actors come and
+    go); device tensors keep them in a tensor indexed by env id (Anakin's ids are 0..N-1), so
+    the device path never reads a value on the host.
+    """
+
+    def __init__(self, gamma: float, *, eps: float = 1e-8, clip: float = 10.0) -> None:
+        self.gamma, self.eps, self.clip = gamma, eps, clip
+        zero = torch.zeros((), dtype=torch.float64)
+        self._moments: Moments = (zero, zero, torch.ones((), dtype=torch.float64))
+        self._returns: dict[int, float] = {}
+        self._device_returns: Tensor | None = None
+
+    @property
+    def count(self) -> float:
+        return float(self._moments[0])
+
+    @property
+    def mean(self) -> float:
+        return float(self._moments[1])
+
+    @property
+    def var(self) -> float:
+        return float(self._moments[2])
+
+    def scale(  # noqa: ANN201 - an array for arrays, a tensor for tensors
+        self,
+        reward: np.ndarray | Tensor,
+        done: np.ndarray | Tensor,
+        env_id: np.ndarray | Tensor,
+    ):
+        """Scaled rewards ``[T+1, B]`` of an unroll (rows as in ``seedq.agents.common.targets``):
+        a float32 array for host arrays, a float32 tensor on their device for tensors.
+
+        Row 0 repeats the previous unroll's last row, so only rows ``1..T`` advance the returns;
+        row 0 is scaled like the others (its reward is never trained on).
+        """
+        if isinstance(reward, Tensor):
+            seen = self._device_returns_seen(reward, as_tensor(done), as_tensor(env_id))
+        else:
+            seen = torch.from_numpy(self._host_returns_seen(reward, done, env_id))
+        moments = tuple(m.to(seen.device) for m in self._moments)
+        self._moments = merge_moments(*moments, seen.reshape(-1))
+        var = self._moments[2]
+        scaled = (as_tensor(reward).to(torch.float64) / torch.sqrt(var + self.eps)).clamp(
+            -self.clip, self.clip
+        )
+        scaled = scaled.to(torch.float32)
+        return scaled if isinstance(reward, Tensor) else scaled.numpy()
+
+    def _host_returns_seen(
+        self, reward: np.ndarray, done: np.ndarray, env_id: np.ndarray
+    ) -> np.ndarray:
+        returns = np.array([self._returns.get(int(e), 0.0) for e in env_id])
+        seen = np.empty_like(reward[1:], dtype=np.float64)
+        for t in range(1, reward.shape[0]):
+            # done[t]: obs t starts an episode, so reward[t] ended the previous one.
+            returns = returns * self.gamma + reward[t]
+            seen[t - 1] = returns
+            returns = np.where(done[t], 0.0, returns)
+        for e, r in zip(env_id.tolist(), returns.tolist(), strict=True):
+            self._returns[int(e)] = r
+        return seen
+
+    def _device_returns_seen(self, reward: Tensor, done: Tensor, env_id: Tensor) -> Tensor:
+        index = env_id.to(reward.device, torch.long)
+        table = self._device_returns
+        # One small host read per unroll (the largest id), beside the loss values the learner
+        # reads anyway; the table grows only when a larger env id appears.
+        size = int(index.max()) + 1
+        if table is None or table.device != reward.device or table.numel() < size:
+            grown = torch.zeros(size, dtype=torch.float64, device=reward.device)
+            if table is not None:
+                grown[: table.numel()] = table.to(reward.device)
+            table = grown
+        returns = table[index]
+        seen = []
+        for t in range(1, reward.shape[0]):
+            returns = returns * self.gamma + reward[t].to(torch.float64)
+            seen.append(returns)
+            returns = torch.where(done[t].to(reward.device), 0.0, returns)
+        table[index] = returns
+        self._device_returns = table
+        return torch.stack(seen)
+
+    def state_dict(self) -> dict:
+        return {"count": self.count, "var": self.var, "mean": self.mean}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._moments = tuple(
+            torch.tensor(float(state[key]), dtype=torch.float64) for key in ("count", "mean", "var")
+        )

@@ -1,0 +1,124 @@
+"""What the on-policy algorithms (V-trace, PPO) share: a learner that trains on whole batches of
+fresh unrolls, and an agent that feeds it from a small bounded queue or synchronously.
+
+Threaded (``arch=seed``, ``arch=sebulba``): completed unrolls are cut into batches of
+``batch_size`` env columns for a bounded queue (fresh, nearly on-policy data); the training
+thread takes one batch per :meth:`OnPolicyAgent.learn`. When training falls behind, the queue
+fills, the sink blocks, inference stops answering and the actors wait. With ``pause_acting``
+the sink also waits until the batch it queued has been trained on, so the next steps are taken
+by the new policy (PPO).
+
+Synchronous (``arch=anakin``): the architecture calls :meth:`OnPolicyAgent.learn` itself with
+each unroll it collected on the device.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+
+from seedq.agents.common.base import AgentBase
+from seedq.agents.common.batches import BatchAssembler
+from seedq.agents.common.normalize import RewardScaler
+from seedq.agents.common.update import GradientStep, linear_lr
+from seedq.core.agent import RunContext
+from seedq.core.stats import TrainStats
+from seedq.core.unroll import Unroll
+
+
+class OnPolicyLearner:
+    """Owns the optimizer (through ``step``), the reward scaler and the learning-rate schedule;
+    subclasses implement ``train_batch(batch)``."""
+
+    def __init__(
+        self, model: torch.nn.Module, cfg: Any, step: GradientStep, *, total_env_steps: int
+    ) -> None:
+        self.model, self.cfg, self.step = model, cfg, step
+        self.optimizer = step.optimizer
+        self.total_env_steps = total_env_steps
+        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.reward_scaling else None
+        self.stats = TrainStats()
+
+    def set_progress(self, env_steps: int) -> None:
+        if self.cfg.lr_schedule == "linear":
+            linear_lr(self.optimizer, self.cfg.lr, env_steps, self.total_env_steps)
+
+    def train_batch(self, batch: Unroll) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+class OnPolicyAgent(AgentBase):
+    """An agent whose learner trains on each batch of fresh unrolls once it is complete."""
+
+    # Wait in the sink until the batch just queued has been trained on (see the module doc).
+    pauses_acting: ClassVar[bool] = False
+
+    learner: OnPolicyLearner
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        size = int(getattr(self.alg, "train_queue_batches", 1))
+        self.train_queue: queue.Queue[Unroll] = queue.Queue(maxsize=size)
+        self.assembler = BatchAssembler(self.alg.batch_size)
+        self._trained = threading.Event()
+
+    def on_unroll(self, unroll: Unroll) -> None:
+        stop = self.ctx.stop
+        for batch in self.assembler.add(unroll):
+            self._trained.clear()
+            while not stop.is_set():
+                try:
+                    self.train_queue.put(batch, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if self.pauses_acting:
+                while not stop.is_set() and not self._trained.wait(0.1):
+                    pass
+
+    def train(self, env_steps: Callable[[], int]) -> None:
+        def take() -> Unroll | None:
+            try:
+                return self.train_queue.get(timeout=0.1)
+            except queue.Empty:
+                return None
+
+        def learn(batch: Unroll) -> None:
+            try:
+                self.learn(batch, env_steps())
+            finally:
+                self._trained.set()
+
+        self.training_loop(take, learn)
+
+    def learn(self, unroll: Unroll, env_steps: int) -> None:
+        self.learner.set_progress(env_steps)
+        self.learner.train_batch(unroll)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), **self.learner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.learner.load_state_dict(state)
+
+    def save_files(self, run_dir: str) -> None:
+        """Nothing is kept beside the checkpoints."""
+
+    def restore_files(self, checkpoint_dir: str) -> None:
+        """Nothing is kept beside the checkpoints."""

@@ -1,0 +1,72 @@
+"""The unroll: the time-major trajectory every architecture hands an agent.
+
+Central inference cuts one from the request stream (``seedq.learner.unroll_store``), Anakin
+collects one on the device (``seedq.arch.rollout``); agents train on it. Its fields are NumPy
+arrays on the SEED and Sebulba paths and device tensors under Anakin: the slicing here works on
+both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+
+@dataclass
+class Unroll:
+    """A time-major trajectory of T+1 steps for B env columns.
+
+    obs: [T+1, B, *obs_shape]; reward: float32 [T+1, B] (arrived with obs[t]);
+    done: bool [T+1, B] (obs[t] is the first obs of an episode); truncated: bool [T+1, B];
+    truncation_value: float32 [T+1, B] (value of the true last obs where truncated, else 0);
+    action: int32 [T+1, B], or float32 [T+1, B, D] for continuous actions (the policy's sample,
+    before the env clips it); behaviour: float32 [T+1, B, P], what the acting network output
+    (policy logits or Gaussian mean and log-std, Q-values for R2D2);
+    core_state: tuple of [B, H] arrays, the recurrent state before obs[0];
+    env_id: int64 [B] global env ids.
+    """
+
+    obs: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    truncated: np.ndarray
+    truncation_value: np.ndarray
+    action: np.ndarray
+    behaviour: np.ndarray
+    core_state: tuple[np.ndarray, ...]
+    env_id: np.ndarray
+
+    @property
+    def num_columns(self) -> int:
+        return int(self.env_id.shape[0])
+
+    def columns(self, start: int, stop: int) -> Unroll:
+        """Env columns [start, stop) as a new Unroll (views)."""
+        sliced = {
+            f.name: getattr(self, f.name)[:, start:stop]
+            for f in fields(self)
+            if f.name not in ("core_state", "env_id")
+        }
+        return Unroll(
+            **sliced,
+            core_state=tuple(s[start:stop] for s in self.core_state),
+            env_id=self.env_id[start:stop],
+        )
+
+
+def concat_unrolls(unrolls: list[Unroll]) -> Unroll:
+    """Concatenate along the env (column) axis."""
+    if len(unrolls) == 1:
+        return unrolls[0]
+    joined = {
+        f.name: np.concatenate([getattr(u, f.name) for u in unrolls], axis=1)
+        for f in fields(Unroll)
+        if f.name not in ("core_state", "env_id")
+    }
+    states = tuple(
+        np.concatenate([u.core_state[i] for u in unrolls], axis=0)
+        for i in range(len(unrolls[0].core_state))
+    )
+    env_id = np.concatenate([u.env_id for u in unrolls])
+    return Unroll(**joined, core_state=states, env_id=env_id)
