@@ -127,15 +127,16 @@ class GymVectorBatch(BatchBase):
         env_offset: int = 0,
         vectorization: str = "sync",
         max_episode_steps: int | None = None,
+        make_one: Callable[[str, int | None], Any] = _make_single_env,
     ) -> None:
+        """``make_one(env_id, max_episode_steps)`` builds one env (module level, so async
+        workers, which are fresh processes, can import it)."""
         gym = import_gymnasium()
         from gymnasium import spaces
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
         gym_spec(env_id)  # fail fast, in this process, on an unknown id
-        env_fns = [
-            functools.partial(_make_single_env, env_id, max_episode_steps) for _ in range(num_envs)
-        ]
+        env_fns = [functools.partial(make_one, env_id, max_episode_steps) for _ in range(num_envs)]
         try:
             if vectorization == "sync":
                 env: Any = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
