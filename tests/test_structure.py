@@ -60,7 +60,8 @@ def find_cycle(graph: dict[str, dict[str, str]]) -> list[str] | None:
 def test_no_import_circle_between_seedqs_packages():
     graph = import_graph()
     cycle = find_cycle(graph)
-    where = [f"{a} -> {b} ({graph[a][b]})" for a, b in zip(cycle, cycle[1:])] if cycle else []
+    pairs = zip(cycle, cycle[1:], strict=False) if cycle else []
+    where = [f"{a} -> {b} ({graph[a][b]})" for a, b in pairs]
     assert cycle is None, "import circle: " + "; ".join(where)
 
 

@@ -66,7 +66,14 @@ def gym_spec(env_id: str) -> Any:
 def _make_single_env(env_id: str, max_episode_steps: int | None) -> Any:
     """Build one gymnasium env; module level so AsyncVectorEnv can pickle it for subprocesses."""
     gym = import_gymnasium()
-    gym_spec(env_id)  # registers Atari ids in a fresh (forkserver/spawn) subprocess
+    spec = gym_spec(env_id)  # registers Atari ids in a fresh (forkserver/spawn) subprocess
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    if entry.startswith("gymnasium.envs.mujoco"):
+        # A MuJoCo id through env=gym: MuJoCo's default warning handler would append to
+        # MUJOCO_LOG.TXT in the working directory; seedq.envs.mujoco routes it to the log.
+        from seedq.envs.mujoco import import_mujoco
+
+        import_mujoco()
     return gym.make(env_id, max_episode_steps=max_episode_steps)
 
 
