@@ -77,10 +77,10 @@ def minatar_case(game: str, gym_name: str, **fields: Any) -> Case:
 
 CASES = (
     # CartPole-v1 is seedq-train's own default env group (gymnasium's native vector env).
-    Case("CartPole-v1", "CartPole-v1", ("env=cartpole",), 475.0),
-    gym_case("Acrobot-v1", threshold=-100.0),
-    gym_case("MountainCar-v0", threshold=-110.0),
-    gym_case("LunarLander-v3", threshold=200.0, budget_s=180.0),
+    Case("CartPole-v1", "CartPole-v1", ("env=cartpole",), 475.0, budget_s=30.0),
+    gym_case("Acrobot-v1", threshold=-100.0, budget_s=45.0),
+    gym_case("MountainCar-v0", threshold=-110.0, budget_s=45.0),
+    gym_case("LunarLander-v3", threshold=200.0, budget_s=90.0),
     gym_case("FrozenLake-v1", threshold=0.7),
     gym_case(
         "CliffWalking-v1",
@@ -89,13 +89,13 @@ CASES = (
         "episodes cut at 200 steps",
         max_episode_steps=200,
     ),
-    gym_case("Taxi-v4", threshold=8.0),
-    gym_case("Pendulum-v1", threshold=-200.0, source="stated (gymnasium has none)", budget_s=120),
-    gym_case("MountainCarContinuous-v0", threshold=90.0, budget_s=120.0),
-    mujoco_case("Hopper-v5", threshold=3800.0, budget_s=300.0),
-    mujoco_case("HalfCheetah-v5", threshold=4800.0, budget_s=180.0),
-    minatar_case("breakout", "Breakout", budget_s=120.0),
-    minatar_case("space_invaders", "SpaceInvaders", budget_s=120.0),
+    gym_case("Taxi-v4", threshold=8.0, budget_s=120.0),
+    gym_case("Pendulum-v1", threshold=-200.0, source="stated (gymnasium has none)"),
+    gym_case("MountainCarContinuous-v0", threshold=90.0),
+    mujoco_case("Hopper-v5", threshold=3800.0, budget_s=120.0),
+    mujoco_case("HalfCheetah-v5", threshold=4800.0, budget_s=90.0),
+    minatar_case("breakout", "Breakout"),
+    minatar_case("space_invaders", "SpaceInvaders"),
 )
 
 
