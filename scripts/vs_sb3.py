@@ -13,7 +13,7 @@ actions, seedq's V-trace and PPO against SB3's PPO; continuous actions, seedq's 
 against SB3's SAC and PPO. Every algorithm keeps its library's defaults:
 ``seedq-train algorithm=<alg> <env group> env.id=<id> max_minutes=<budget>`` (the env groups'
 own presets apply, as they do for a user) and ``PPO("MlpPolicy", env)`` / ``SAC(...)``
-(``scripts/vs_sb3_worker.py``).
+(``scripts/vs_sb3_worker.py``), with one torch thread like seedq's learner (``--sb3-threads``).
 
 Per run: time and env steps until the 100-episode mean return first reached the threshold
 (gymnasium's ``reward_threshold``, or the one stated in :data:`CASES`), the 100-episode mean at
@@ -214,9 +214,12 @@ def run_seedq(case: Case, algorithm: str, seed: int, budget_s: float, out: Path)
     return result
 
 
-def run_sb3(case: Case, algorithm: str, seed: int, budget_s: float, out: Path) -> dict:
+def run_sb3(
+    case: Case, algorithm: str, seed: int, budget_s: float, out: Path, threads: int = 1
+) -> dict:
     path = out / "runs" / f"{slug(case.name)}_sb3_{algorithm}_{seed}.json"
     cmd = [sys.executable, str(WORKER), "--env-id", case.gym_id, "--algo", algorithm]
+    cmd += ["--threads", str(threads)]
     cmd += ["--seconds", str(budget_s), "--seed", str(seed), "--out", str(path)]
     if case.threshold is not None:
         cmd += ["--threshold", str(case.threshold)]
@@ -352,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", default=[], help="framework:algorithm, e.g. seedq:ppo"
     )
     parser.add_argument("--out", type=Path, default=Path("runs/vs_sb3"))
+    parser.add_argument(
+        "--sb3-threads", type=int, default=1, help="SB3's torch threads (0: torch's default)"
+    )
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -366,8 +372,10 @@ def main(argv: list[str] | None = None) -> int:
                 order = [p for p in order if ":".join(p) in args.only]
             for seed in args.seeds:
                 for framework, algorithm in order:
-                    runner = run_seedq if framework == "seedq" else run_sb3
-                    result = runner(case, algorithm, seed, budget, args.out)
+                    if framework == "seedq":
+                        result = run_seedq(case, algorithm, seed, budget, args.out)
+                    else:
+                        result = run_sb3(case, algorithm, seed, budget, args.out, args.sb3_threads)
                     result.update(env=case.name, threshold=case.threshold, source=case.source)
                     line = json.dumps({k: v for k, v in result.items() if k != "curve"})
                     print(line, flush=True)

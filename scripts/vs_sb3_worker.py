@@ -6,6 +6,10 @@
 The model is built as a user would build it, ``PPO("MlpPolicy", env)`` / ``SAC("MlpPolicy",
 env)`` with every hyper-parameter at SB3's default; only the number of envs is chosen here
 (8 for PPO, as rl-baselines3-zoo's classic-control settings; 1 for SAC, SB3's own example).
+torch runs with ``--threads`` intra-op threads, 1 by default as seedq's learner does
+(``hardware.num_threads=1``): on the shared 2-core box torch's own default (a thread per core)
+made SB3's PPO 9x slower, 78 against 724 env steps/s on FrozenLake-v1 at load 11, as idle
+OpenMP workers spin against neighbours; ``--threads 0`` keeps torch's default.
 The clock starts when ``learn`` starts (after the envs and the model are built), as seedq's
 metrics clock starts once its actors are up; the whole process time is recorded too.
 
@@ -47,6 +51,10 @@ def make_env_fn(env_id: str, max_episode_steps: int | None) -> Any:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     process_start = time.monotonic()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from stable_baselines3 import PPO, SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -105,6 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "env_id": args.env_id,
         "seed": args.seed,
         "n_envs": n_envs,
+        "torch_threads": torch.get_num_threads(),
         "budget_s": args.seconds,
         "wall_s": wall,
         "process_s": round(time.monotonic() - process_start, 2),
@@ -130,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=None)
     parser.add_argument("--max-episode-steps", type=int, default=None)
     parser.add_argument("--n-envs", type=int, default=0, help="0: 8 for PPO, 1 for SAC")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's)")
     parser.add_argument("--row-s", type=float, default=1.0, help="seconds between curve rows")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
