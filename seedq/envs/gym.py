@@ -84,12 +84,17 @@ def obs_transform(
 
     Returns ``(fn, obs_shape, obs_dtype)``. Images (uint8 ``[H, W, C]`` with ``C <= 4``, or
     ``[H, W]``) become channels-first ``[C, H, W]``; float64 vectors become float32 (models run
-    in float32 and the wire is half the size); Discrete observations become float32 one-hots.
+    in float32 and the wire is half the size); Discrete observations become bool one-hots.
+
+    Bool, not float: a one-hot is an indicator, and the models read bool observations as 0/1
+    without running normalisation (``seedq.agents.common.normalize.RunningNorm``), which would
+    scale a rarely visited state's unit up to ``1/sqrt(p)`` and an unseen one to the clip
+    (Taxi-v4 and FrozenLake-v1 did not learn with it). One byte per state on the wire, too.
     """
     from gymnasium import spaces
 
     if isinstance(space, spaces.Discrete):
-        eye = np.eye(int(space.n), dtype=np.float32)
+        eye = np.eye(int(space.n), dtype=np.bool_)
         start = int(space.start)
         return (lambda x: eye[np.asarray(x, dtype=np.int64) - start]), (int(space.n),), eye.dtype
     if not isinstance(space, spaces.Box):

@@ -53,6 +53,7 @@ class PPOAgent(OnPolicyAgent):
             placement,
             total_env_steps=ctx.cfg.total_env_steps,
             seed=ctx.cfg.seed,
+            spec=ctx.spec,
         )
 
     def progress(self, row: dict[str, Any]) -> str:

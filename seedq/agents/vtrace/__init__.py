@@ -45,7 +45,11 @@ class VTraceAgent(OnPolicyAgent):
 
     def make_learner(self, ctx: RunContext, placement: Placement) -> VTraceLearner:
         return VTraceLearner(
-            self.model, self.alg, placement, total_env_steps=ctx.cfg.total_env_steps
+            self.model,
+            self.alg,
+            placement,
+            total_env_steps=ctx.cfg.total_env_steps,
+            spec=ctx.spec,
         )
 
     def progress(self, row: dict[str, Any]) -> str:
