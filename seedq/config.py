@@ -23,6 +23,7 @@ from seedq.arch.config import ArchConfig, validate_arch
 from seedq.broker.config import BrokerConfig, validate_broker
 from seedq.envs.config import EnvConfig, validate_env
 from seedq.launch.config import LauncherConfig, validate_launcher
+from seedq.launch.supervise import SupervisorConfig, validate_supervisor
 from seedq.learner.config import (
     CheckpointConfig,
     HardwareConfig,
@@ -65,7 +66,19 @@ class SeedqConfig:
     log_interval_s: float = setting(5.0, "seconds between metrics rows and progress lines")
     run_dir: str = setting(MISSING, "where metrics, logs and checkpoints go (Hydra's run dir)")
     checkpoint: CheckpointConfig = setting(help="checkpoints", factory=CheckpointConfig)
-    resume: str | None = setting(None, "a run directory or checkpoint file to continue")
+    resume: str | None = setting(
+        None,
+        "a run directory or checkpoint file to continue; auto: the newest readable checkpoint of "
+        "run_dir (which must then be given), or a fresh start if it has none",
+    )
+    supervise: bool = setting(
+        False,
+        "run the learner as a child process and restart it with resume=auto when it dies "
+        "(seedq/launch/supervise.py)",
+    )
+    supervisor: SupervisorConfig = setting(
+        help="restarts of a dead learner under supervise=true", factory=SupervisorConfig
+    )
 
 
 def register_configs() -> None:
@@ -96,6 +109,7 @@ def validate(cfg: Any) -> None:
     validate_security(cfg.security, cfg.broker.host)
     validate_launcher(cfg.launcher)
     validate_checkpoint(cfg.checkpoint)
+    validate_supervisor(cfg.supervisor)
     positive("log_interval_s", cfg.log_interval_s)
     positive("total_env_steps", cfg.total_env_steps)
     positive("max_minutes", cfg.max_minutes, zero_ok=True)
