@@ -70,7 +70,6 @@ class TrainingRun:
     device: torch.device
     curve: Any = None
     elapsed_before: float = 0.0
-    resumed_from: str = ""  # the checkpoint this run continues ("" for a fresh run)
 
     def __init__(self) -> None:
         self.stop = threading.Event()
@@ -163,11 +162,12 @@ class TrainingRun:
         and training is a memory copy of the model and optimizer. The same dict for every
         architecture, so ``seedq-eval`` and ``resume`` read any run's.
         """
-        begin = time.perf_counter()
+        spare = self.checkpoints.take_spare()
         with self.weights_lock:
-            agent_state = copy_tensors(self.agent.state_dict())
+            begin = time.perf_counter()  # the pause of inference and training, not our wait
+            agent_state = copy_tensors(self.agent.state_dict(), into=spare)
             counters = (self.stats.env_steps, self.stats.episodes, self.agent.stats.updates)
-        held = time.perf_counter() - begin
+            held = time.perf_counter() - begin
         self.snapshots += 1
         self.snapshot_s += held
         self.snapshot_max_s = max(self.snapshot_max_s, held)
@@ -198,7 +198,6 @@ class TrainingRun:
         self.stats.episodes = int(state["episodes"])
         self.agent.stats.updates = int(state["updates"])
         self.elapsed_before = float(state["wall_time_s"])
-        self.resumed_from = str(self.cfg.resume or "")
         continue_metrics(self.run_dir, self.stats.env_steps)
         log.info(
             "resumed at %d env steps, %d updates, %.0f s of training",
@@ -208,21 +207,25 @@ class TrainingRun:
         )
 
     def save(self, wall_time_s: float, stop_reason: str = "", *, with_files: bool = True) -> None:
-        """Take a checkpoint: the state is copied now, and written by the checkpoint writer's
-        thread. ``with_files``: first write the large state kept beside the checkpoints (the
-        replay, with ``checkpoint.replay``). ``stop_reason``: why the run ends ("" while it
-        goes on), so ``resume=auto`` knows a finished run. A failed write is logged and
-        counted, and the run goes on with the previous checkpoint intact.
+        """Take a checkpoint: the state is copied now and written by the checkpoint writer's
+        thread. ``with_files``: then write the large state kept beside the checkpoints (the
+        replay, with ``checkpoint.replay``) here, itself atomically. ``stop_reason``: why the
+        run ends ("" while it goes on), so ``resume=auto`` knows a finished run. A failed write
+        is logged and counted, and the run goes on with the previous file intact.
 
         The one function that writes checkpoints (a data-parallel run calls it on rank 0).
         """
-        if with_files:
-            try:
-                self.agent.save_files(self.run_dir)
-            except CheckpointWriteError as exc:
-                self.replay_failures += 1
-                log.error("checkpoint failed (%d so far): %s", self.checkpoint_failures, exc)
         self.checkpoints.submit({**self.checkpoint_state(wall_time_s), "stop_reason": stop_reason})
+        if with_files:
+            self.save_files()
+
+    def save_files(self) -> None:
+        """Write what the agent keeps beside the checkpoints (R2D2's and SAC's replay)."""
+        try:
+            self.agent.save_files(self.run_dir)
+        except CheckpointWriteError as exc:
+            self.replay_failures += 1
+            log.error("checkpoint failed (%d so far): %s", self.checkpoint_failures, exc)
 
     def checkpoint_timing(self) -> dict[str, float]:
         """What checkpoints cost this run: milliseconds under the weights lock (mean, max) and
@@ -337,8 +340,9 @@ class TrainingRun:
             try:
                 if reason == STOPPED:
                     # A grace period is short (Slurm's KillWait, a spot VM's notice): copy the
-                    # state first and let it be written while the roles stop.
-                    self.save(time.monotonic() - start, reason)
+                    # state first and let it be written while the roles stop; the replay, if
+                    # kept, comes after (seconds for gigabytes, and it may be cut short).
+                    self.save(time.monotonic() - start, reason, with_files=False)
             finally:
                 self._wind_down(threads, monitor, writer, time.monotonic() - start, reason)
         summary = monitor.summary(reason)
@@ -368,6 +372,8 @@ class TrainingRun:
             writer.close()
             if reason != STOPPED:
                 self.save(elapsed_s, reason or "failed")
+            else:
+                self.save_files()
             self._finish_writing()
             self._close_roles()
             self._write_fault_counts()

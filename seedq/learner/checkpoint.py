@@ -56,21 +56,39 @@ def plain_config(cfg: Any) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def copy_tensors(value: Any) -> Any:
+def copy_tensors(value: Any, into: Any = None) -> Any:
     """``value`` (nested dicts, lists and tuples of a state dict) with every tensor copied on its
     own device, every other leaf deep-copied: cheap enough under the weights lock (a memory copy,
     no serialisation), and safe to write while training changes the originals.
 
+    ``into``: an earlier copy nobody uses any more (one already written); its tensors of the
+    same shape, layout and device are filled in place rather than allocated again, which
+    spares the page faults of fresh memory (a third to a half of the copy on a busy CPU).
     Copies stay on their device: a device-to-device copy is the shortest pause for a GPU
     learner, and ``torch.save`` moves them to the host on the writer's thread.
     """
     if isinstance(value, torch.Tensor):
+        if _same_layout(value, into):
+            return into.copy_(value.detach())
         return value.detach().clone()
     if isinstance(value, dict):
-        return {key: copy_tensors(item) for key, item in value.items()}
+        spare = into if isinstance(into, dict) else {}
+        return {key: copy_tensors(item, spare.get(key)) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(copy_tensors(item) for item in value)
+        spare = into if isinstance(into, (list, tuple)) and len(into) == len(value) else None
+        items = zip(value, spare or [None] * len(value), strict=True)
+        return type(value)(copy_tensors(item, old) for item, old in items)
     return copy.deepcopy(value)
+
+
+def _same_layout(tensor: torch.Tensor, spare: Any) -> bool:
+    return (
+        isinstance(spare, torch.Tensor)
+        and spare.shape == tensor.shape
+        and spare.dtype == tensor.dtype
+        and spare.device == tensor.device
+        and spare.stride() == tensor.stride()
+    )
 
 
 def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:

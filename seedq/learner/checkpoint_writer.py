@@ -40,6 +40,7 @@ class CheckpointWriter:
         self._pending: dict[str, Any] | None = None
         self._busy = False
         self._error: BaseException | None = None
+        self._spare: dict[str, Any] | None = None  # a written snapshot, to be filled again
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="checkpoint-writer", daemon=True)
         self._thread.start()
@@ -50,8 +51,17 @@ class CheckpointWriter:
             self._raise_error()
             if self._pending is not None:
                 self.replaced += 1
+                self._spare = self._pending
             self._pending = state
             self._cond.notify_all()
+
+    def take_spare(self) -> dict[str, Any] | None:
+        """A snapshot already written (or superseded), whose tensors the next snapshot may
+        fill in place (:func:`~seedq.learner.checkpoint.copy_tensors`'s ``into``); None if
+        there is none. Each is handed out once."""
+        with self._cond:
+            spare, self._spare = self._spare, None
+            return spare
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted snapshot is written (or failed); False on timeout."""
@@ -95,6 +105,7 @@ class CheckpointWriter:
             finally:
                 with self._cond:
                     self._busy = False
+                    self._spare = state
                     self._cond.notify_all()
 
     def _write_one(self, state: dict[str, Any]) -> None:
