@@ -210,12 +210,17 @@ LEARNER_PID = re.compile(r"supervising the learner, pid (\d+)")
 
 def learner_kills(row: Row, run_dir: str, overrides: list[str], every_s: float) -> None:
     """A supervised run whose learner is killed every ``every_s`` until the run ends."""
+    # Every death is a restart here (no limit), after 1 s: the column measures the restart,
+    # not the supervisor's backoff (5 s by default, doubling per death within an hour).
+    own = ["supervisor.max_restarts=100000", "supervisor.backoff_s=1"]
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "seedq.cli", "supervise=true", f"run_dir={run_dir}", *overrides],
+        [sys.executable, "-m", "seedq.cli", "supervise=true", f"run_dir={run_dir}", *own]
+        + overrides,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     log, metrics = Path(run_dir) / "cli.log", Path(run_dir) / "metrics.csv"
+    lost: list[int] = []  # env steps each kill cost
 
     def text() -> str:
         return log.read_text() if log.exists() else ""
@@ -243,15 +248,18 @@ def learner_kills(row: Row, run_dir: str, overrides: list[str], every_s: float) 
         if wait(trained_again, 600) and supervisor.poll() is None:
             row.recovered += 1
             row.recover_s.append(time.monotonic() - killed)
-            row.steps_lost += max(0, steps[-1] - int(RESUMED.findall(text())[-1]))
+            lost.append(max(0, steps[-1] - int(RESUMED.findall(text())[-1])))
+            row.steps_lost += lost[-1]
     summary = json.loads((Path(run_dir) / "summary.json").read_text())
     curve = read_steps(metrics)
+    per_minute = 60 * summary["env_steps"] / summary["wall_time_s"]
     row.crashes += supervisor.returncode != 0 or curve != sorted(curve)
     row.target_reached = summary["stop_reason"] in TARGETS
     print(
         f"learner kills: {summary['env_steps']} env steps in {summary['wall_time_s']} s of "
         f"training, return {summary['return_mean']}, stop {summary['stop_reason']}, "
-        f"metrics one curve: {curve == sorted(curve)}",
+        f"metrics one curve: {curve == sorted(curve)}; env steps lost per kill {lost} (a "
+        f"minute at the run's mean speed: {per_minute:.0f})",
         file=sys.stderr,
     )
 

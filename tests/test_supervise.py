@@ -5,6 +5,7 @@ real ``seedq-train``."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,6 +110,14 @@ def test_a_signal_to_the_supervisor_stops_the_learner_and_nothing_restarts(tmp_p
     assert (process.returncode, starts(tmp_path)) == (75, 1), output
 
 
+def test_a_learner_stopped_by_a_signal_of_its_own_is_not_restarted(tmp_path):
+    process = supervise(tmp_path, "wait")
+    wait_for(lambda: (tmp_path / "ready").exists(), 60, "the learner")
+    os.kill(int((tmp_path / "starts").read_text().split()[0]), signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert (process.returncode, starts(tmp_path)) == (75, 1), output
+
+
 def test_a_killed_supervisor_takes_its_learner_with_it(tmp_path):
     process = supervise(tmp_path, "wait")
     wait_for(lambda: (tmp_path / "ready").exists(), 60, "the learner")
@@ -150,3 +159,41 @@ def test_a_learner_killed_mid_run_comes_back_from_its_checkpoint_and_finishes(tm
     assert min(steps[len(kept) :]) >= saved  # the resumed run takes over at the checkpoint
     assert not any(alive(a) for a in actors)
     assert json.loads((tmp_path / "supervisor.json").read_text())["learner_exits"] == [-9, 0]
+
+
+@pytest.mark.slow
+def test_cartpole_reaches_its_target_through_two_learner_kills(tmp_path):
+    """The learning version: each of the first two learners is killed right after its first
+    checkpoint; the third trains CartPole to 475, and the metrics are one curve."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", "supervise=true", f"run_dir={tmp_path}"]
+        + ["stop_at_return=475", "max_minutes=8", "log_interval_s=1"]
+        + ["checkpoint.every_minutes=0.05", "supervisor.backoff_s=1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for kill in range(2):
+            wait_for(lambda n=kill: len(resumes(tmp_path)) == n, 120, f"start {kill + 1}")
+            seen = set(tmp_path.glob("checkpoints/ckpt-*.pt"))
+            wait_for(lambda s=seen: set(tmp_path.glob("checkpoints/ckpt-*.pt")) - s, 120, "save")
+            os.kill(children(process.pid)[0], signal.SIGKILL)
+        output, _ = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    steps = read_steps(tmp_path / "metrics.csv")
+    exits = json.loads((tmp_path / "supervisor.json").read_text())["learner_exits"]
+    assert (process.returncode, summary["stop_reason"], exits) == (
+        0,
+        "target_return",
+        [-9, -9, 0],
+    ), output[-3000:]
+    assert steps == sorted(steps) and len(resumes(tmp_path)) == 2
+
+
+def resumes(run_dir: Path) -> list[str]:
+    log = run_dir / "cli.log"
+    return re.findall(r"resumed at (\d+) env steps", log.read_text()) if log.exists() else []

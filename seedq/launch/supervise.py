@@ -13,8 +13,9 @@ left in the learner's process group, so no actor outlives the run.
 
 SIGINT, SIGTERM and SIGUSR1 sent to the supervisor go to the learner, which checkpoints and
 stops; the supervisor then exits with the learner's status (75: stopped to be resumed) and
-restarts nothing. The learner's own exit statuses 0 (finished) and 2 (refused: it would be
-refused again) end the supervisor with the same status.
+restarts nothing. The learner's own exit statuses 0 (finished), 2 (refused: it would be
+refused again) and 75 (a stop signal sent to the learner itself) end the supervisor with the
+same status.
 
 Linux only (like the actors' parent-death signal): the supervisor makes itself the subreaper
 of the learner's orphans, so it can wait for every one of them.
@@ -150,8 +151,8 @@ class Supervisor:
             code = self._run_learner()
             if self.signalled.is_set():
                 return code if code >= 0 else 128 - code
-            if code in (EXIT_FINISHED, EXIT_REFUSED):
-                return code
+            if code in (EXIT_FINISHED, EXIT_REFUSED, EXIT_STOPPED):
+                return code  # finished, refused (it would be again), or stopped on purpose
             now = time.monotonic()
             self.deaths.append(now)
             while self.deaths and now - self.deaths[0] > window_s:
