@@ -3,6 +3,7 @@ background, the newest checkpoint that reads, metrics cut back to the checkpoint
 ``seedq-train resume=auto`` / stop signals as a user meets them."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -252,3 +253,16 @@ def test_the_learner_is_paused_only_for_the_copy_not_the_write(tmp_path):
     run.checkpoints.close()
     saved = torch.load(tmp_path / "checkpoints" / "ckpt-000000000100.pt", weights_only=True)
     assert free_while_writing and not torch.equal(saved["model"]["weight"], model.weight)
+
+
+def test_a_checkpoint_never_removes_a_file_this_process_is_writing_beside_it(tmp_path):
+    # The replay is written by the run loop while the writer thread saves a checkpoint: only
+    # a killed process's temp files are stale.
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    ours = folder / f".writing-{os.getpid()}-replay.tmp"
+    killed = folder / ".writing-1-abc.tmp"
+    for path in (ours, killed):
+        path.write_bytes(b"half")
+    save_checkpoint(str(tmp_path), state(100), keep=3)
+    assert (ours.exists(), killed.exists()) == (True, False)

@@ -97,7 +97,7 @@ def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_own_temp_prefix(), suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -134,10 +134,18 @@ def _remove_quietly(path: str | None) -> None:
         log.warning("could not remove the partial file %s", path)
 
 
+def _own_temp_prefix() -> str:
+    # The writer's pid in the name: this process may be writing a checkpoint and the replay at
+    # once, and only another (killed) process's temp files are stale.
+    return f"{TEMP_PREFIX}{os.getpid()}-"
+
+
 def remove_stale_temp_files(folder: Path) -> None:
-    """Delete temp files a killed writer left behind (never read, but they take disk)."""
+    """Delete temp files a killed writer left behind (never read, but they take disk); this
+    process's own are files being written."""
     for stale in folder.glob(f"{TEMP_PREFIX}*"):
-        _remove_quietly(str(stale))
+        if not stale.name.startswith(_own_temp_prefix()):
+            _remove_quietly(str(stale))
 
 
 def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
