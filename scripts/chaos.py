@@ -1,12 +1,21 @@
 """Inject each fault into a real CartPole run and print what it cost.
 
     PYTHONPATH=$PWD python scripts/chaos.py --target-return 150
+    PYTHONPATH=$PWD python scripts/chaos.py --only learner-kills --learner-kill-every-s 90
 
 One short run per fault (tcp actors, real processes and sockets); a table row per fault:
 injections, crashes (runs that failed; must be 0), recovered, seconds to recover, whether the
 run still reached its target (CartPole return, or the fake env's step budget), and env steps
 lost (an upper bound: messages refused or in flight at a kill, times the envs per message).
 The NaN fault runs the fake env (``env.nan_every``): CartPole has no NaN switch.
+
+``learner-kills``: ``seedq-train supervise=true`` on a longer task (``--learner-task``: MinAtar
+Space Invaders to a return of 50 by default, several minutes here) with its learner killed
+(``kill -9``) every ``--learner-kill-every-s``; the supervisor restarts it with resume=auto each
+time. Seconds to recover: from the kill until the restarted learner has trained past its
+checkpoint; env steps lost: the last metrics row before each kill minus the checkpoint the next
+learner resumed from. The run's metrics must come out as one curve (env steps never going
+back).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import seedq
+from seedq.arch.resume import read_steps
 from seedq.arch.seed import SeedRun
 from seedq.bench.fuzz import fire_burst
 from seedq.cli import to_config
@@ -36,6 +46,7 @@ from seedq.config import register_configs
 
 CONF = str(Path(seedq.__file__).parent / "conf")
 TARGETS = ("target_return", "total_env_steps")  # the budgets that mean "reached"
+FAULTS = "actor-kill,actor-stop,fuzz,nan,full-disk,learner-resume,learner-kills"
 register_configs()
 
 
@@ -193,6 +204,82 @@ def learner_kill_and_resume(row: Row, run_dir: str, common: list[str]) -> None:
     row.steps_lost = max(0, at_kill - saved)
 
 
+RESUMED = re.compile(r"resumed at (\d+) env steps")
+LEARNER_PID = re.compile(r"supervising the learner, pid (\d+)")
+
+
+def learner_kills(row: Row, run_dir: str, overrides: list[str], every_s: float) -> None:
+    """A supervised run whose learner is killed every ``every_s`` until the run ends."""
+    # Every death is a restart here (no limit), after 1 s: the column measures the restart,
+    # not the supervisor's backoff (5 s by default, doubling per death within an hour).
+    own = ["supervisor.max_restarts=100000", "supervisor.backoff_s=1"]
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", "supervise=true", f"run_dir={run_dir}", *own]
+        + overrides,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    log, metrics = Path(run_dir) / "cli.log", Path(run_dir) / "metrics.csv"
+    lost: list[int] = []  # env steps each kill cost
+
+    def text() -> str:
+        return log.read_text() if log.exists() else ""
+
+    while not wait(lambda: supervisor.poll() is not None, every_s):
+        pids = LEARNER_PID.findall(text())
+        steps = read_steps(metrics) if metrics.exists() else []
+        if not pids or not steps:
+            continue
+        resumes = len(RESUMED.findall(text()))
+        try:
+            os.kill(int(pids[-1]), signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        killed = time.monotonic()
+        row.injections += 1
+
+        def trained_again(before: int = resumes) -> bool:
+            found = RESUMED.findall(text())
+            if len(found) <= before or not metrics.exists():
+                return supervisor.poll() is not None
+            now = read_steps(metrics)
+            return bool(now) and now[-1] > int(found[-1])
+
+        if wait(trained_again, 600) and supervisor.poll() is None:
+            row.recovered += 1
+            row.recover_s.append(time.monotonic() - killed)
+            lost.append(max(0, steps[-1] - int(RESUMED.findall(text())[-1])))
+            row.steps_lost += lost[-1]
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    curve = read_steps(metrics)
+    per_minute = 60 * summary["env_steps"] / summary["wall_time_s"]
+    row.crashes += supervisor.returncode != 0 or curve != sorted(curve)
+    row.target_reached = summary["stop_reason"] in TARGETS
+    print(
+        f"learner kills: {summary['env_steps']} env steps in {summary['wall_time_s']} s of "
+        f"training, return {summary['return_mean']}, stop {summary['stop_reason']}, "
+        f"metrics one curve: {curve == sorted(curve)}; env steps lost per kill {lost} (a "
+        f"minute at the run's mean speed: {per_minute:.0f})",
+        file=sys.stderr,
+    )
+
+
+def full_disk(base: str, common: list[str]) -> list[Row]:
+    """Checkpoints onto a 32 KiB tmpfs: every write fails; the run must go on (needs root)."""
+    disk = os.path.join(base, "full_disk")
+    os.makedirs(os.path.join(disk, "checkpoints"))
+    mount = ["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", os.path.join(disk, "checkpoints")]
+    if subprocess.run(mount, capture_output=True).returncode != 0:
+        print("full disk: cannot mount a tmpfs here (not root?); skipped", file=sys.stderr)
+        return []
+    row = Row("full disk at checkpoint")
+    faults = in_process(row, disk, [*common, "checkpoint.every_minutes=0.05"], nothing)
+    row.injections = faults["checkpoint_failures"]
+    row.recovered = row.injections if row.target_reached else 0
+    subprocess.run(["umount", os.path.join(disk, "checkpoints")], check=False)
+    return [row]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -202,6 +289,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150_000, help="env steps of the fake-env run")
     parser.add_argument("--kill-every-s", type=float, default=5.0)
     parser.add_argument("--fuzz-size", type=int, default=1000, help="messages per burst")
+    parser.add_argument(
+        "--learner-kill-every-s", type=float, default=90.0, help="learner-kills: kill period"
+    )
+    parser.add_argument(
+        "--learner-task",
+        default="env=minatar env.id=space_invaders stop_at_return=50 max_minutes=30",
+        help="learner-kills: the run's overrides (its target and budget)",
+    )
+    parser.add_argument(
+        "--only", default="", help="comma-separated faults to run (default all): " + FAULTS
+    )
     parser.add_argument("--out", default="", help="also write the rows as JSON here")
     args = parser.parse_args()
     random.seed(0)
@@ -224,49 +322,47 @@ def main() -> None:
         count(row, faults)
         rows.append(row)
 
-    scenario(
-        "actor kill -9",
-        fast_restart,
-        kill_actors(args.kill_every_s),
-        lambda row, f: None,
-    )
-    scenario("actor SIGSTOP", ["broker.silent_timeout_s=2"], stop_actor(4.0), lambda r, f: None)
+    only = set(args.only.split(",")) - {""}
+    unknown = only - set(FAULTS.split(","))
+    if unknown:
+        parser.error(f"--only: unknown faults {sorted(unknown)}; choose from {FAULTS}")
+
+    def wanted(fault: str) -> bool:
+        return not only or fault in only
+
+    if wanted("actor-kill"):
+        scenario("actor kill -9", fast_restart, kill_actors(args.kill_every_s), lambda r, f: None)
+    if wanted("actor-stop"):
+        stop = stop_actor(4.0)
+        scenario("actor SIGSTOP", ["broker.silent_timeout_s=2"], stop, lambda r, f: None)
 
     def count_fuzz(row: Row, faults: dict) -> None:
         row.steps_lost = 0  # fuzz costs only the fuzzer's own messages and rejoins
         print(f"fuzz: {faults['bad_messages']} messages refused", file=sys.stderr)
 
-    scenario("fuzz burst", [], fuzz(3, args.fuzz_size), count_fuzz)
+    if wanted("fuzz"):
+        scenario("fuzz burst", [], fuzz(3, args.fuzz_size), count_fuzz)
 
     def count_nan(row: Row, faults: dict) -> None:
         row.injections = row.recovered = faults["non_finite_messages"]
         row.steps_lost = faults["non_finite_messages"] * 64  # cartpole's actor.envs_per_batch
 
     fake = ["env.kind=fake", "env.nan_every=50", f"total_env_steps={args.steps}"]
-    scenario("NaN env (fake)", fake, nothing, count_nan)
-    disk = os.path.join(base, "full_disk")
-    os.makedirs(os.path.join(disk, "checkpoints"))
-    mounted = (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", os.path.join(disk, "checkpoints")],
-            capture_output=True,
-        ).returncode
-        == 0
-    )
-    if mounted:
-
-        def count_disk(row: Row, faults: dict) -> None:
-            row.injections = faults["checkpoint_failures"]
-            row.recovered = row.injections if row.target_reached else 0
-
-        row = Row("full disk at checkpoint")
-        faults = in_process(row, disk, [*common, "checkpoint.every_minutes=0.05"], nothing)
-        count_disk(row, faults)
+    if wanted("nan"):
+        scenario("NaN env (fake)", fake, nothing, count_nan)
+    if wanted("full-disk"):
+        rows.extend(full_disk(base, common))
+    if wanted("learner-resume"):
+        row = Row("learner kill -9 + resume")
+        learner_kill_and_resume(row, os.path.join(base, "learner"), common)
         rows.append(row)
-        subprocess.run(["umount", os.path.join(disk, "checkpoints")], check=False)
-    row = Row("learner kill -9 + resume")
-    learner_kill_and_resume(row, os.path.join(base, "learner"), common)
-    rows.append(row)
+    if wanted("learner-kills"):
+        row = Row(f"learner kill -9 every {args.learner_kill_every_s:g} s (supervised)")
+        task = args.learner_task.split()
+        merged = {o.split("=", 1)[0]: o for o in [*common, *task]}
+        run_dir = os.path.join(base, "learner_kills")
+        learner_kills(row, run_dir, list(merged.values()), args.learner_kill_every_s)
+        rows.append(row)
 
     print(
         "| fault | injections | crashes | recovered | s to recover (mean/max) | target reached "

@@ -35,6 +35,8 @@ ClusterName=seedq-local
 SlurmctldHost=$NODE(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
+# A requeued job waits this long before it starts again (120 s by default); short for tests.
+AuthInfo=cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/spool

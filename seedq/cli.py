@@ -1,22 +1,31 @@
-"""Command-line entry points. ``seedq-train`` is a Hydra app over ``seedq/conf``."""
+"""Command-line entry points. ``seedq-train`` is a Hydra app over ``seedq/conf``.
+
+Its exit statuses (:mod:`seedq.exit_status`): 0 the run finished; 2 refused before anything
+started; 3 a fault the run could not survive; 75 stopped by SIGINT, SIGTERM or SIGUSR1 after a
+checkpoint, to be continued by the same command with ``resume=auto``.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
+from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
 from seedq.launch.sharing import fit_to_share
 from seedq.learner.checkpoint import (
     CheckpointError,
     check_compatible,
     find_checkpoint,
     load_checkpoint,
+    load_newest,
 )
 
 log = logging.getLogger("seedq")
@@ -31,8 +40,7 @@ def to_config(cfg: DictConfig) -> SeedqConfig:
 
 
 RESUME_GROUPS = ("algorithm", "env", "launcher")
-# Exit status of a run stopped by a fault it could not survive (2: refused before starting).
-EXIT_RUN_FAILED = 3
+AUTO = "auto"
 
 
 def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqConfig, dict]:
@@ -61,32 +69,132 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
     return to_config(typed), state
 
 
+def fixed_run_dir(hydra_cfg: Any) -> bool:
+    """Whether this command line names the run directory (else Hydra makes a new one)."""
+    return any(o.startswith("run_dir=") for o in hydra_cfg.overrides.task) or any(
+        o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra
+    )
+
+
+def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dict | None]:
+    """``resume=auto``: this command line's config, continued from the newest checkpoint of its
+    run directory that reads (None: there is none yet, the run starts from scratch)."""
+    from seedq.arch.resume import continue_metrics
+
+    if not fixed_run_dir(hydra_cfg):
+        raise ConfigError(
+            "resume=auto needs the same run directory at every start: add run_dir=DIR (e.g. "
+            "run_dir=runs/pong-1); without it each start gets a new dated directory with "
+            "nothing to resume"
+        )
+    run_dir = str(composed.run_dir)
+    found = load_newest(run_dir)
+    if found is None:
+        log.info("resume=auto: no checkpoint in %s yet; starting the run", run_dir)
+        continue_metrics(run_dir, 0)  # rows of a start killed before its first checkpoint
+        composed.resume = None
+        return to_config(composed), None
+    path, state = found
+    check_compatible(path, state["config"], OmegaConf.to_container(composed, resolve=True))
+    composed.resume = str(path)
+    return to_config(composed), state
+
+
+def finished_reason(state: dict, cfg: SeedqConfig) -> str:
+    """The stop rule a checkpointed run already met under ``cfg``'s budgets ("" if none)."""
+    reason = state.get("stop_reason", "")
+    saved_target = state["config"].get("stop_at_return")
+    met = {
+        "total_env_steps": state["env_steps"] >= cfg.total_env_steps,
+        "max_minutes": bool(cfg.max_minutes) and state["wall_time_s"] >= cfg.max_minutes * 60,
+        "target_return": cfg.stop_at_return is not None
+        and saved_target is not None
+        and cfg.stop_at_return <= saved_target,
+    }
+    return reason if met.get(reason) else ""
+
+
+def supervise(cfg: DictConfig, hydra_cfg: Any) -> int:
+    """``supervise=true``: this run's learner as a child process, restarted when it dies."""
+    from seedq.launch.supervise import Supervisor, learner_command
+
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        raise ConfigError("supervise=true supervises one run, not a sweep (-m)")
+    if cfg.resume not in (None, AUTO):
+        raise ConfigError(
+            f"supervise=true resumes with resume=auto by itself; drop resume={cfg.resume} "
+            "(run_dir=DIR continues the run in DIR)"
+        )
+    config = to_config(cfg)  # refused here, once, rather than by every learner
+    command = learner_command(
+        list(hydra_cfg.overrides.task), list(hydra_cfg.overrides.hydra), config.run_dir
+    )
+    log.info("supervising the run in %s", config.run_dir)
+    return Supervisor(command, config.supervisor, config.run_dir).run()
+
+
+def build_run(cfg: DictConfig, hydra_cfg: Any) -> Any:
+    """The run this command line asks for (None: resume=auto found it finished)."""
+    from seedq.arch import run_class
+
+    state = None
+    if cfg.resume == AUTO:
+        fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
+        config, state = auto_resumed(cfg, hydra_cfg)
+        done = finished_reason(state, config) if state is not None else ""
+        if done:
+            log.info(
+                "resume=auto: the run in %s already finished (%s at %d env steps); nothing to "
+                "do (a larger total_env_steps or max_minutes, or another stop_at_return, on "
+                "this command line continues it)",
+                config.run_dir,
+                done,
+                state["env_steps"],
+            )
+            return None
+    elif cfg.resume:
+        config, state = resumed_config(cfg, list(hydra_cfg.overrides.task))
+    else:
+        fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
+        config = to_config(cfg)
+    if state is not None:
+        log.info("resuming %s in %s", config.resume, config.run_dir)
+    return run_class(config.arch.name)(config, config.run_dir, resume=state)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
-    from seedq.arch import ArchUnavailable, run_class
+    from seedq.arch import ArchUnavailable
+    from seedq.arch.base import STOPPED
     from seedq.core.stats import NonFiniteTraining
     from seedq.envs import EnvError
     from seedq.launch.actors import ActorFailure
 
+    hydra_cfg = HydraConfig.get()
     try:
-        if cfg.resume:
-            config, state = resumed_config(cfg, list(HydraConfig.get().overrides.task))
-            log.info("resuming %s in %s", config.resume, config.run_dir)
-            run = run_class(config.arch.name)(config, config.run_dir, resume=state)
-        else:
-            hydra_cfg = HydraConfig.get()
-            fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
-            config = to_config(cfg)
-            run = run_class(config.arch.name)(config, config.run_dir)
+        if cfg.supervise:
+            sys.exit(supervise(cfg, hydra_cfg))
+        run = build_run(cfg, hydra_cfg)
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
-        sys.exit(2)
+        sys.exit(EXIT_REFUSED)
+    if run is None:
+        return None
     try:
         summary = run.run()
     except (ActorFailure, NonFiniteTraining) as exc:
         # The run already saved its last good weights; the user needs the reason, not a trace.
-        log.error("run failed: %s (the newest checkpoint is in %s)", exc, config.run_dir)
+        log.error("run failed: %s (the newest checkpoint is in %s)", exc, run.run_dir)
         sys.exit(EXIT_RUN_FAILED)
+    if summary.stop_reason == STOPPED:
+        log.warning(
+            "stopped by %s with a checkpoint (exit status %d); the same command with "
+            "resume=auto and run_dir=%s continues the run",
+            run.stop_signal or "Ctrl-C",
+            EXIT_STOPPED,
+            run.run_dir,
+        )
+        sys.exit(EXIT_STOPPED)
     # Returned to Hydra so sweeps (and optimisation sweepers) see the final return.
     return summary.return_mean
 
@@ -106,10 +214,20 @@ def print_keys(argv: list[str]) -> None:
         print(f"  {doc.key} = {doc.default!r}\n      {doc.help}")
 
 
+def with_hydra_dir(argv: list[str]) -> list[str]:
+    """``run_dir=DIR`` also puts Hydra's own files there (``.hydra/``, ``cli.log``): one folder
+    holds the whole run, however often it is restarted (sweeps keep Hydra's job folders)."""
+    if any(a in ("-m", "--multirun") or a.startswith("hydra.run.dir=") for a in argv):
+        return argv
+    dirs = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
+    return [*argv, f"hydra.run.dir={dirs[-1]}"] if dirs else argv
+
+
 def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         print_keys(sys.argv[2:])
         return
+    sys.argv[1:] = with_hydra_dir(sys.argv[1:])
     _train()
 
 

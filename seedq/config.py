@@ -23,6 +23,7 @@ from seedq.arch.config import ArchConfig, validate_arch
 from seedq.broker.config import BrokerConfig, validate_broker
 from seedq.envs.config import EnvConfig, validate_env
 from seedq.launch.config import LauncherConfig, validate_launcher
+from seedq.launch.supervise import SupervisorConfig, validate_supervisor
 from seedq.learner.config import (
     CheckpointConfig,
     HardwareConfig,
@@ -70,7 +71,19 @@ class SeedqConfig:
         help="where metrics go besides metrics.csv: logger=tensorboard|wandb|mlflow, or a list",
         factory=LoggerConfig,
     )
-    resume: str | None = setting(None, "a run directory or checkpoint file to continue")
+    resume: str | None = setting(
+        None,
+        "a run directory or checkpoint file to continue; auto: the newest readable checkpoint of "
+        "run_dir (which must then be given), or a fresh start if it has none",
+    )
+    supervise: bool = setting(
+        False,
+        "run the learner as a child process and restart it with resume=auto when it dies "
+        "(seedq/launch/supervise.py)",
+    )
+    supervisor: SupervisorConfig = setting(
+        help="restarts of a dead learner under supervise=true", factory=SupervisorConfig
+    )
 
 
 def register_configs() -> None:
@@ -100,6 +113,7 @@ def validate(cfg: Any) -> None:
     validate_security(cfg.security, cfg.broker.host)
     validate_launcher(cfg.launcher)
     validate_checkpoint(cfg.checkpoint)
+    validate_supervisor(cfg.supervisor)
     validate_logger(cfg.logger)
     positive("log_interval_s", cfg.log_interval_s)
     positive("total_env_steps", cfg.total_env_steps)

@@ -172,6 +172,11 @@ def _cmdlines() -> list[tuple[int, str]]:
 def processes_with_env(marker: str) -> list[str]:
     """Command lines of live processes whose environment holds ``marker`` (set through
     ``launcher.env``, so it marks exactly what the launcher started on the "remote" side)."""
+    return [_cmdline(pid) for pid in pids_with_env(marker)]
+
+
+def pids_with_env(marker: str) -> list[int]:
+    """Pids of the live processes :func:`processes_with_env` describes."""
     found = []
     needle = marker.encode()
     for entry in Path("/proc").glob("[0-9]*"):
@@ -181,7 +186,7 @@ def processes_with_env(marker: str) -> list[str]:
         except OSError:
             continue
         if needle in environ and state != "Z":
-            found.append(_cmdline(int(entry.name)))
+            found.append(int(entry.name))
     return found
 
 

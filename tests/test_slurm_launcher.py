@@ -261,7 +261,7 @@ def test_ctrl_c_sigterm_or_a_killed_learner_ends_every_actor_step(tmp_path, sig)
     finally:
         if process.poll() is None:
             process.kill()
-    expected = {signal.SIGKILL: "learner exit 137"}.get(sig, "learner exit 0")
+    expected = {signal.SIGKILL: "learner exit 137"}.get(sig, "learner exit 75")
     assert (expected in output, steps_after(run_dir), left_behind(run_dir)) == (
         True,
         [],

@@ -16,7 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from ssh_hosts import SshdHost, client_config, missing_tools, processes_with_env, user_key
+from fault_helpers import alive, children, wait_for
+from ssh_hosts import (
+    SshdHost,
+    client_config,
+    missing_tools,
+    pids_with_env,
+    processes_with_env,
+    user_key,
+)
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
@@ -131,7 +139,7 @@ def test_ctrl_c_or_sigterm_stops_the_remote_actors(tmp_path, hosts, sig):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (len(running), process.returncode, summary["stop_reason"], left_behind(run_dir)) == (
         4,
-        0,
+        75,  # stopped, to be resumed
         "interrupted",
         [],
     ), output
@@ -173,6 +181,43 @@ def test_a_killed_host_takes_its_actor_with_it_and_the_run_leaves_nothing_behind
         "max_minutes",
         [],
     ), output
+
+
+@needs_sshd
+def test_a_supervised_learner_killed_mid_run_comes_back_with_new_remote_actors(tmp_path, hosts):
+    """kill -9 of the learner under supervise=true: the dead learner's remote actors exit, the
+    restarted learner starts its own on the same hosts, resumes from the newest checkpoint and
+    finishes; nothing is left on the hosts."""
+    run_dir = tmp_path / "run"
+    process = start(
+        run_dir,
+        hosts,
+        "supervise=true",
+        "env.kind=fake",
+        "actor.envs_per_batch=8",
+        "log_interval_s=0.5",
+        "total_env_steps=100000",
+        "checkpoint.every_minutes=0.02",
+        "supervisor.backoff_s=2",
+    )
+    try:
+        wait_for(lambda: list(run_dir.glob("checkpoints/ckpt-*.pt")), 180, "a checkpoint")
+        marker = f"SEEDQ_TEST_RUN={run_dir}"
+        wait_for(lambda: len(pids_with_env(marker)) == 4, 60, "a guard and an actor per host")
+        first_actors = pids_with_env(marker)
+        os.kill(children(process.pid)[0], signal.SIGKILL)
+        wait_for(lambda: not any(alive(p) for p in first_actors), 60, "the old actors to exit")
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (process.returncode, summary["stop_reason"], left_behind(run_dir)) == (
+        0,
+        "total_env_steps",
+        [],
+    ), output
+    assert "resumed at " in output and "the learner was killed by SIGKILL" in output
 
 
 @needs_sshd

@@ -16,11 +16,15 @@ reach the agent; each subclasses :class:`TrainingRun` and fills in its hooks:
 They all keep the same attributes: ``cfg``, ``run_dir``, ``spec``, ``agent``, ``stats`` (a
 ``BrokerStats``: env steps, episodes, returns), ``generator`` (the acting RNG), ``stop``,
 ``weights_lock``, ``errors``.
+
+Checkpoints are cheap so they can be frequent: :meth:`TrainingRun.save` copies the state's
+tensors under the weights lock and a :class:`~seedq.learner.checkpoint_writer.CheckpointWriter`
+thread writes them. SIGINT, SIGTERM and SIGUSR1 stop the run the orderly way, checkpoint first
+(stop reason ``interrupted``: ``seedq-train`` exits with status 75, "stopped to be resumed").
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -35,19 +39,24 @@ import torch
 
 from seedq.agents.registry import build_agent
 from seedq.arch.monitor import Monitor, RunSummary
+from seedq.arch.resume import continue_metrics
 from seedq.core.agent import RunContext
 from seedq.core.stats import NonFiniteTraining
 from seedq.learner.central_inference import CentralInference
-from seedq.learner.checkpoint import CheckpointWriteError, plain_config, save_checkpoint
+from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
+from seedq.learner.checkpoint_writer import CheckpointWriter
 from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.inference import InferenceEngine
 from seedq.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
 
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+# Ctrl-C; SIGTERM from a scheduler, a supervisor or `kill`; SIGUSR1 from Slurm's
+# --signal=B:USR1@90 before a time limit. Each stops the run with a checkpoint first.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+STOPPED = "interrupted"  # the stop reason of a run stopped by one of them
+# Seconds the end of a run waits for its last checkpoint to reach the disk.
+LAST_WRITE_WAIT_S = 600.0
 
 
 class TrainingRun:
@@ -61,12 +70,17 @@ class TrainingRun:
     device: torch.device
     curve: Any = None
     elapsed_before: float = 0.0
-    checkpoint_failures: int = 0
 
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.weights_lock = threading.Lock()
         self.errors: list[BaseException] = []
+        self.stop_signal = ""  # the name of the signal that stopped the run ("" if none did)
+        self.replay_failures = 0  # failed writes of the files kept beside the checkpoints
+        self.snapshots = 0
+        self.snapshot_s = 0.0  # seconds under the weights lock copying state, all snapshots
+        self.snapshot_max_s = 0.0
+        self._writer: CheckpointWriter | None = None
 
     # ----------------------------------------------------------------- hooks
 
@@ -129,13 +143,34 @@ class TrainingRun:
 
     # ------------------------------------------------------------- checkpoints
 
+    @property
+    def checkpoints(self) -> CheckpointWriter:
+        """The thread that writes this run's checkpoints (started on first use)."""
+        if self._writer is None:
+            self._writer = CheckpointWriter(self.run_dir, self.cfg.checkpoint.keep)
+        return self._writer
+
+    @property
+    def checkpoint_failures(self) -> int:
+        written = self._writer.failures if self._writer is not None else 0
+        return written + self.replay_failures
+
     def checkpoint_state(self, wall_time_s: float) -> dict:
         """Everything needed to continue this run; the agent's part copied under the lock.
 
-        The same dict for every architecture, so ``seedq-eval`` and ``resume`` read any run's.
+        Only tensor copies happen under the lock (no serialisation): the pause of inference
+        and training is a memory copy of the model and optimizer. The same dict for every
+        architecture, so ``seedq-eval`` and ``resume`` read any run's.
         """
+        spare = self.checkpoints.take_spare()
         with self.weights_lock:
-            agent_state = copy.deepcopy(self.agent.state_dict())
+            begin = time.perf_counter()  # the pause of inference and training, not our wait
+            agent_state = copy_tensors(self.agent.state_dict(), into=spare)
+            counters = (self.stats.env_steps, self.stats.episodes, self.agent.stats.updates)
+            held = time.perf_counter() - begin
+        self.snapshots += 1
+        self.snapshot_s += held
+        self.snapshot_max_s = max(self.snapshot_max_s, held)
         rng = {
             **agent_state.pop("rng", {}),
             "torch": torch.get_rng_state(),
@@ -146,14 +181,15 @@ class TrainingRun:
             "rng": rng,
             "config": plain_config(self.cfg),
             "spec": self.spec.to_dict(),
-            "env_steps": self.stats.env_steps,
-            "episodes": self.stats.episodes,
-            "updates": self.agent.stats.updates,
+            "env_steps": counters[0],
+            "episodes": counters[1],
+            "updates": counters[2],
             "wall_time_s": wall_time_s,
         }
 
     def restore(self, state: dict) -> None:
-        """Load a checkpoint of this config before the run starts."""
+        """Load a checkpoint of this config before the run starts; the run's metrics are cut
+        back to the checkpoint's step, so the resumed run continues one curve."""
         self.agent.load_state_dict(state)
         self.agent.restore_files(str(Path(self.cfg.resume or "").parent))
         torch.set_rng_state(state["rng"]["torch"])
@@ -162,6 +198,7 @@ class TrainingRun:
         self.stats.episodes = int(state["episodes"])
         self.agent.stats.updates = int(state["updates"])
         self.elapsed_before = float(state["wall_time_s"])
+        continue_metrics(self.run_dir, self.stats.env_steps)
         log.info(
             "resumed at %d env steps, %d updates, %.0f s of training",
             self.stats.env_steps,
@@ -169,19 +206,38 @@ class TrainingRun:
             self.elapsed_before,
         )
 
-    def save(self, wall_time_s: float) -> str | None:
-        """Write a checkpoint; a failed write is logged and counted, and the run goes on with
-        the previous checkpoint intact (None)."""
+    def save(self, wall_time_s: float, stop_reason: str = "", *, with_files: bool = True) -> None:
+        """Take a checkpoint: the state is copied now and written by the checkpoint writer's
+        thread. ``with_files``: then write the large state kept beside the checkpoints (the
+        replay, with ``checkpoint.replay``) here, itself atomically. ``stop_reason``: why the
+        run ends ("" while it goes on), so ``resume=auto`` knows a finished run. A failed write
+        is logged and counted, and the run goes on with the previous file intact.
+
+        The one function that writes checkpoints (a data-parallel run calls it on rank 0).
+        """
+        self.checkpoints.submit({**self.checkpoint_state(wall_time_s), "stop_reason": stop_reason})
+        if with_files:
+            self.save_files()
+
+    def save_files(self) -> None:
+        """Write what the agent keeps beside the checkpoints (R2D2's and SAC's replay)."""
         try:
-            # First, so that a checkpoint never points past the files saved beside it.
             self.agent.save_files(self.run_dir)
-            return save_checkpoint(
-                self.run_dir, self.checkpoint_state(wall_time_s), keep=self.cfg.checkpoint.keep
-            )
         except CheckpointWriteError as exc:
-            self.checkpoint_failures += 1
+            self.replay_failures += 1
             log.error("checkpoint failed (%d so far): %s", self.checkpoint_failures, exc)
-            return None
+
+    def checkpoint_timing(self) -> dict[str, float]:
+        """What checkpoints cost this run: milliseconds under the weights lock (mean, max) and
+        of the last background write (benchmarks read it)."""
+        writer = self._writer
+        return {
+            "snapshots": self.snapshots,
+            "lock_ms_mean": 1000 * self.snapshot_s / max(self.snapshots, 1),
+            "lock_ms_max": 1000 * self.snapshot_max_s,
+            "write_ms_last": 1000 * writer.write_s if writer is not None else 0.0,
+            "written": writer.written if writer is not None else 0,
+        }
 
     # ------------------------------------------------------------------ running
 
@@ -206,14 +262,27 @@ class TrainingRun:
         return thread
 
     def run(self) -> RunSummary:
-        """Train until a stop condition; Ctrl-C or SIGTERM stop it the same orderly way."""
+        """Train until a stop condition; SIGINT, SIGTERM and SIGUSR1 stop it the same orderly
+        way (stop reason ``interrupted``)."""
         on_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
+        previous = {}
+        if on_main_thread:
+            previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
         try:
             return self._run()
         finally:
-            if on_main_thread:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_stop_signal(self, signum: int, frame: object) -> None:
+        # Only a flag and the stop event: the loop and the threads wind down themselves, so no
+        # exception lands in the middle of a checkpoint. A repeated signal (Slurm sends SIGTERM
+        # to every process of a job step, a supervisor forwards its own) changes nothing.
+        name = signal.Signals(signum).name
+        if not self.stop_signal:
+            self.stop_signal = name
+            log.warning("%s: saving a checkpoint and stopping (resume=auto continues)", name)
+        self.stop.set()
 
     def _run(self) -> RunSummary:
         cfg = self.cfg
@@ -233,50 +302,85 @@ class TrainingRun:
             self.monitor_config(), self.agent, self.stats, writer, start, curve=self.curve
         )
         every = cfg.checkpoint.every_minutes * 60
-        last_save = time.monotonic()
-        reason = "interrupted"
+        replay_every = cfg.checkpoint.replay_every_minutes * 60
+        last_save = last_replay_save = time.monotonic()
+        reason = ""  # stays "" only while an exception is on its way out
         try:
             next_row = time.monotonic() + cfg.log_interval_s
-            while True:
+            while not self.stop_signal:
                 # Wake often so a step or time budget stops the run promptly; write a metrics
                 # row every log interval (and at the stop).
                 self._wait()
                 self._check_roles()
                 now = time.monotonic()
+                if self.stop_signal:
+                    break
                 if now < next_row and not monitor.budget_spent(now) and not self.errors:
                     continue
                 next_row = now + cfg.log_interval_s
                 self._before_row()
                 reason = monitor.tick()
                 if every and time.monotonic() - last_save >= every:
-                    self.save(time.monotonic() - start)
+                    replay_due = bool(replay_every) and now - last_replay_save >= replay_every
+                    self.save(time.monotonic() - start, with_files=replay_due)
                     last_save = time.monotonic()
+                    last_replay_save = last_save if replay_due else last_replay_save
                 if self.errors:
                     raise self.errors[0]
                 if reason:
                     break
+            if self.stop_signal:
+                reason = STOPPED
         except KeyboardInterrupt:
-            reason = "interrupted"
+            # Ctrl-C where no handler of ours was installed (a run outside the main thread).
+            reason = STOPPED
             log.warning("interrupted; stopping and saving a checkpoint")
         finally:
             self.stop.set()
             try:
-                self._stop_roles()
+                if reason == STOPPED:
+                    # A grace period is short (Slurm's KillWait, a spot VM's notice): copy the
+                    # state first and let it be written while the roles stop; the replay, if
+                    # kept, comes after (seconds for gigabytes, and it may be cut short).
+                    self.save(time.monotonic() - start, reason, with_files=False)
             finally:
-                for thread in threads:
-                    thread.join(timeout=10)
-                self._before_row()
-                monitor.tick(final=True)
-                monitor.progress.close()
-                writer.close()
-                self.save(time.monotonic() - start)
-                self._close_roles()
-                self._write_fault_counts()
+                self._wind_down(threads, monitor, writer, time.monotonic() - start, reason)
         summary = monitor.summary(reason)
         with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
             json.dump(summary.__dict__, f, indent=2)
         log.info("run finished (%s): %s", reason, summary)
         return summary
+
+    def _wind_down(
+        self,
+        threads: list[threading.Thread],
+        monitor: Monitor,
+        writer: MetricsWriter,
+        elapsed_s: float,
+        reason: str,
+    ) -> None:
+        """Stop the roles, write the last metrics row and (unless a stop signal already took
+        it) the last checkpoint, wait for it to reach the disk, release the rest."""
+        try:
+            self._stop_roles()
+        finally:
+            for thread in threads:
+                thread.join(timeout=10)
+            self._before_row()
+            monitor.tick(final=True)
+            monitor.progress.close()
+            writer.close()
+            if reason != STOPPED:
+                self.save(elapsed_s, reason or "failed")
+            else:
+                self.save_files()
+            self._finish_writing()
+            self._close_roles()
+            self._write_fault_counts()
+
+    def _finish_writing(self) -> None:
+        if not self.checkpoints.close(timeout_s=LAST_WRITE_WAIT_S):
+            log.error("the last checkpoint was not written within %.0f s", LAST_WRITE_WAIT_S)
 
     def _write_fault_counts(self) -> None:
         try:

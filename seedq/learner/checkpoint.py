@@ -6,6 +6,11 @@ resolved config. Each is written to a temp file, synced and renamed into place, 
 write (disk full, read-only folder) never replaces a good checkpoint and raises
 :class:`CheckpointWriteError`; the newest ``keep`` are kept. Temp files are named so that no
 reader ever takes one for a checkpoint, and leftovers of a killed writer are removed.
+
+The run takes a checkpoint in two halves: :func:`copy_tensors` under the weights lock (tensor
+copies, no serialisation), then :func:`save_checkpoint` on the writer's thread
+(:mod:`seedq.learner.checkpoint_writer`). :func:`load_newest` is what ``resume=auto`` reads: the
+newest checkpoint that loads, a damaged newer one skipped with a warning.
 """
 
 from __future__ import annotations
@@ -51,9 +56,39 @@ def plain_config(cfg: Any) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def snapshot(module: torch.nn.Module | torch.optim.Optimizer) -> dict:
-    """A deep copy of a state dict, so training can go on while it is written."""
-    return copy.deepcopy(module.state_dict())
+def copy_tensors(value: Any, into: Any = None) -> Any:
+    """``value`` (nested dicts, lists and tuples of a state dict) with every tensor copied on its
+    own device, every other leaf deep-copied: cheap enough under the weights lock (a memory copy,
+    no serialisation), and safe to write while training changes the originals.
+
+    ``into``: an earlier copy nobody uses any more (one already written); its tensors of the
+    same shape, layout and device are filled in place rather than allocated again, which
+    spares the page faults of fresh memory (a third to a half of the copy on a busy CPU).
+    Copies stay on their device: a device-to-device copy is the shortest pause for a GPU
+    learner, and ``torch.save`` moves them to the host on the writer's thread.
+    """
+    if isinstance(value, torch.Tensor):
+        if _same_layout(value, into):
+            return into.copy_(value.detach())
+        return value.detach().clone()
+    if isinstance(value, dict):
+        spare = into if isinstance(into, dict) else {}
+        return {key: copy_tensors(item, spare.get(key)) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        spare = into if isinstance(into, (list, tuple)) and len(into) == len(value) else None
+        items = zip(value, spare or [None] * len(value), strict=True)
+        return type(value)(copy_tensors(item, old) for item, old in items)
+    return copy.deepcopy(value)
+
+
+def _same_layout(tensor: torch.Tensor, spare: Any) -> bool:
+    return (
+        isinstance(spare, torch.Tensor)
+        and spare.shape == tensor.shape
+        and spare.dtype == tensor.dtype
+        and spare.device == tensor.device
+        and spare.stride() == tensor.stride()
+    )
 
 
 def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -62,7 +97,7 @@ def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_own_temp_prefix(), suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -99,10 +134,18 @@ def _remove_quietly(path: str | None) -> None:
         log.warning("could not remove the partial file %s", path)
 
 
+def _own_temp_prefix() -> str:
+    # The writer's pid in the name: this process may be writing a checkpoint and the replay at
+    # once, and only another (killed) process's temp files are stale.
+    return f"{TEMP_PREFIX}{os.getpid()}-"
+
+
 def remove_stale_temp_files(folder: Path) -> None:
-    """Delete temp files a killed writer left behind (never read, but they take disk)."""
+    """Delete temp files a killed writer left behind (never read, but they take disk); this
+    process's own are files being written."""
     for stale in folder.glob(f"{TEMP_PREFIX}*"):
-        _remove_quietly(str(stale))
+        if not stale.name.startswith(_own_temp_prefix()):
+            _remove_quietly(str(stale))
 
 
 def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
@@ -160,6 +203,27 @@ def find_checkpoint(path: str) -> Path:
         f"{path}: no checkpoint there; give a run directory that has "
         f"{DIR_NAME}/{PREFIX}*.pt or a checkpoint file"
     )
+
+
+def load_newest(run_dir: str) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint of ``run_dir`` that reads back, and its state.
+
+    A newer file that does not read (cut short by a full disk or a crash of the machine, or
+    damaged later) is skipped with a warning naming it. None when the run has no checkpoint
+    yet; :class:`CheckpointError` when it has some and none of them reads.
+    """
+    found = list_checkpoints(Path(run_dir) / DIR_NAME)
+    for path in reversed(found):
+        try:
+            return path, load_checkpoint(path)
+        except CheckpointError as exc:
+            log.warning("skipping a checkpoint that does not read: %s", exc)
+    if found:
+        raise CheckpointError(
+            f"{run_dir}: none of its {len(found)} checkpoints reads (see the warnings above); "
+            f"move {Path(run_dir) / DIR_NAME} away to start this run again from scratch"
+        )
+    return None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -45,11 +45,20 @@ class HardwareConfig:
 @dataclass
 class CheckpointConfig:
     every_minutes: float = setting(
-        10.0, "minutes between checkpoints (0: only at the end and on Ctrl-C / SIGTERM)"
+        1.0,
+        "minutes between checkpoints (0: only at the end and on a stop signal); each copies the "
+        "state under the weights lock and is written in the background",
     )
     keep: int = setting(3, "newest checkpoints kept in <run dir>/checkpoints")
     replay: bool = setting(
-        False, "R2D2, SAC: also save the replay beside the checkpoints (replay.npz, can be GBs)"
+        False,
+        "R2D2, SAC: also save the replay beside the checkpoints (replay.npz, can be GBs); without "
+        "it a resumed run refills its replay before training goes on",
+    )
+    replay_every_minutes: float = setting(
+        10.0,
+        "with checkpoint.replay: minutes between replay saves (0: only at the end and on a stop "
+        "signal); the replay is written by the run loop, not in the background",
     )
 
 
@@ -64,4 +73,4 @@ def validate_hardware(hw: HardwareConfig) -> None:
 
 def validate_checkpoint(ckpt: CheckpointConfig) -> None:
     check_positive(ckpt, "checkpoint", ["keep"])
-    check_positive(ckpt, "checkpoint", ["every_minutes"], zero_ok=True)
+    check_positive(ckpt, "checkpoint", ["every_minutes", "replay_every_minutes"], zero_ok=True)

@@ -1,0 +1,79 @@
+"""What a resumed run does to the files of the run it continues, so that one run stopped and
+resumed any number of times reads as one run.
+
+The metrics of a run killed after its last checkpoint go past the step the resumed run starts
+from; :func:`continue_metrics` drops them, so ``metrics.csv`` and TensorBoard hold one curve:
+no step range twice, and missing only what the killed run did after its checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+
+log = logging.getLogger(__name__)
+
+METRICS_NAME = "metrics.csv"
+TENSORBOARD_DIR = "tb"
+
+
+def continue_metrics(run_dir: str, env_steps: int) -> int:
+    """Make ``run_dir``'s metrics end at ``env_steps`` (the checkpoint's): rows past it are
+    removed from ``metrics.csv`` (and a row cut short by a kill), and TensorBoard is told to
+    hide its events past it. Returns the rows removed."""
+    dropped = _truncate_csv(Path(run_dir) / METRICS_NAME, env_steps)
+    tb = Path(run_dir) / TENSORBOARD_DIR
+    if tb.is_dir() and any(tb.iterdir()):
+        # A SessionLog START at step S makes TensorBoard drop the events of earlier files from
+        # step S on (SummaryWriter's purge_step): the killed run's tail after the checkpoint.
+        SummaryWriter(log_dir=str(tb), purge_step=env_steps + 1).close()
+    if dropped:
+        log.info(
+            "metrics: %d rows after env step %d dropped (the resumed run redoes them)",
+            dropped,
+            env_steps,
+        )
+    return dropped
+
+
+def _truncate_csv(path: Path, env_steps: int) -> int:
+    if not path.exists():
+        return 0
+    text = path.read_text()
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # a row cut short when the writer was killed
+    lines = text.splitlines(keepends=True)
+    if not lines:
+        return 0
+    column = next(csv.reader([lines[0]])).index("env_steps")
+    kept = [lines[0]]
+    for line in lines[1:]:
+        row = next(csv.reader([line]), [])
+        try:
+            if int(row[column]) <= env_steps:
+                kept.append(line)
+        except (IndexError, ValueError):
+            continue
+    dropped = len(lines) - len(kept)
+    if dropped or len(text) != path.stat().st_size:
+        _replace(path, "".join(kept))
+    return dropped
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_steps(path: Path) -> list[int]:
+    """The ``env_steps`` column of a metrics file (tests and the chaos tool check continuity)."""
+    with open(path, newline="") as f:
+        return [int(row["env_steps"]) for row in csv.DictReader(f)]

@@ -1,0 +1,268 @@
+"""Cheap checkpoints and automatic resume: state copied under the lock and written in the
+background, the newest checkpoint that reads, metrics cut back to the checkpoint, and
+``seedq-train resume=auto`` / stop signals as a user meets them."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+from cli_helpers import run_cli
+from fault_helpers import FAKE, wait_for
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from seedq.arch.base import TrainingRun
+from seedq.arch.resume import continue_metrics, read_steps
+from seedq.learner.checkpoint import (
+    CheckpointError,
+    CheckpointWriteError,
+    copy_tensors,
+    load_newest,
+    save_checkpoint,
+)
+from seedq.learner.checkpoint_writer import CheckpointWriter
+from seedq.metrics import MetricsWriter
+
+
+def state(env_steps: int) -> dict:
+    return {"env_steps": env_steps, "updates": 0, "w": torch.full((3,), float(env_steps))}
+
+
+def test_a_snapshot_does_not_change_when_training_goes_on():
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    copied = copy_tensors({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    before = copied["model"]["weight"].clone(), copied["optimizer"]["state"][0]["exp_avg"].clone()
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    after = copied["model"]["weight"], copied["optimizer"]["state"][0]["exp_avg"]
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_the_writer_writes_in_the_background_and_keeps_the_newest(tmp_path):
+    writer = CheckpointWriter(str(tmp_path), keep=2)
+    for steps in (100, 200, 300):
+        writer.submit(state(steps))
+        writer.flush()
+    writer.close()
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["ckpt-000000000200.pt", "ckpt-000000000300.pt"]
+
+
+def test_a_snapshot_waiting_for_the_disk_is_replaced_by_a_newer_one(tmp_path):
+    started, release = threading.Event(), threading.Event()
+
+    def slow_save(run_dir, snapshot, *, keep):
+        started.set()
+        release.wait(10)
+        return save_checkpoint(run_dir, snapshot, keep=keep)
+
+    writer = CheckpointWriter(str(tmp_path), keep=5, write=slow_save)
+    writer.submit(state(100))
+    started.wait(10)
+    writer.submit(state(200))  # waits: 100 is being written
+    writer.submit(state(300))  # replaces 200, which holds nothing 300 does not
+    release.set()
+    writer.close()
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert (names, writer.replaced) == (["ckpt-000000000100.pt", "ckpt-000000000300.pt"], 1)
+
+
+def test_a_failed_background_write_is_counted_and_the_writer_goes_on(tmp_path):
+    calls = []
+
+    def full_disk_once(run_dir, snapshot, *, keep):
+        calls.append(snapshot["env_steps"])
+        if len(calls) == 1:
+            raise CheckpointWriteError("could not write: No space left on device")
+        return save_checkpoint(run_dir, snapshot, keep=keep)
+
+    writer = CheckpointWriter(str(tmp_path), keep=3, write=full_disk_once)
+    writer.submit(state(100))
+    writer.flush()
+    writer.submit(state(200))
+    writer.close()
+    names = [p.name for p in (tmp_path / "checkpoints").iterdir()]
+    assert (writer.failures, writer.written, names) == (1, 1, ["ckpt-000000000200.pt"])
+
+
+def test_a_bug_in_the_writer_is_raised_in_the_run_s_thread(tmp_path):
+    writer = CheckpointWriter(str(tmp_path), keep=3)
+    writer.submit({**state(100), "bad": lambda: None})  # cannot be pickled
+    with pytest.raises(AttributeError):
+        writer.flush()
+    writer.close()
+
+
+def damage(path):
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00" * 256)
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    for steps in (100, 200):
+        save_checkpoint(str(tmp_path), state(steps), keep=3)
+    damage(tmp_path / "checkpoints" / "ckpt-000000000200.pt")
+    path, loaded = load_newest(str(tmp_path))
+    assert (path.name, loaded["env_steps"]) == ("ckpt-000000000100.pt", 100)
+    assert "skipping a checkpoint that does not read: " in caplog.text
+    assert "ckpt-000000000200.pt cannot be read" in caplog.text
+
+
+def test_no_checkpoint_means_a_fresh_start_and_only_damaged_ones_are_refused(tmp_path):
+    assert load_newest(str(tmp_path)) is None
+    save_checkpoint(str(tmp_path), state(100), keep=3)
+    damage(tmp_path / "checkpoints" / "ckpt-000000000100.pt")
+    with pytest.raises(CheckpointError, match="none of its 1 checkpoints reads"):
+        load_newest(str(tmp_path))
+
+
+def write_rows(run_dir, steps: list[int]) -> None:
+    writer = MetricsWriter(str(run_dir), [])
+    for n, step in enumerate(steps):
+        writer.write({"wall_time": float(n), "env_steps": step, "return_mean": 1.0})
+    writer.close()
+
+
+def test_metrics_past_the_checkpoint_are_dropped_in_the_csv_and_in_tensorboard(tmp_path):
+    write_rows(tmp_path, [0, 100, 200, 300, 400])
+    with open(tmp_path / "metrics.csv", "a") as f:
+        f.write("5.0,500,1")  # a row cut short by kill -9
+    dropped = continue_metrics(str(tmp_path), 250)
+    write_rows(tmp_path, [260, 360])  # the resumed run's rows
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tb_steps = [e.step for e in events.Scalars("return_mean")]
+    assert (dropped, read_steps(tmp_path / "metrics.csv"), tb_steps) == (
+        2,  # 300 and 400 (the cut row goes too)
+        [0, 100, 200, 260, 360],
+        [0, 100, 200, 260, 360],
+    )
+
+
+def test_resume_auto_needs_a_fixed_run_dir(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", "resume=auto"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,  # Hydra's dated folder goes here
+        timeout=120,
+    )
+    assert (result.returncode, "resume=auto needs the same run directory" in result.stdout) == (
+        2,
+        True,
+    ), result.stdout[-2000:]
+
+
+def test_resume_auto_starts_continues_and_knows_a_finished_run(tmp_path):
+    run = [*FAKE, "resume=auto", f"run_dir={tmp_path}"]
+    first = run_cli(*run, "total_env_steps=5000")
+    again = run_cli(*run, "total_env_steps=5000")
+    longer = run_cli(*run, "total_env_steps=10000")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    steps = read_steps(tmp_path / "metrics.csv")
+    assert (first.returncode, again.returncode, longer.returncode) == (0, 0, 0), longer.stdout
+    assert "no checkpoint in" in first.stdout
+    assert "already finished (total_env_steps" in again.stdout
+    assert "resumed at " in longer.stdout and summary["env_steps"] >= 10000
+    assert steps == sorted(steps) and (tmp_path / ".hydra").is_dir()  # one folder, one curve
+
+
+def test_resume_auto_skips_a_damaged_newest_checkpoint(tmp_path):
+    run = [*FAKE, "resume=auto", f"run_dir={tmp_path}", "checkpoint.every_minutes=0.01"]
+    assert run_cli(*run, "total_env_steps=20000").returncode == 0
+    saved = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))
+    damage(saved[-1])
+    result = run_cli(*run, "total_env_steps=40000")
+    previous = int(saved[-2].name[5:-3])
+    assert (result.returncode, f"resumed at {previous} env steps" in result.stdout) == (0, True)
+    assert f"{saved[-1].name} cannot be read" in result.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_stop_signal_saves_a_checkpoint_and_exits_75_to_be_resumed(tmp_path, sig):
+    command = [sys.executable, "-m", "seedq.cli", *FAKE, "resume=auto", f"run_dir={tmp_path}"]
+    process = subprocess.Popen(
+        [*command, "max_minutes=3", "checkpoint.every_minutes=0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(read_rows(tmp_path)) >= 3, 120, "metrics rows")
+        process.send_signal(sig)
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    saved = torch.load(next((tmp_path / "checkpoints").glob("ckpt-*.pt")), weights_only=True)
+    log = (tmp_path / "cli.log").read_text()
+    assert (code, saved["stop_reason"], f"{sig.name}: saving a checkpoint" in log) == (
+        75,
+        "interrupted",
+        True,
+    )
+    resumed = run_cli(*command[3:], f"total_env_steps={saved['env_steps'] + 5000}")
+    assert (resumed.returncode, f"resumed at {saved['env_steps']} env steps" in resumed.stdout) == (
+        0,
+        True,
+    )
+
+
+def read_rows(run_dir) -> list[str]:
+    metrics = run_dir / "metrics.csv"
+    return metrics.read_text().splitlines()[1:] if metrics.exists() else []
+
+
+def test_the_learner_is_paused_only_for_the_copy_not_the_write(tmp_path):
+    model = torch.nn.Linear(4, 4)
+    run = TrainingRun()
+    run.cfg = OmegaConf.create({"checkpoint": {"keep": 3}})
+    run.run_dir, run.spec = str(tmp_path), SimpleNamespace(to_dict=dict)
+    run.stats = SimpleNamespace(env_steps=100, episodes=1)
+    run.generator = torch.Generator()
+    run.agent = SimpleNamespace(
+        state_dict=lambda: {"model": model.state_dict()},
+        stats=SimpleNamespace(updates=10),
+        save_files=lambda run_dir: None,
+    )
+    writing, release = threading.Event(), threading.Event()
+
+    def held_write(run_dir, snapshot, *, keep):
+        writing.set()
+        release.wait(10)
+        return save_checkpoint(run_dir, snapshot, keep=keep)
+
+    run._writer = CheckpointWriter(str(tmp_path), 3, write=held_write)
+    run.save(1.0)
+    writing.wait(10)
+    free_while_writing = run.weights_lock.acquire(blocking=False)
+    run.weights_lock.release()
+    with torch.no_grad():
+        model.weight.add_(1.0)  # training goes on while the copy is written
+    release.set()
+    run.checkpoints.close()
+    saved = torch.load(tmp_path / "checkpoints" / "ckpt-000000000100.pt", weights_only=True)
+    assert free_while_writing and not torch.equal(saved["model"]["weight"], model.weight)
+
+
+def test_a_checkpoint_never_removes_a_file_this_process_is_writing_beside_it(tmp_path):
+    # The replay is written by the run loop while the writer thread saves a checkpoint: only
+    # a killed process's temp files are stale.
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    ours = folder / f".writing-{os.getpid()}-replay.tmp"
+    killed = folder / ".writing-1-abc.tmp"
+    for path in (ours, killed):
+        path.write_bytes(b"half")
+    save_checkpoint(str(tmp_path), state(100), keep=3)
+    assert (ours.exists(), killed.exists()) == (True, False)
