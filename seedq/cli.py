@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 
@@ -61,23 +62,43 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
     return to_config(typed), state
 
 
+def resolve_config(cfg: DictConfig, ranks_here: int = 1) -> tuple[SeedqConfig, dict | None]:
+    """The typed config of this command line and, with ``resume``, the checkpoint it continues.
+
+    ``ranks_here``: learner ranks sharing this machine, each taking its share of the cores
+    (``hardware.runs_at_once``) unless the command line says otherwise.
+    """
+    hydra_cfg = HydraConfig.get()
+    if cfg.resume:
+        config, state = resumed_config(cfg, list(hydra_cfg.overrides.task))
+        log.info("resuming %s in %s", config.resume, config.run_dir)
+        return config, state
+    if ranks_here > 1 and not cfg.hardware.runs_at_once:
+        cfg.hardware.runs_at_once = ranks_here
+    fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
+    return to_config(cfg), None
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
     from seedq.arch import ArchUnavailable, run_class
     from seedq.core.stats import NonFiniteTraining
     from seedq.envs import EnvError
     from seedq.launch.actors import ActorFailure
+    from seedq.parallel import launch
 
     try:
-        if cfg.resume:
-            config, state = resumed_config(cfg, list(HydraConfig.get().overrides.task))
-            log.info("resuming %s in %s", config.resume, config.run_dir)
-            run = run_class(config.arch.name)(config, config.run_dir, resume=state)
-        else:
-            hydra_cfg = HydraConfig.get()
-            fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
-            config = to_config(cfg)
-            run = run_class(config.arch.name)(config, config.run_dir)
+        ranks = launch.launched_rank()
+        if ranks is not None:
+            # torchrun or an srun step started this process as one of several learner ranks.
+            launch.quiet_console(ranks.rank)
+            resolve = functools.partial(resolve_config, cfg, ranks.local_world_size)
+            summary = launch.rank_main_or_exit(ranks, cfg.hardware, resolve)
+            return summary.return_mean
+        config, state = resolve_config(cfg, cfg.hardware.learners)
+        if config.hardware.learners > 1:
+            return start_learners(config)
+        run = run_class(config.arch.name)(config, config.run_dir, resume=state)
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
         sys.exit(2)
@@ -88,6 +109,20 @@ def _train(cfg: DictConfig) -> float | None:
         log.error("run failed: %s (the newest checkpoint is in %s)", exc, config.run_dir)
         sys.exit(EXIT_RUN_FAILED)
     # Returned to Hydra so sweeps (and optimisation sweepers) see the final return.
+    return summary.return_mean
+
+
+def start_learners(config: SeedqConfig) -> float | None:
+    """``hardware.learners=N`` here: N ranks on this machine, one run; exit 3 naming the rank
+    that failed."""
+    from seedq.parallel.launch import LearnersFailed
+    from seedq.parallel.launch import start_learners as start
+
+    try:
+        summary = start(config)
+    except LearnersFailed as exc:
+        log.error("run failed: %s", exc)
+        sys.exit(EXIT_RUN_FAILED)
     return summary.return_mean
 
 

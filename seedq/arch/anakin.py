@@ -79,6 +79,7 @@ class AnakinRun(TrainingRun):
                 self.stop,
                 AMP_DTYPES[hw.amp],
                 compile_training=hw.compile,
+                collective=self.dist.collective,
             )
         )
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)

@@ -41,7 +41,8 @@ from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, plain_config, save_checkpoint
 from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.inference import InferenceEngine
-from seedq.metrics import MetricsWriter
+from seedq.parallel.agreement import this_process
+from seedq.parallel.group import LearnerRankLost
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class TrainingRun:
         self.stop = threading.Event()
         self.weights_lock = threading.Lock()
         self.errors: list[BaseException] = []
+        # One learner, or one of several ranks (hardware.learners): who writes, summed counters.
+        self.dist = this_process()
 
     # ----------------------------------------------------------------- hooks
 
@@ -111,7 +114,14 @@ class TrainingRun:
         hw = self.cfg.hardware
         amp = AMP_DTYPES[hw.amp]
         context = RunContext(
-            agent_cfg, self.spec, self.device, self.weights_lock, self.stop, amp, hw.pin_memory
+            agent_cfg,
+            self.spec,
+            self.device,
+            self.weights_lock,
+            self.stop,
+            amp,
+            hw.pin_memory,
+            collective=self.dist.collective,
         )
         self.agent = build_agent(context)
         self.engine = InferenceEngine(
@@ -136,6 +146,7 @@ class TrainingRun:
         """
         with self.weights_lock:
             agent_state = copy.deepcopy(self.agent.state_dict())
+        run_stats = self.dist.run_stats(self.stats)  # summed over the learner ranks
         rng = {
             **agent_state.pop("rng", {}),
             "torch": torch.get_rng_state(),
@@ -146,8 +157,8 @@ class TrainingRun:
             "rng": rng,
             "config": plain_config(self.cfg),
             "spec": self.spec.to_dict(),
-            "env_steps": self.stats.env_steps,
-            "episodes": self.stats.episodes,
+            "env_steps": run_stats.env_steps,
+            "episodes": run_stats.episodes,
             "updates": self.agent.stats.updates,
             "wall_time_s": wall_time_s,
         }
@@ -171,7 +182,9 @@ class TrainingRun:
 
     def save(self, wall_time_s: float) -> str | None:
         """Write a checkpoint; a failed write is logged and counted, and the run goes on with
-        the previous checkpoint intact (None)."""
+        the previous checkpoint intact (None). Of several learner ranks, rank 0 alone saves."""
+        if not self.dist.is_writer:
+            return None
         try:
             # First, so that a checkpoint never points past the files saved beside it.
             self.agent.save_files(self.run_dir)
@@ -194,7 +207,7 @@ class TrainingRun:
                 prepare_learner_thread(self.cfg.hardware)
                 target(*args)
             except BaseException as exc:  # noqa: BLE001 - reported by the run loop
-                if isinstance(exc, NonFiniteTraining):
+                if isinstance(exc, NonFiniteTraining | LearnerRankLost):
                     log.error("%s thread stopped: %s", name, exc)  # expected: no traceback
                 else:
                     log.exception("%s thread failed", name)
@@ -217,7 +230,7 @@ class TrainingRun:
 
     def _run(self) -> RunSummary:
         cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent))
+        writer = self.dist.metrics_writer(self.run_dir, Monitor.columns(self.agent))
         threads = self._start_roles()
         log.info(
             "training %s on %s (%s), %s; run dir %s",
@@ -229,9 +242,8 @@ class TrainingRun:
         )
         # A resumed run's clock goes on from where it stopped.
         start = time.monotonic() - self.elapsed_before
-        monitor = Monitor(
-            self.monitor_config(), self.agent, self.stats, writer, start, curve=self.curve
-        )
+        stats = self.dist.run_stats(self.stats)
+        monitor = Monitor(self.monitor_config(), self.agent, stats, writer, start, curve=self.curve)
         every = cfg.checkpoint.every_minutes * 60
         last_save = time.monotonic()
         reason = "interrupted"
@@ -243,11 +255,14 @@ class TrainingRun:
                 self._wait()
                 self._check_roles()
                 now = time.monotonic()
-                if now < next_row and not monitor.budget_spent(now) and not self.errors:
+                due = now >= next_row or bool(monitor.budget_spent(now) or self.errors)
+                # Several learner ranks sum their counters here and write rows together.
+                if not self.dist.agree_row(due):
                     continue
                 next_row = now + cfg.log_interval_s
                 self._before_row()
-                reason = monitor.tick()
+                self.dist.sum_counters(self.fault_counts())
+                reason = self.dist.agree_reason(monitor.tick(), failed=bool(self.errors))
                 if every and time.monotonic() - last_save >= every:
                     self.save(time.monotonic() - start)
                     last_save = time.monotonic()
@@ -266,6 +281,7 @@ class TrainingRun:
                 for thread in threads:
                     thread.join(timeout=10)
                 self._before_row()
+                self.dist.sum_counters(self.fault_counts(), final=True)
                 monitor.tick(final=True)
                 monitor.progress.close()
                 writer.close()
@@ -273,14 +289,17 @@ class TrainingRun:
                 self._close_roles()
                 self._write_fault_counts()
         summary = monitor.summary(reason)
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-            json.dump(summary.__dict__, f, indent=2)
+        if self.dist.is_writer:
+            with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
+                json.dump(summary.__dict__, f, indent=2)
         log.info("run finished (%s): %s", reason, summary)
         return summary
 
     def _write_fault_counts(self) -> None:
+        if not self.dist.is_writer:
+            return
         try:
             with open(os.path.join(self.run_dir, "faults.json"), "w") as f:
-                json.dump(self.fault_counts(), f, indent=2)
+                json.dump(self.dist.summed_faults(self.fault_counts()), f, indent=2)
         except OSError as exc:
             log.error("could not write faults.json: %s", exc)
