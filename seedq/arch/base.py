@@ -198,6 +198,11 @@ class TrainingRun:
 
     # ------------------------------------------------------------------ running
 
+    def training_env_steps(self) -> int:
+        """The env steps the learner's schedules read: this run's count, or with several
+        learner ranks the run's total as the ranks last agreed on it."""
+        return self.dist.training_env_steps(self.stats.env_steps)
+
     def _thread(self, name: str, target: Callable[..., Any], *args: Any) -> threading.Thread:
         """A daemon thread whose exception is logged once, kept for the run loop, and stops
         the run (the thread bodies themselves catch nothing)."""
@@ -231,6 +236,7 @@ class TrainingRun:
     def _run(self) -> RunSummary:
         cfg = self.cfg
         writer = self.dist.metrics_writer(self.run_dir, Monitor.columns(self.agent))
+        stats = self.dist.run_stats(self.stats)  # summed over learner ranks, before they train
         threads = self._start_roles()
         log.info(
             "training %s on %s (%s), %s; run dir %s",
@@ -242,7 +248,6 @@ class TrainingRun:
         )
         # A resumed run's clock goes on from where it stopped.
         start = time.monotonic() - self.elapsed_before
-        stats = self.dist.run_stats(self.stats)
         monitor = Monitor(self.monitor_config(), self.agent, stats, writer, start, curve=self.curve)
         every = cfg.checkpoint.every_minutes * 60
         last_save = time.monotonic()

@@ -155,7 +155,7 @@ class SeedRun(TrainingRun):
     def _start_roles(self) -> list[threading.Thread]:
         threads = [
             self._thread("broker", self.broker.serve, self.stop),
-            self._thread("train", self.agent.train, lambda: self.stats.env_steps),
+            self._thread("train", self.agent.train, self.training_env_steps),
         ]
         self.actors.start()
         return threads

@@ -47,6 +47,12 @@ class SingleLearner:
     def run_stats(self, local: RunStats) -> RunStats:
         return local
 
+    def training_env_steps(self, local: int) -> int:
+        return local
+
+    def sync_env_steps(self) -> None:
+        """One learner counts its env steps alone."""
+
     def agree_row(self, due: bool) -> bool:
         return due
 
@@ -95,8 +101,18 @@ class RankAgreement:
         """The summed counters the monitor and the checkpoint read (kept up to date by the
         calls below); ``local`` is this rank's own."""
         self.local = local
+        self.collective.local_env_steps = lambda: local.env_steps
         self._refresh()
         return self.total
+
+    def training_env_steps(self, local: int) -> int:
+        """The run's env steps as the training rounds last summed them (identical on every
+        rank at a given update, so schedules such as a linear learning rate agree)."""
+        return self.collective.env_steps
+
+    def sync_env_steps(self) -> None:
+        """A round outside a training loop (Anakin's act-and-learn step), to sum env steps."""
+        self.collective.next_turn(True, False)
 
     # ------------------------------------------------------------ the collectives
 

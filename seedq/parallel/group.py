@@ -106,14 +106,17 @@ class LearnerGroup:
 
     # ------------------------------------------------------------------ the end
 
-    def compare_weights(self, agent: Any) -> bool:
-        """Log this rank's digest of the networks; rank 0 also says whether all ranks match."""
+    def compare_weights(self, agent: Any, own_env_steps: int) -> bool:
+        """Log this rank's digest of the networks and its own env step counter (rank 0's
+        starts from the checkpoint's total on resume, the others' from 0; their sum is the
+        run's); rank 0 also says whether all ranks match."""
         digest = state_digest(agent.model.state_dict())
         log.info(
-            "learner rank %d of %d: %d updates, weights digest %s",
+            "learner rank %d of %d: %d updates, %d env steps counted here, weights digest %s",
             self.rank,
             self.world_size,
             agent.stats.updates,
+            own_env_steps,
             digest,
         )
         digests: list[Any] = [None] * self.world_size
@@ -141,9 +144,15 @@ class RankCollective:
     def __init__(self, group: LearnerGroup) -> None:
         self.group = group
         self.world_size = group.world_size
+        # This rank's env step counter (the run sets it), and the run's total as summed at the
+        # last round: what learning-rate schedules read, the same on every rank at an update.
+        self.local_env_steps: Callable[[], int] = lambda: 0
+        self.env_steps = 0
 
     def next_turn(self, ready: bool, stopping: bool) -> tuple[bool, bool]:
-        flags = torch.tensor([0 if ready else 1, 1 if stopping else 0], dtype=torch.int32)
+        flags = torch.tensor(
+            [0 if ready else 1, 1 if stopping else 0, self.local_env_steps()], dtype=torch.int64
+        )
         try:
             self.group.call(
                 "a training round", lambda: dist.all_reduce(flags, group=self.group.rounds)
@@ -151,6 +160,7 @@ class RankCollective:
         except LearnerRankLost:
             # The run loop reports it; this thread just stops training.
             return False, True
+        self.env_steps = int(flags[2])
         return int(flags[0]) == 0, int(flags[1]) > 0
 
     def average_gradients(self, grads: Sequence[Tensor], finite: bool) -> None:

@@ -102,7 +102,14 @@ def rank_entry(config: Any) -> Any:
     if info is None:
         raise RuntimeError("rank_entry runs only under torch's elastic launcher")
     setup_rank_logging(info.rank, config.run_dir)
-    return rank_main_or_exit(info, config.hardware, lambda: (config, None))
+    return rank_main_or_exit(info, config.hardware, lambda: (config, resume_state(config)))
+
+
+def resume_state(config: Any) -> dict | None:
+    """The checkpoint ``config.resume`` names (rank 0 reads it), or None for a fresh run."""
+    from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
+
+    return load_checkpoint(find_checkpoint(config.resume)) if config.resume else None
 
 
 # ------------------------------------------------------------------------------ any rank
@@ -258,7 +265,7 @@ def rank_main(info: RankInfo, hardware: Any, resolve: Callable[[], tuple[Any, di
             group.align_agent(run.agent)
             summary = run.run()
             if agreement.stopped_together and not group.lost:
-                group.compare_weights(run.agent)
+                group.compare_weights(run.agent, run.stats.env_steps)
         return summary
     finally:
         group.close()
