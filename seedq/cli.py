@@ -95,9 +95,10 @@ def _train(cfg: DictConfig) -> float | None:
             resolve = functools.partial(resolve_config, cfg, ranks.local_world_size)
             summary = launch.rank_main_or_exit(ranks, cfg.hardware, resolve)
             return summary.return_mean
-        config, state = resolve_config(cfg, cfg.hardware.learners)
+        ranks_here = 1 if cfg.launcher.learner_hosts else cfg.hardware.learners
+        config, state = resolve_config(cfg, ranks_here)
         if config.hardware.learners > 1:
-            return start_learners(config)
+            return start_learners(config, list(HydraConfig.get().overrides.task))
         run = run_class(config.arch.name)(config, config.run_dir, resume=state)
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
@@ -112,18 +113,21 @@ def _train(cfg: DictConfig) -> float | None:
     return summary.return_mean
 
 
-def start_learners(config: SeedqConfig) -> float | None:
-    """``hardware.learners=N`` here: N ranks on this machine, one run; exit 3 naming the rank
-    that failed."""
+def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
+    """``hardware.learners=N``: N ranks on this machine, or on ``launcher.learner_hosts`` over
+    ssh, as one run; exit 3 naming the rank (or host) that failed."""
+    from seedq.launch.learner_hosts import LearnerHostFailed, run_on_learner_hosts
     from seedq.parallel.launch import LearnersFailed
-    from seedq.parallel.launch import start_learners as start
+    from seedq.parallel.launch import start_learners as start_here
 
     try:
-        summary = start(config)
-    except LearnersFailed as exc:
+        if config.launcher.learner_hosts:
+            run_on_learner_hosts(config, overrides)
+            return None
+        return start_here(config).return_mean
+    except (LearnersFailed, LearnerHostFailed) as exc:
         log.error("run failed: %s", exc)
         sys.exit(EXIT_RUN_FAILED)
-    return summary.return_mean
 
 
 def print_keys(argv: list[str]) -> None:

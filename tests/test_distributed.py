@@ -35,7 +35,8 @@ COMMON = [
 ]
 STEPS = {"vtrace": 3000, "ppo": 3000, "r2d2": 3000, "sac": 1500}
 DIGEST = re.compile(
-    r"learner rank (\d+) of (\d+): (\d+) updates, (\d+) env steps counted here, weights digest (\w+)"
+    r"learner rank (\d+) of (\d+): (\d+) updates, (\d+) env steps counted here, "
+    r"weights digest (\w+)"
 )
 
 

@@ -116,7 +116,7 @@ class SeedRun(TrainingRun):
             batches_per_actor=cfg.actor.batches_per_actor,
             envs_per_batch=cfg.actor.envs_per_batch,
             seed=cfg.seed,
-            run_dir=run_dir,
+            run_dir=self.dist.rank_dir(run_dir),
             python=cfg.launcher.python,
             keys_dir=self.keys_dir,
             spawn=self.remote.spawn if self.remote else spawn_local,

@@ -17,6 +17,7 @@ rank's current ones.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,6 +44,9 @@ class SingleLearner:
 
     def metrics_writer(self, run_dir: str, columns: list[str]) -> Any:
         return MetricsWriter(run_dir, columns)
+
+    def rank_dir(self, run_dir: str) -> str:
+        return run_dir
 
     def run_stats(self, local: RunStats) -> RunStats:
         return local
@@ -96,6 +100,15 @@ class RankAgreement:
 
     def metrics_writer(self, run_dir: str, columns: list[str]) -> Any:
         return MetricsWriter(run_dir, columns) if self.is_writer else NullWriter()
+
+    def rank_dir(self, run_dir: str) -> str:
+        """Where this rank's own files go (its actors' logs): the run dir for rank 0, else
+        ``learners/rank-K``, so the ranks' files do not collide."""
+        if self.group.rank == 0:
+            return run_dir
+        path = os.path.join(run_dir, "learners", f"rank-{self.group.rank}")
+        os.makedirs(path, exist_ok=True)
+        return path
 
     def run_stats(self, local: RunStats) -> RunStats:
         """The summed counters the monitor and the checkpoint read (kept up to date by the

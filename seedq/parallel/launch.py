@@ -101,7 +101,7 @@ def rank_entry(config: Any) -> Any:
     info = launched_rank()
     if info is None:
         raise RuntimeError("rank_entry runs only under torch's elastic launcher")
-    setup_rank_logging(info.rank, config.run_dir)
+    setup_rank_logging(info.rank)
     return rank_main_or_exit(info, config.hardware, lambda: (config, resume_state(config)))
 
 
@@ -127,18 +127,24 @@ def rank_log_dir_of(run_dir: str) -> str:
     return os.path.join(run_dir, "learners")
 
 
-def setup_rank_logging(rank: int, run_dir: str) -> None:
-    """A fresh rank process: its log file, and the console (rank 0 alone above warnings)."""
-    os.makedirs(rank_log_dir_of(run_dir), exist_ok=True)
-    formatter = logging.Formatter(RANK_LOG_FORMAT.format(rank=rank))
+def setup_rank_logging(rank: int) -> None:
+    """A fresh rank process's console (rank 0 alone shows more than warnings)."""
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    file = logging.FileHandler(os.path.join(rank_log_dir_of(run_dir), f"rank-{rank}.log"))
     console = logging.StreamHandler(sys.stderr)
-    for handler in (file, console):
-        handler.setFormatter(formatter)
-        root.addHandler(handler)
+    console.setFormatter(logging.Formatter(RANK_LOG_FORMAT.format(rank=rank)))
+    root.addHandler(console)
     quiet_console(rank)
+
+
+def log_to_rank_file(rank: int, run_dir: str) -> None:
+    """Everything this rank logs also goes to ``RUN_DIR/learners/rank-K.log`` (on its host),
+    however it was started."""
+    os.makedirs(rank_log_dir_of(run_dir), exist_ok=True)
+    file = logging.FileHandler(os.path.join(rank_log_dir_of(run_dir), f"rank-{rank}.log"))
+    file.setFormatter(logging.Formatter(RANK_LOG_FORMAT.format(rank=rank)))
+    file.setLevel(logging.INFO)
+    logging.getLogger().addHandler(file)
 
 
 class _NotATerminal:
@@ -250,6 +256,7 @@ def rank_main(info: RankInfo, hardware: Any, resolve: Callable[[], tuple[Any, di
             state = None
         if refusal:
             raise ConfigError(f"rank 0 refused the run: {refusal}")
+        log_to_rank_file(info.rank, config.run_dir)
         if group.rank == 0:
             log.info(
                 "%d learner ranks (%s, %s) started by %s; rank 0 on %s writes the run",

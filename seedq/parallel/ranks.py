@@ -173,6 +173,22 @@ def rank_share(items: Sequence[T], rank: int, world_size: int) -> list[T]:
     return list(items[rank::world_size])
 
 
+def actor_share(slots: Sequence[T], where: str) -> list[T]:
+    """This learner rank's share of a launcher's actor ``slots`` (all of them outside a group of
+    ranks); ``where`` names the setting that makes the slots, for the refusal of an empty
+    share."""
+    info = launched_rank()
+    if info is None:
+        return list(slots)
+    share = rank_share(slots, info.rank, info.world_size)
+    if not share:
+        raise ConfigError(
+            f"{where} give {len(slots)} actor slot(s) for {info.world_size} learner ranks; each "
+            "rank needs at least one (more hosts or launcher.actors_per_host)"
+        )
+    return share
+
+
 def rank_device(device: str, local_rank: int, cuda_devices: int) -> str:
     """The device of local rank ``local_rank``: ``cuda:<local_rank>`` when ``device`` names
     CUDA (``cuda`` or ``cuda:N`` alike), or ``cuda:0`` when the launcher gave each rank one GPU
