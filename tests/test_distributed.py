@@ -164,9 +164,10 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one_and_back_on_two(tmp_path):
     assert reports[0]["steps"] > after_one["env_steps"]
     assert after_two["env_steps"] == reports[0]["steps"] + reports[1]["steps"]
     assert after_two["updates"] == reports[0]["updates"] > after_one["updates"]
-    assert f"resumed at {after_one['env_steps']} env steps" in (
-        tmp_path / "learners" / "rank-0.log"
-    ).read_text()
+    assert (
+        f"resumed at {after_one['env_steps']} env steps"
+        in (tmp_path / "learners" / "rank-0.log").read_text()
+    )
 
 
 def test_a_rank_killed_ends_the_run_within_30_s_naming_the_rank_and_its_host(tmp_path):
