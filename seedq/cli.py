@@ -53,7 +53,7 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
             continue
         if key in RESUME_GROUPS:
             check_compatible(path, state["config"], current)
-        elif key in ("hardware", "arch"):
+        elif key in ("hardware", "arch", "logger"):
             saved[key] = composed[key]
         else:
             OmegaConf.update(saved, key, override.value(), merge=False)
@@ -81,19 +81,19 @@ def resolve_config(cfg: DictConfig, ranks_here: int = 1) -> tuple[SeedqConfig, d
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
+    from seedq import learner_ranks
     from seedq.arch import ArchUnavailable, run_class
     from seedq.core.stats import NonFiniteTraining
     from seedq.envs import EnvError
     from seedq.launch.actors import ActorFailure
-    from seedq.parallel import launch
 
     try:
-        ranks = launch.launched_rank()
+        ranks = learner_ranks.launched_rank()
         if ranks is not None:
             # torchrun or an srun step started this process as one of several learner ranks.
-            launch.quiet_console(ranks.rank)
+            learner_ranks.quiet_console(ranks.rank)
             resolve = functools.partial(resolve_config, cfg, ranks.local_world_size)
-            summary = launch.rank_main_or_exit(ranks, cfg.hardware, resolve)
+            summary = learner_ranks.rank_main_or_exit(ranks, cfg.hardware, resolve)
             return summary.return_mean
         ranks_here = 1 if cfg.launcher.learner_hosts else cfg.hardware.learners
         config, state = resolve_config(cfg, ranks_here)
@@ -117,8 +117,8 @@ def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
     """``hardware.learners=N``: N ranks on this machine, or on ``launcher.learner_hosts`` over
     ssh, as one run; exit 3 naming the rank (or host) that failed."""
     from seedq.launch.learner_hosts import LearnerHostFailed, run_on_learner_hosts
-    from seedq.parallel.launch import LearnersFailed
-    from seedq.parallel.launch import start_learners as start_here
+    from seedq.learner_ranks import LearnersFailed
+    from seedq.learner_ranks import start_learners as start_here
 
     try:
         if config.launcher.learner_hosts:

@@ -22,8 +22,8 @@ from test_distributed import COMMON, algorithm_case, rank_reports
 from test_slurm_launcher import needs_slurm, outside_slurm
 
 from seedq.bench.common import compose
+from seedq.learner_ranks import EXIT_RANK_LOST, describe_failure
 from seedq.parallel.agreement import RECENT, pool_recent
-from seedq.parallel.launch import EXIT_RANK_LOST, describe_failure
 from seedq.parallel.ranks import (
     SEED_STRIDE,
     check_learners,

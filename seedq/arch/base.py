@@ -235,7 +235,7 @@ class TrainingRun:
 
     def _run(self) -> RunSummary:
         cfg = self.cfg
-        writer = self.dist.metrics_writer(self.run_dir, Monitor.columns(self.agent))
+        writer = self.dist.metrics_writer(self.run_dir, Monitor.columns(self.agent), cfg)
         stats = self.dist.run_stats(self.stats)  # summed over learner ranks, before they train
         threads = self._start_roles()
         log.info(

@@ -8,6 +8,8 @@ counters summed over the ranks. ``docs/distributed.md`` says how to start them.
 
 * :mod:`~seedq.parallel.ranks`: which rank this process is, as torchrun or Slurm say (no torch);
 * :mod:`~seedq.parallel.group`: the process group, gradient averaging, lockstep rounds;
-* :mod:`~seedq.parallel.agreement`: what the run loop consults (``TrainingRun.dist``);
-* :mod:`~seedq.parallel.launch`: starting ranks here, and what each rank runs.
+* :mod:`~seedq.parallel.agreement`: what the run loop consults (``TrainingRun.dist``).
+
+Starting ranks and what each rank runs is :mod:`seedq.learner_ranks`, beside ``seedq.cli``: it
+builds runs (``seedq.arch``), which this package sits below.
 """

@@ -42,8 +42,8 @@ class SingleLearner:
     collective = None
     group = None
 
-    def metrics_writer(self, run_dir: str, columns: list[str]) -> Any:
-        return MetricsWriter(run_dir, columns)
+    def metrics_writer(self, run_dir: str, columns: list[str], cfg: Any = None) -> Any:
+        return MetricsWriter(run_dir, columns, cfg)
 
     def rank_dir(self, run_dir: str) -> str:
         return run_dir
@@ -98,8 +98,9 @@ class RankAgreement:
         self.others_faults: dict[str, int] = {}
         self.stopped_together = False
 
-    def metrics_writer(self, run_dir: str, columns: list[str]) -> Any:
-        return MetricsWriter(run_dir, columns) if self.is_writer else NullWriter()
+    def metrics_writer(self, run_dir: str, columns: list[str], cfg: Any = None) -> Any:
+        """Rank 0's writer (CSV, TensorBoard, the trackers ``cfg`` names); a null one else."""
+        return MetricsWriter(run_dir, columns, cfg) if self.is_writer else NullWriter()
 
     def rank_dir(self, run_dir: str) -> str:
         """Where this rank's own files go (its actors' logs): the run dir for rank 0, else

@@ -10,7 +10,7 @@ a rate limiter; the training thread samples batches from it. Observation statist
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.replay_agent import ReplayAgent
@@ -24,9 +24,9 @@ from seedq.messages import EnvSpec
 
 
 class SACAgent(ReplayAgent):
-    replay_items: ClassVar[str] = "transitions"
-    name: ClassVar[str] = "sac"
-    columns: ClassVar[dict[str, str | None]] = {
+    replay_items = "transitions"
+    name = "sac"
+    columns = {
         "loss/critic": "loss/critic",
         "loss/actor": "loss/actor",
         "loss/temperature": "loss/temperature",

@@ -26,7 +26,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from seedq.parallel.ranks import RankInfo, check_learners, launched_rank, rank_config, rank_device
+from seedq.parallel.ranks import (
+    RankInfo,
+    check_learners,
+    launched_rank,
+    rank_config,
+    rank_device,
+)
 
 log = logging.getLogger(__name__)
 
