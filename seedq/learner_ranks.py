@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from seedq.parallel.group import EXIT_RANK_LOST
 from seedq.parallel.ranks import (
     RankInfo,
     check_learners,
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 
 EXIT_REFUSED = 2
 EXIT_RUN_FAILED = 3
-EXIT_RANK_LOST = 4
 # How often the launcher looks at its ranks (a dead one is noticed this fast).
 MONITOR_INTERVAL_S = 0.5
 RANK_LOG_FORMAT = (
@@ -243,7 +243,6 @@ def rank_main(info: RankInfo, hardware: Any, resolve: Callable[[], tuple[Any, di
     interrupt_once()
     cuda = torch.cuda.device_count() if str(hardware.device).startswith("cuda") else 0
     device = torch.device(rank_device(str(hardware.device), info.local_rank, cuda))
-    os.environ.update(info.environment())
     group = LearnerGroup(info, device, hardware.learner_timeout_s)
     agreement = RankAgreement(group)
     try:

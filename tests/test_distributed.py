@@ -115,11 +115,15 @@ def test_two_ranks_end_with_bit_identical_weights_and_write_one_run(tmp_path, al
     rows = metrics_rows(tmp_path)
     assert int(rows[-1]["env_steps"]) == summary["env_steps"]
     assert len(list((tmp_path / "checkpoints").glob("ckpt-*.pt"))) == 1
-    # Rank 1 wrote nothing of the run's own beside its log.
-    assert sorted(p.name for p in (tmp_path / "learners").iterdir()) == [
+    # Rank 1 wrote nothing of the run's own beside its log (and its actors' logs).
+    assert sorted(p.name for p in (tmp_path / "learners").glob("*.log")) == [
         "rank-0.log",
         "rank-1.log",
     ]
+    assert [p.name for p in (tmp_path / "learners").rglob("*") if p.suffix != ".log"] in (
+        [],
+        ["rank-1"],
+    )
 
 
 def test_two_anakin_ranks_end_with_bit_identical_weights(tmp_path):

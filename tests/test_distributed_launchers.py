@@ -240,3 +240,31 @@ def test_rank_reports_reads_rank_logs(tmp_path):
         "learner rank 0 of 2: 7 updates, 10 env steps counted here, weights digest ab12\n"
     )
     assert rank_reports(tmp_path) == {0: {"updates": 7, "steps": 10, "digest": "ab12"}}
+
+
+STUCK_RANK = """
+import time, torch, seedq.parallel.group as g
+from seedq.parallel.ranks import RankInfo
+g.LOST_EXIT_S = 1.0
+group = g.LearnerGroup(RankInfo(0, 1, 0, 1, "127.0.0.1", {port}, "test"), torch.device("cpu"), 30)
+try:
+    group.call("a test", lambda: (_ for _ in ()).throw(RuntimeError("peer gone")))
+except g.LearnerRankLost as exc:
+    print("lost:", exc, flush=True)
+time.sleep(60)  # stuck in its orderly stop (a teardown waiting on the dead peer)
+"""
+
+
+def test_a_rank_stuck_after_losing_the_others_exits_by_itself():
+    from ssh_hosts import free_port
+
+    result = subprocess.run(
+        [sys.executable, "-c", STUCK_RANK.format(port=free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": TREE},
+    )
+    assert result.returncode == EXIT_RANK_LOST, result.stdout + result.stderr
+    assert "lost the other ranks during a test (peer gone)" in result.stdout
+    assert "did not stop within 1 s of losing the others" in result.stderr

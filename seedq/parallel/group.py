@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -33,6 +34,10 @@ from seedq.parallel.ranks import RankInfo
 log = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
+# A rank that lost a peer exits with this status (seedq.learner_ranks), at the latest this
+# many seconds after it noticed: before the launcher's 30 s grace ends in SIGKILL.
+EXIT_RANK_LOST = 4
+LOST_EXIT_S = 20.0
 
 
 class LearnerRankLost(RuntimeError):
@@ -52,6 +57,9 @@ class LearnerGroup:
         timeout = timedelta(seconds=timeout_s)
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        # torch's env:// rendezvous reads these (under torchrun they are set already, and
+        # the launcher's store is reused).
+        os.environ.update(info.environment())
         dist.init_process_group(
             self.backend,
             init_method="env://",
@@ -77,11 +85,30 @@ class LearnerGroup:
         except RuntimeError as exc:
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             with self._lost_lock:
-                self.lost = self.lost or (
-                    f"learner rank {self.rank} on {self.info.host} lost the other ranks during "
-                    f"{what} ({first_line[:200]})"
-                )
+                if not self.lost:
+                    self.lost = (
+                        f"learner rank {self.rank} on {self.info.host} lost the other ranks "
+                        f"during {what} ({first_line[:200]})"
+                    )
+                    self._exit_if_stuck()
             raise LearnerRankLost(self.lost) from None
+
+    def _exit_if_stuck(self) -> None:
+        """Bound this rank's orderly stop after a lost peer: whatever waits on the dead peer
+        (a collective of another thread, a library's teardown) cannot keep it alive past
+        ``LOST_EXIT_S``; rank 0 has written its checkpoint by then, or keeps the last one."""
+
+        def exit_now() -> None:
+            log.error(
+                "learner rank %d did not stop within %.0f s of losing the others; exiting",
+                self.rank,
+                LOST_EXIT_S,
+            )
+            os._exit(EXIT_RANK_LOST)
+
+        timer = threading.Timer(LOST_EXIT_S, exit_now)
+        timer.daemon = True
+        timer.start()
 
     # ------------------------------------------------------------------- start-up
 
