@@ -7,6 +7,7 @@ checkpoint, to be continued by the same command with ``resume=auto``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from typing import Any
@@ -133,38 +134,55 @@ def supervise(cfg: DictConfig, hydra_cfg: Any) -> int:
     return Supervisor(command, config.supervisor, config.run_dir).run()
 
 
-def build_run(cfg: DictConfig, hydra_cfg: Any) -> Any:
-    """The run this command line asks for (None: resume=auto found it finished)."""
-    from seedq.arch import run_class
+def resolve_config(
+    cfg: DictConfig, hydra_cfg: Any, ranks_here: int = 1
+) -> tuple[SeedqConfig | None, dict | None]:
+    """The typed config of this command line and, when it resumes (``resume=DIR`` or
+    ``resume=auto``), the checkpoint it continues; ``(None, None)`` when ``resume=auto`` finds
+    the run already finished under this command line's budgets.
 
-    state = None
-    if cfg.resume == AUTO:
-        fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
-        config, state = auto_resumed(cfg, hydra_cfg)
-        done = finished_reason(state, config) if state is not None else ""
-        if done:
-            log.info(
-                "resume=auto: the run in %s already finished (%s at %d env steps); nothing to "
-                "do (a larger total_env_steps or max_minutes, or another stop_at_return, on "
-                "this command line continues it)",
-                config.run_dir,
-                done,
-                state["env_steps"],
-            )
-            return None
-    elif cfg.resume:
+    ``ranks_here``: learner ranks sharing this machine, each taking its share of the cores
+    (``hardware.runs_at_once``) unless the command line says otherwise.
+    """
+    if cfg.resume not in (None, AUTO):
         config, state = resumed_config(cfg, list(hydra_cfg.overrides.task))
-    else:
-        fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
-        config = to_config(cfg)
-    if state is not None:
         log.info("resuming %s in %s", config.resume, config.run_dir)
-    return run_class(config.arch.name)(config, config.run_dir, resume=state)
+        return config, state
+    if ranks_here > 1 and not cfg.hardware.runs_at_once:
+        cfg.hardware.runs_at_once = ranks_here
+    fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
+    if cfg.resume != AUTO:
+        return to_config(cfg), None
+    config, state = auto_resumed(cfg, hydra_cfg)
+    if state is None:
+        return config, None
+    done = finished_reason(state, config)
+    if done:
+        log.info(
+            "resume=auto: the run in %s already finished (%s at %d env steps); nothing to "
+            "do (a larger total_env_steps or max_minutes, or another stop_at_return, on this "
+            "command line continues it)",
+            config.run_dir,
+            done,
+            state["env_steps"],
+        )
+        return None, None
+    log.info("resuming %s in %s", config.resume, config.run_dir)
+    return config, state
+
+
+def resolve_rank_config(cfg: DictConfig, hydra_cfg: Any, ranks_here: int) -> tuple[Any, Any]:
+    """:func:`resolve_config` for a rank started by torchrun or srun (on rank 0)."""
+    config, state = resolve_config(cfg, hydra_cfg, ranks_here)
+    if config is None:
+        raise ConfigError("resume=auto: the run already finished; nothing for the ranks to do")
+    return config, state
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
-    from seedq.arch import ArchUnavailable
+    from seedq import learner_ranks
+    from seedq.arch import ArchUnavailable, run_class
     from seedq.arch.base import STOPPED
     from seedq.core.stats import NonFiniteTraining
     from seedq.envs import EnvError
@@ -172,14 +190,27 @@ def _train(cfg: DictConfig) -> float | None:
 
     hydra_cfg = HydraConfig.get()
     try:
+        ranks = learner_ranks.launched_rank()
+        if ranks is not None:
+            # torchrun or an srun step started this process as one of several learner ranks.
+            learner_ranks.quiet_console(ranks.rank)
+            resolve = functools.partial(
+                resolve_rank_config, cfg, hydra_cfg, ranks.local_world_size
+            )
+            summary = learner_ranks.rank_main_or_exit(ranks, cfg.hardware, resolve)
+            return summary.return_mean
         if cfg.supervise:
             sys.exit(supervise(cfg, hydra_cfg))
-        run = build_run(cfg, hydra_cfg)
+        ranks_here = 1 if cfg.launcher.learner_hosts else cfg.hardware.learners
+        config, state = resolve_config(cfg, hydra_cfg, ranks_here)
+        if config is None:
+            return None
+        if config.hardware.learners > 1:
+            return start_learners(config, list(hydra_cfg.overrides.task))
+        run = run_class(config.arch.name)(config, config.run_dir, resume=state)
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
         sys.exit(EXIT_REFUSED)
-    if run is None:
-        return None
     try:
         summary = run.run()
     except (ActorFailure, NonFiniteTraining) as exc:
@@ -197,6 +228,23 @@ def _train(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_STOPPED)
     # Returned to Hydra so sweeps (and optimisation sweepers) see the final return.
     return summary.return_mean
+
+
+def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
+    """``hardware.learners=N``: N ranks on this machine, or on ``launcher.learner_hosts`` over
+    ssh, as one run; exit 3 naming the rank (or host) that failed."""
+    from seedq.launch.learner_hosts import LearnerHostFailed, run_on_learner_hosts
+    from seedq.learner_ranks import LearnersFailed
+    from seedq.learner_ranks import start_learners as start_here
+
+    try:
+        if config.launcher.learner_hosts:
+            run_on_learner_hosts(config, overrides)
+            return None
+        return start_here(config).return_mean
+    except (LearnersFailed, LearnerHostFailed) as exc:
+        log.error("run failed: %s", exc)
+        sys.exit(EXIT_RUN_FAILED)
 
 
 def print_keys(argv: list[str]) -> None:

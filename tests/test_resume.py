@@ -179,7 +179,9 @@ def test_resume_auto_starts_continues_and_knows_a_finished_run(tmp_path):
 
 
 def test_resume_auto_skips_a_damaged_newest_checkpoint(tmp_path):
-    run = [*FAKE, "resume=auto", f"run_dir={tmp_path}", "checkpoint.every_minutes=0.01"]
+    run = [*FAKE, "resume=auto", f"run_dir={tmp_path}"]
+    # two runs, each ending with a checkpoint: two files however fast the box steps
+    assert run_cli(*run, "total_env_steps=10000").returncode == 0
     assert run_cli(*run, "total_env_steps=20000").returncode == 0
     saved = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))
     damage(saved[-1])

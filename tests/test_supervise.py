@@ -162,12 +162,14 @@ def test_a_learner_killed_mid_run_comes_back_from_its_checkpoint_and_finishes(tm
 
 
 @pytest.mark.slow
-def test_cartpole_reaches_its_target_through_two_learner_kills(tmp_path):
+def test_a_run_reaches_its_target_through_two_learner_kills(tmp_path):
     """The learning version: each of the first two learners is killed right after its first
-    checkpoint; the third trains CartPole to 475, and the metrics are one curve."""
+    checkpoint; the third trains Acrobot to -100 (CartPole is solved before the first kill),
+    and the metrics are one curve."""
     process = subprocess.Popen(
         [sys.executable, "-m", "seedq.cli", "supervise=true", f"run_dir={tmp_path}"]
-        + ["stop_at_return=475", "max_minutes=8", "log_interval_s=1"]
+        + ["env=gym", "env.id=Acrobot-v1", "stop_at_return=-100", "max_minutes=8"]
+        + ["log_interval_s=1"]
         + ["checkpoint.every_minutes=0.05", "supervisor.backoff_s=1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

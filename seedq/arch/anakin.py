@@ -79,6 +79,7 @@ class AnakinRun(TrainingRun):
                 self.stop,
                 AMP_DTYPES[hw.amp],
                 compile_training=hw.compile,
+                collective=self.dist.collective,
             )
         )
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
@@ -99,10 +100,11 @@ class AnakinRun(TrainingRun):
         begin = time.monotonic()
         unroll = self.rollout.collect()
         self.stats.env_steps += self.unroll_length * self.env.num_envs
+        self.dist.sync_env_steps()
         acted = time.monotonic()
         share = self.env.num_envs // self.cfg.arch.anakin.minibatches
         for start in range(0, self.env.num_envs, share):
-            self.agent.learn(unroll.columns(start, start + share), self.stats.env_steps)
+            self.agent.learn(unroll.columns(start, start + share), self.training_env_steps())
         stats.wait_s += acted - begin
         stats.busy_s += time.monotonic() - acted
 

@@ -48,6 +48,8 @@ from seedq.learner.checkpoint_writer import CheckpointWriter
 from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.inference import InferenceEngine
 from seedq.metrics import MetricsWriter
+from seedq.parallel.agreement import this_process
+from seedq.parallel.group import LearnerRankLost
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,8 @@ class TrainingRun:
         self.snapshot_s = 0.0  # seconds under the weights lock copying state, all snapshots
         self.snapshot_max_s = 0.0
         self._writer: CheckpointWriter | None = None
+        # One learner, or one of several ranks (hardware.learners): who writes, summed counters.
+        self.dist = this_process()
 
     # ----------------------------------------------------------------- hooks
 
@@ -125,7 +129,14 @@ class TrainingRun:
         hw = self.cfg.hardware
         amp = AMP_DTYPES[hw.amp]
         context = RunContext(
-            agent_cfg, self.spec, self.device, self.weights_lock, self.stop, amp, hw.pin_memory
+            agent_cfg,
+            self.spec,
+            self.device,
+            self.weights_lock,
+            self.stop,
+            amp,
+            hw.pin_memory,
+            collective=self.dist.collective,
         )
         self.agent = build_agent(context)
         self.engine = InferenceEngine(
@@ -166,7 +177,8 @@ class TrainingRun:
         with self.weights_lock:
             begin = time.perf_counter()  # the pause of inference and training, not our wait
             agent_state = copy_tensors(self.agent.state_dict(), into=spare)
-            counters = (self.stats.env_steps, self.stats.episodes, self.agent.stats.updates)
+            run_stats = self.dist.run_stats(self.stats)  # summed over the learner ranks
+            counters = (run_stats.env_steps, run_stats.episodes, self.agent.stats.updates)
             held = time.perf_counter() - begin
         self.snapshots += 1
         self.snapshot_s += held
@@ -213,14 +225,19 @@ class TrainingRun:
         run ends ("" while it goes on), so ``resume=auto`` knows a finished run. A failed write
         is logged and counted, and the run goes on with the previous file intact.
 
-        The one function that writes checkpoints (a data-parallel run calls it on rank 0).
+        The one function that writes checkpoints: of several learner ranks, rank 0 alone.
         """
+        if not self.dist.is_writer:
+            return
         self.checkpoints.submit({**self.checkpoint_state(wall_time_s), "stop_reason": stop_reason})
         if with_files:
             self.save_files()
 
     def save_files(self) -> None:
-        """Write what the agent keeps beside the checkpoints (R2D2's and SAC's replay)."""
+        """Write what the agent keeps beside the checkpoints (R2D2's and SAC's replay); of
+        several learner ranks, rank 0's shard alone."""
+        if not self.dist.is_writer:
+            return
         try:
             self.agent.save_files(self.run_dir)
         except CheckpointWriteError as exc:
@@ -241,6 +258,11 @@ class TrainingRun:
 
     # ------------------------------------------------------------------ running
 
+    def training_env_steps(self) -> int:
+        """The env steps the learner's schedules read: this run's count, or with several
+        learner ranks the run's total as the ranks last agreed on it."""
+        return self.dist.training_env_steps(self.stats.env_steps)
+
     def _thread(self, name: str, target: Callable[..., Any], *args: Any) -> threading.Thread:
         """A daemon thread whose exception is logged once, kept for the run loop, and stops
         the run (the thread bodies themselves catch nothing)."""
@@ -250,7 +272,7 @@ class TrainingRun:
                 prepare_learner_thread(self.cfg.hardware)
                 target(*args)
             except BaseException as exc:  # noqa: BLE001 - reported by the run loop
-                if isinstance(exc, NonFiniteTraining):
+                if isinstance(exc, NonFiniteTraining | LearnerRankLost):
                     log.error("%s thread stopped: %s", name, exc)  # expected: no traceback
                 else:
                     log.exception("%s thread failed", name)
@@ -286,7 +308,8 @@ class TrainingRun:
 
     def _run(self) -> RunSummary:
         cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent), cfg)
+        writer = self.dist.metrics_writer(self.run_dir, Monitor.columns(self.agent), cfg)
+        stats = self.dist.run_stats(self.stats)  # summed over learner ranks, before they train
         threads = self._start_roles()
         log.info(
             "training %s on %s (%s), %s; run dir %s",
@@ -298,28 +321,36 @@ class TrainingRun:
         )
         # A resumed run's clock goes on from where it stopped.
         start = time.monotonic() - self.elapsed_before
-        monitor = Monitor(
-            self.monitor_config(), self.agent, self.stats, writer, start, curve=self.curve
-        )
+        monitor = Monitor(self.monitor_config(), self.agent, stats, writer, start, curve=self.curve)
         every = cfg.checkpoint.every_minutes * 60
         replay_every = cfg.checkpoint.replay_every_minutes * 60
         last_save = last_replay_save = time.monotonic()
         reason = ""  # stays "" only while an exception is on its way out
         try:
             next_row = time.monotonic() + cfg.log_interval_s
-            while not self.stop_signal:
+            while True:
                 # Wake often so a step or time budget stops the run promptly; write a metrics
                 # row every log interval (and at the stop).
                 self._wait()
                 self._check_roles()
                 now = time.monotonic()
-                if self.stop_signal:
-                    break
-                if now < next_row and not monitor.budget_spent(now) and not self.errors:
+                due = now >= next_row or bool(
+                    monitor.budget_spent(now) or self.errors or self.stop_signal
+                )
+                # Several learner ranks sum their counters here and write rows together; a stop
+                # signal is agreed like a stop rule, so no rank leaves a collective behind.
+                if not self.dist.agree_row(due):
                     continue
                 next_row = now + cfg.log_interval_s
                 self._before_row()
-                reason = monitor.tick()
+                self.dist.sum_counters(self.fault_counts())
+                signalled = bool(self.stop_signal)
+                local = STOPPED if signalled else monitor.tick()
+                reason = self.dist.agree_reason(
+                    local, failed=bool(self.errors), signalled=signalled
+                )
+                if reason == STOPPED:
+                    break  # the stop checkpoint is taken on the way out
                 if every and time.monotonic() - last_save >= every:
                     replay_due = bool(replay_every) and now - last_replay_save >= replay_every
                     self.save(time.monotonic() - start, with_files=replay_due)
@@ -329,8 +360,6 @@ class TrainingRun:
                     raise self.errors[0]
                 if reason:
                     break
-            if self.stop_signal:
-                reason = STOPPED
         except KeyboardInterrupt:
             # Ctrl-C where no handler of ours was installed (a run outside the main thread).
             reason = STOPPED
@@ -346,8 +375,9 @@ class TrainingRun:
             finally:
                 self._wind_down(threads, monitor, writer, time.monotonic() - start, reason)
         summary = monitor.summary(reason)
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-            json.dump(summary.__dict__, f, indent=2)
+        if self.dist.is_writer:
+            with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
+                json.dump(summary.__dict__, f, indent=2)
         log.info("run finished (%s): %s", reason, summary)
         return summary
 
@@ -367,6 +397,7 @@ class TrainingRun:
             for thread in threads:
                 thread.join(timeout=10)
             self._before_row()
+            self.dist.sum_counters(self.fault_counts(), final=True)
             monitor.tick(final=True)
             monitor.progress.close()
             writer.close()
@@ -383,8 +414,10 @@ class TrainingRun:
             log.error("the last checkpoint was not written within %.0f s", LAST_WRITE_WAIT_S)
 
     def _write_fault_counts(self) -> None:
+        if not self.dist.is_writer:
+            return
         try:
             with open(os.path.join(self.run_dir, "faults.json"), "w") as f:
-                json.dump(self.fault_counts(), f, indent=2)
+                json.dump(self.dist.summed_faults(self.fault_counts()), f, indent=2)
         except OSError as exc:
             log.error("could not write faults.json: %s", exc)

@@ -108,7 +108,7 @@ class SebulbaRun(TrainingRun):
             env.close()
 
     def _start_roles(self) -> list[threading.Thread]:
-        threads = [self._thread("train", self.agent.train, lambda: self.stats.env_steps)]
+        threads = [self._thread("train", self.agent.train, self.training_env_steps)]
         threads += [
             self._thread(
                 f"actor-{i}", step_env_batch, env, slot, self.desk, self.stop, self.cfg.seed

@@ -117,7 +117,7 @@ class SeedRun(TrainingRun):
             batches_per_actor=cfg.actor.batches_per_actor,
             envs_per_batch=cfg.actor.envs_per_batch,
             seed=cfg.seed,
-            run_dir=run_dir,
+            run_dir=self.dist.rank_dir(run_dir),
             python=cfg.launcher.python,
             keys_dir=self.keys_dir,
             spawn=self.remote.spawn if self.remote else spawn_local,
@@ -156,7 +156,7 @@ class SeedRun(TrainingRun):
     def _start_roles(self) -> list[threading.Thread]:
         threads = [
             self._thread("broker", self.broker.serve, self.stop),
-            self._thread("train", self.agent.train, lambda: self.stats.env_steps),
+            self._thread("train", self.agent.train, self.training_env_steps),
         ]
         self.actors.start()
         return threads

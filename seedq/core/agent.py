@@ -34,6 +34,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 import numpy as np
 import torch
 
+from seedq.core.collective import LearnerCollective
 from seedq.core.stats import TrainStats
 from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
@@ -83,6 +84,9 @@ class RunContext:
     # hardware.compile here (its act-and-learn step is compiled whole); the threaded
     # architectures compile only inference (seedq.learner.inference).
     compile_training: str = "none"
+    # The other learner ranks of a data-parallel run (hardware.learners > 1), else None: the
+    # learner averages its gradients and takes its updates in lockstep through it.
+    collective: LearnerCollective | None = None
 
 
 class Agent(Protocol):

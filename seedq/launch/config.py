@@ -62,6 +62,15 @@ class LauncherConfig:
     max_host_failures: int = setting(
         5, "ssh, slurm: a host or node whose actors failed this many times in 10 minutes is dropped"
     )
+    learner_hosts: list[str] = setting(
+        help="hardware.learners > 1: ssh destinations that run the learner ranks, an equal share "
+        "each (torchrun on every host over ssh; the first host is rank 0's and the rendezvous); "
+        "empty: all ranks on this machine",
+        factory=list,
+    )
+    learner_port: int = setting(
+        29500, "learner_hosts: the TCP port the ranks meet on, on the first learner host"
+    )
 
 
 def validate_launcher(launcher: LauncherConfig) -> None:
@@ -83,6 +92,14 @@ def validate_launcher(launcher: LauncherConfig) -> None:
                 f"launcher.hosts entry {host!r} is not an ssh destination (user@host, host, "
                 "ssh://user@host:port); ssh options go in launcher.ssh_args"
             )
+    for host in launcher.learner_hosts:
+        if not host or host.startswith("-") or any(c.isspace() for c in host):
+            raise ConfigError(
+                f"launcher.learner_hosts entry {host!r} is not an ssh destination (user@host, "
+                "host, ssh://user@host:port)"
+            )
+    if not 0 < launcher.learner_port < 65536:
+        raise ConfigError(f"launcher.learner_port={launcher.learner_port} is not a TCP port")
     for option in launcher.srun_args:
         name = option.split("=", 1)[0]
         if name in SRUN_PLACEMENT or (name[:2] in SRUN_PLACEMENT and not name.startswith("--")):

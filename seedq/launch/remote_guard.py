@@ -22,8 +22,8 @@ import threading
 GRACE_S = 5.0
 
 
-def _stop_group(child: subprocess.Popen) -> int:
-    for sig, wait_s in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
+def _stop_group(child: subprocess.Popen, grace_s: float = GRACE_S) -> int:
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
         try:
             os.killpg(child.pid, sig)
         except ProcessLookupError:
@@ -36,10 +36,17 @@ def _stop_group(child: subprocess.Popen) -> int:
 
 
 def main(argv: list[str]) -> int:
+    grace_s = GRACE_S
+    if argv[:1] == ["--grace"] and len(argv) > 1:
+        # Learner ranks get longer than actors: rank 0 writes a last checkpoint.
+        grace_s, argv = float(argv[1]), argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("usage: python -m seedq.launch.remote_guard -- COMMAND [ARGS...]", file=sys.stderr)
+        print(
+            "usage: python -m seedq.launch.remote_guard [--grace SECONDS] -- COMMAND [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -57,7 +64,7 @@ def main(argv: list[str]) -> int:
         code = child.poll()
         if code is not None:
             return code
-    code = _stop_group(child)
+    code = _stop_group(child, grace_s)
     return code if code >= 0 else 128 - code
 
 

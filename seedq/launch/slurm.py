@@ -35,6 +35,7 @@ from seedq.launch.remote_actor import (
     remote_script,
     start_streamed,
 )
+from seedq.parallel.ranks import actor_share
 from seedq.schema import ConfigError
 from seedq.security import is_loopback
 
@@ -193,7 +194,11 @@ class SlurmLauncher:
         if cfg.actor.transport != "tcp":
             raise ConfigError("launcher=slurm needs actor.transport=tcp")
         allocation = Allocation.from_env(environ)
-        slots = allocation.actor_slots(cfg.launcher, cfg.actor.num_actors)
+        # Of several learner ranks, each places its own share of the slots.
+        slots = actor_share(
+            allocation.actor_slots(cfg.launcher, cfg.actor.num_actors),
+            f"the nodes of Slurm job {allocation.job_id}",
+        )
         here = socket.gethostname()
         if here.split(".")[0] not in allocation.nodes and here not in allocation.nodes:
             log.warning(

@@ -34,6 +34,7 @@ from seedq.launch.remote_actor import (
     remote_script,
     start_streamed,
 )
+from seedq.parallel.ranks import actor_share
 from seedq.schema import ConfigError
 from seedq.security import is_loopback
 
@@ -115,6 +116,9 @@ class SshLauncher:
     run_dir: str
     num_actors_per_host: int
     hosts: list[SshHost] = field(default_factory=list)
+    # (host index, n) of each actor this learner runs: all hosts' actors, or with several
+    # learner ranks this rank's share of them.
+    slots: list[tuple[int, int]] = field(default_factory=list)
     _failures: HostFailures = field(init=False)
     _spawned: set[int] = field(default_factory=set)
 
@@ -122,6 +126,10 @@ class SshLauncher:
         self._failures = HostFailures(self.cfg.max_host_failures)
         if not self.hosts:
             self.hosts = [resolve_host(e, self.cfg.ssh_args) for e in self.cfg.hosts]
+        if not self.slots:
+            per_host = range(self.num_actors_per_host)
+            every = [(h, n) for h in range(len(self.hosts)) for n in per_host]
+            self.slots = actor_share(every, "launcher.hosts x launcher.actors_per_host")
 
     @classmethod
     def for_run(cls, cfg: Any, run_dir: str) -> SshLauncher:
@@ -141,10 +149,11 @@ class SshLauncher:
 
     @property
     def num_actors(self) -> int:
-        return len(self.hosts) * self.num_actors_per_host
+        return len(self.slots)
 
     def host_of(self, index: int) -> tuple[SshHost, int]:
-        return self.hosts[index // self.num_actors_per_host], index % self.num_actors_per_host
+        host, n = self.slots[index]
+        return self.hosts[host], n
 
     def check_hosts(self, env: EnvConfig, python: str) -> None:
         """Run the host check everywhere at once; raise naming every host that failed."""
@@ -156,7 +165,8 @@ class SshLauncher:
             command = ssh_command(self.cfg.ssh_args, entry, "sh", "-s")
             return check_host(entry, command, script, self.cfg.check_timeout_s, python)
 
-        check_hosts([h.entry for h in self.hosts], check)
+        used = sorted({host for host, _ in self.slots})
+        check_hosts([self.hosts[h].entry for h in used], check)
 
     def record_failure(self, host: SshHost, now: float | None = None) -> bool:
         """Count one failure of ``host``; True once it is dropped (see :class:`HostFailures`)."""

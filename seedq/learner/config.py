@@ -40,6 +40,20 @@ class HardwareConfig:
         0.0002,
         "Python's thread switch interval: short keeps the broker and training threads moving",
     )
+    learners: int = setting(
+        1,
+        "learner ranks of one data-parallel run (torch.distributed: NCCL on CUDA, gloo on CPU), "
+        "each with its own device (cuda:LOCAL_RANK), actors or env threads and data; gradients "
+        "averaged every update. Above 1 a plain seedq-train starts the ranks on this machine; "
+        "under torchrun or an srun step of several tasks, the launcher's ranks are used "
+        "(docs/distributed.md)",
+    )
+    learner_timeout_s: float = setting(
+        300.0,
+        "hardware.learners > 1: seconds a collective may wait for the other ranks before the "
+        "run stops with an error (a rank that dies is noticed within seconds; this bounds a hung "
+        "one)",
+    )
 
 
 @dataclass
@@ -66,6 +80,7 @@ def validate_hardware(hw: HardwareConfig) -> None:
     choice("hardware.amp", hw.amp, AMP_MODES)
     choice("hardware.compile", hw.compile, COMPILE_MODES)
     check_positive(hw, "hardware", ["num_threads", "runs_at_once"], zero_ok=True)
+    check_positive(hw, "hardware", ["learners", "learner_timeout_s"])
     device = str(hw.device)
     if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError(f"hardware.device={hw.device!r} is not allowed; use cpu, cuda or cuda:N")

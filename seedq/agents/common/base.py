@@ -18,6 +18,7 @@ import torch
 from seedq.agents.common.policy_head import SampleFromDistribution
 from seedq.agents.common.update import Placement
 from seedq.core.agent import RunContext, Selector
+from seedq.core.collective import LearnerCollective
 from seedq.core.stats import TrainStats
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
@@ -46,7 +47,7 @@ def discrete_network(
 
 def placement_of(ctx: RunContext) -> Placement:
     """Where the run's learner computes (device, weights lock, AMP, pinned uploads)."""
-    return Placement(ctx.device, ctx.weights_lock, ctx.amp_dtype, ctx.pin_memory)
+    return Placement(ctx.device, ctx.weights_lock, ctx.amp_dtype, ctx.pin_memory, ctx.collective)
 
 
 class AgentBase:
@@ -126,6 +127,9 @@ class AgentBase:
     def training_loop(self, take: Callable[[], Item | None], train: Callable[[Item], None]) -> None:
         """The training thread: ``take()`` the next item (None: nothing yet, look again) and
         ``train`` on it until ``ctx.stop``; time spent taking counts as waiting."""
+        if self.ctx.collective is not None:
+            self._lockstep_loop(take, train, self.ctx.collective)
+            return
         stats, stop = self.stats, self.ctx.stop
         while not stop.is_set():
             start = time.monotonic()
@@ -136,3 +140,30 @@ class AgentBase:
                 continue
             train(item)
             stats.busy_s += time.monotonic() - begin
+
+    def _lockstep_loop(
+        self,
+        take: Callable[[], Item | None],
+        train: Callable[[Item], None],
+        ranks: LearnerCollective,
+    ) -> None:
+        """The training thread of one of several learner ranks: an update only in a round where
+        every rank holds a batch, so all take the same updates; the loop ends on the round any
+        rank stops in. A rank keeps its batch through rounds in which another has none (``take``
+        returns None within a fraction of a second, so rounds keep coming and no collective
+        waits long on a slow rank's data)."""
+        stats, stop = self.stats, self.ctx.stop
+        item: Item | None = None
+        while True:
+            start = time.monotonic()
+            if item is None:
+                item = take()
+            all_ready, stopping = ranks.next_turn(item is not None, stop.is_set())
+            begin = time.monotonic()
+            stats.wait_s += begin - start
+            if stopping:
+                return
+            if all_ready and item is not None:
+                train(item)
+                item = None
+                stats.busy_s += time.monotonic() - begin

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from seedq.core.collective import LearnerCollective
+
 Moments = tuple[Tensor, Tensor, Tensor]  # float64 count [], mean [*shape], var [*shape]
 
 
@@ -116,7 +118,10 @@ def obs_norms(model: nn.Module) -> list[RunningNorm]:
 
 
 def update_obs_norm(
-    model: nn.Module, obs: np.ndarray | Tensor, weights_lock: threading.Lock
+    model: nn.Module,
+    obs: np.ndarray | Tensor,
+    weights_lock: threading.Lock,
+    collective: LearnerCollective | None = None,
 ) -> None:
     """Merge ``obs [T, B, *obs_shape]`` (host array or device tensor) into every observation
     normaliser of ``model``.
@@ -124,12 +129,16 @@ def update_obs_norm(
     Call after the update on this batch; under the weights lock so inference never acts with
     a half-written pair. Models without a normaliser pay nothing. Rows with a non-finite
     value are left out: one NaN observation would otherwise poison the statistics for good.
+    With several learner ranks (``collective``), every rank merges the rows of all ranks' batches
+    in rank order, so the statistics stay identical everywhere.
     """
     norms = obs_norms(model)
     if not norms:
         return
     flat = as_tensor(obs, norms[0].mean.device)
     flat = flat.reshape(-1, *flat.shape[2:])
+    if collective is not None:
+        flat = collective.gather_rows(flat)
     valid = None
     if flat.is_floating_point():
         valid = torch.isfinite(flat.reshape(len(flat), -1)).all(dim=1)

@@ -5,6 +5,7 @@ beside the checkpoint with ``checkpoint.replay``)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,6 +15,9 @@ from seedq.core.unroll import Unroll
 from seedq.learner.checkpoint import REPLAY_NAME, CheckpointError, load_arrays, save_arrays
 
 log = logging.getLogger(__name__)
+
+# How long one take waits for the rate limiter before handing the loop a None.
+TAKE_PATIENCE_S = 0.5
 
 
 class ReplayAgent(AgentBase):
@@ -35,8 +39,15 @@ class ReplayAgent(AgentBase):
         self.sink(unroll)
 
     def train(self, env_steps: Callable[[], int]) -> None:
-        stop, batch_size = self.ctx.stop, self.alg.batch_size
-        self.training_loop(lambda: self.replay.sample(batch_size, stop.is_set), self.train_on)
+        self.training_loop(self._take, self.train_on)
+
+    def _take(self) -> Any:
+        """A sampled batch, or None when the rate limiter allows none within a moment (the
+        training loop then looks again; with several learner ranks it takes part in a round)."""
+        stop, deadline = self.ctx.stop, time.monotonic() + TAKE_PATIENCE_S
+        return self.replay.sample(
+            self.alg.batch_size, lambda: stop.is_set() or time.monotonic() > deadline
+        )
 
     def train_on(self, sample: Any) -> None:
         """One update on a sampled batch."""

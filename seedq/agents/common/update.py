@@ -5,7 +5,8 @@ when ``hardware.amp`` asks for it; the loss is scaled for fp16 (bf16 has fp32's 
 no scaler); gradients are unscaled and clipped, and only the optimizer step (the in-place write
 to the weights inference reads) is taken under the weights lock, so actors always act with a
 whole set of weights. A loss or gradient that is not finite skips the step: the weights stay
-the last good ones and the skip is counted.
+the last good ones and the skip is counted. With several learner ranks (``hardware.learners``),
+the gradients are averaged across them right after the backward pass (``Placement.collective``).
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from seedq.core.collective import LearnerCollective
 from seedq.core.tensors import to_device
 
 
 @dataclass(frozen=True)
 class Placement:
     """Where a learner computes and what it shares with inference: the device, the lock around
-    in-place weight writes, the autocast dtype (None: fp32) and whether uploads are pinned."""
+    in-place weight writes, the autocast dtype (None: fp32), whether uploads are pinned, and
+    the other learner ranks of a data-parallel run."""
 
     device: torch.device
     weights_lock: threading.Lock
     amp_dtype: torch.dtype | None = None
     pin_memory: bool = False
+    # The other learner ranks (hardware.learners > 1): gradients are averaged across them.
+    collective: LearnerCollective | None = None
 
     @classmethod
     def cpu(cls) -> Placement:
@@ -56,6 +61,7 @@ class GradientStep:
         self.weights_lock = placement.weights_lock
         self.grad_clip = grad_clip
         self.amp_dtype = placement.amp_dtype
+        self.collective = placement.collective
         self.pin_memory = placement.pin_memory and device.type == "cuda"
         self.scaler = torch.amp.GradScaler(
             device.type, enabled=placement.amp_dtype == torch.float16
@@ -86,6 +92,11 @@ class GradientStep:
         """
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+        if self.collective is not None:
+            # Averaged before unscaling, the finiteness check and clipping: every rank then
+            # clips, steps or skips exactly the same gradients, so the weights stay identical.
+            grads = [p.grad for p in self.parameters if p.grad is not None]
+            self.collective.average_gradients(grads, math.isfinite(float(loss.detach())))
         self.scaler.unscale_(self.optimizer)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip))
         if self.scaler.is_enabled():

@@ -142,7 +142,7 @@ class PPOLearner(OnPolicyLearner):
         if not taken:
             return {"skipped": True}
         # After the updates: this batch was trained with the statistics it was collected with.
-        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock)
+        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock, self.step.collective)
         stats = {f"loss/{k}": sums[k] / taken for k in _STAT_KEYS}
         stats |= {
             "grad_norm": sums["grad_norm"] / taken,

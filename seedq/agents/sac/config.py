@@ -105,6 +105,13 @@ def validate(alg: SACConfig, cfg: object) -> None:
             f"algorithm.batch_size={alg.batch_size} and algorithm.replay_capacity="
             f"{alg.replay_capacity}"
         )
+    learners = getattr(getattr(cfg, "hardware", None), "learners", 1)
+    if alg.model.obs_norm and learners > 1:
+        raise ConfigError(
+            "algorithm=sac merges observation statistics as transitions arrive, on each learner "
+            f"rank apart: algorithm.model.obs_norm=true would let hardware.learners={learners} "
+            "ranks drift apart; turn it off, or use one learner"
+        )
     if alg.model.use_lstm:
         raise ConfigError(
             "algorithm=sac trains on single transitions: algorithm.model.use_lstm=true is not "

@@ -99,7 +99,7 @@ class VTraceLearner(OnPolicyLearner):
             # must not poison them, and a run of skips keeps the last good model whole.
             return {"skipped": True}
         # After the step: this batch was trained with the statistics it was collected with.
-        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock)
+        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock, self.step.collective)
         stats = {
             "loss/total": float(loss.total.detach()),
             "loss/pg": float(loss.pg.detach()),

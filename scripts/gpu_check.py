@@ -1,0 +1,365 @@
+"""The steps of scripts/gpu_check.sh: prove seedq's CUDA path on this machine, write one report.
+
+    python scripts/gpu_check.py [--cpu] [--out DIR] [--only a,b] [--skip a,b] [--pong-minutes M]
+
+Each step runs seedq as a user would (``python -m seedq.cli``, ``python -m seedq.bench.cli``,
+``pytest -m cuda``) in a subprocess with a time limit, and is judged by what the run wrote
+(``summary.json``, the learner ranks' logs, the bench's JSON line), not by its output's look.
+``--cpu`` runs every step briefly on the CPU instead (GPU-only steps are reported as skipped):
+the report and the step logic are tested that way on machines without a GPU.
+
+The report is ``DIR/gpu_check.json`` and ``DIR/gpu_check.md``, with every step's output in
+``DIR/gpu_check.log`` (three files: machines that hand back few files take them all). Exit
+status 0 when no step failed. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+PONG = ["env=atari", "env.id=ALE/Pong-v5"]
+BENCH_LINE = re.compile(r"^\{.*\}$")
+
+
+@dataclass
+class Step:
+    name: str
+    what: str
+    argv: list[str]
+    timeout_s: float
+    judge: str = "exit"  # exit | target | ran | ranks | bench | pytest
+    skip: str = ""  # why it does not run here ("" when it does)
+
+
+@dataclass
+class Result:
+    name: str
+    what: str
+    command: str
+    status: str  # pass | fail | skip
+    seconds: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+def python() -> list[str]:
+    return [sys.executable]
+
+
+def train(run_dir: Path, *overrides: str) -> list[str]:
+    return [*python(), "-m", "seedq.cli", f"hydra.run.dir={run_dir}", *overrides]
+
+
+def bench(*args: str) -> list[str]:
+    return [*python(), "-m", "seedq.bench.cli", *args]
+
+
+def plan(cpu: bool, gpus: int, runs: Path, pong_minutes: float) -> list[Step]:
+    """Every step, sized for a GPU machine, or shrunk to seconds on the CPU (``cpu``)."""
+    hw = "hardware=cpu" if cpu else "hardware=gpu"
+    # On the CPU each training step gets a twentieth of its minutes (at least 9 s) and an
+    # easy target: the dry run checks the steps and the report, not the learning.
+    scale = 0.05 if cpu else 1.0
+    target = 30 if cpu else 475
+    cpu_skip = "GPU only (--cpu)" if cpu else ""
+
+    def minutes(m: float, floor: float = 0.15) -> str:
+        return f"max_minutes={max(floor, m * scale):g}"
+
+    # The CPU's stand-ins for what only a GPU does quickly: fewer tensor envs, CartPole for
+    # Sebulba's threads, and time enough to reach the easy target.
+    anakin_envs = ["arch.anakin.num_envs=256"] if cpu else []
+    sebulba_env = [] if cpu else PONG
+    to_target = 0.5
+
+    steps = [
+        Step(
+            "cuda_tests",
+            "the test suite's CUDA-marked tests",
+            [*python(), "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests"],
+            900,
+            judge="pytest",
+        ),
+        Step(
+            "cartpole_475",
+            f"V-trace CartPole to a 100-episode mean of {target}",
+            train(runs / "cartpole", hw, f"stop_at_return={target}", minutes(5, to_target)),
+            420,
+            judge="target",
+        ),
+        Step(
+            "pong_bf16",
+            f"V-trace Pong for {pong_minutes:g} minutes, bf16 autocast",
+            train(runs / "pong", hw, *PONG, "hardware.amp=bf16", minutes(pong_minutes)),
+            pong_minutes * 60 * scale + 240,
+            judge="ran",
+        ),
+    ]
+    for mode in COMPILE_MODES:
+        steps.append(
+            Step(
+                f"pong_compile_{mode}",
+                f"Pong, bf16, hardware.compile={mode}",
+                train(
+                    runs / f"pong-{mode}",
+                    hw,
+                    *PONG,
+                    "hardware.amp=bf16",
+                    f"hardware.compile={mode}",
+                    minutes(1.5),
+                ),
+                420,
+                judge="ran",
+                skip=cpu_skip,
+            )
+        )
+    seconds = "seconds=5" if cpu else "seconds=30"
+    steps += [
+        Step("bench_inference", "seedq-bench inference", bench("inference", hw), 600, "bench"),
+        Step(
+            "bench_train",
+            "seedq-bench train (" + ("CartPole" if cpu else "Pong") + ")",
+            bench("train", hw, *sebulba_env, seconds, "warmup_s=5"),
+            300,
+            "bench",
+        ),
+        Step(
+            "bench_pipeline",
+            "seedq-bench pipeline",
+            bench("pipeline", hw, "seconds=2" if cpu else "seconds=10"),
+            300,
+            "bench",
+        ),
+        Step(
+            "anakin",
+            f"arch=anakin CartPole to {target}",
+            train(
+                runs / "anakin",
+                hw,
+                "arch=anakin",
+                *anakin_envs,
+                f"stop_at_return={target}",
+                minutes(3, to_target),
+            ),
+            300,
+            judge="target",
+        ),
+        Step(
+            "sebulba",
+            "arch=sebulba " + ("CartPole" if cpu else "Pong"),
+            train(
+                runs / "sebulba",
+                hw,
+                "arch=sebulba",
+                *sebulba_env,
+                "hardware.amp=bf16",
+                minutes(1.5),
+            ),
+            300,
+            judge="ran",
+        ),
+    ]
+    learners = 2 if cpu else gpus
+    steps.append(
+        Step(
+            "learners",
+            f"hardware.learners={learners} CartPole to {target} ("
+            + ("gloo, CPU" if cpu else "NCCL")
+            + ")",
+            train(
+                runs / "learners",
+                hw,
+                f"hardware.learners={learners}",
+                f"stop_at_return={target}",
+                minutes(5, to_target),
+            ),
+            480,
+            judge="ranks",
+            skip="" if cpu or gpus >= 2 else f"needs 2 or more GPUs; this machine has {gpus}",
+        )
+    )
+    return steps
+
+
+def run_dir_of(argv: list[str]) -> Path | None:
+    for arg in argv:
+        if arg.startswith("hydra.run.dir="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def judge(step: Step, code: int, output: str) -> tuple[str, dict[str, Any], str]:
+    """``(status, figures, note)`` of a finished step."""
+    if step.judge == "pytest":
+        counts = dict(
+            (kind, int(n))
+            for n, kind in re.findall(r"(\d+) (passed|failed|skipped|deselected|error)", output)
+        )
+        if code == 0 and counts.get("passed"):
+            return "pass", counts, ""
+        if code in (0, 5) and not counts.get("passed") and not counts.get("failed"):
+            return "skip", counts, "no CUDA-marked test ran (no CUDA device)"
+        return "fail", counts, f"pytest exit {code}"
+    if step.judge == "bench":
+        lines = [json.loads(line) for line in output.splitlines() if BENCH_LINE.match(line)]
+        if code != 0 or not lines:
+            return "fail", {}, f"exit {code}, {len(lines)} JSON lines"
+        figures = lines[-1]
+        if figures.get("env_steps_per_s", 1) <= 0:
+            return "fail", figures, "no env step was timed"
+        return "pass", figures, ""
+    run_dir = run_dir_of(step.argv)
+    summary_file = run_dir / "summary.json" if run_dir else None
+    summary = json.loads(summary_file.read_text()) if summary_file and summary_file.exists() else {}
+    figures = {
+        k: summary.get(k)
+        for k in ("env_steps", "steps_per_s", "return_mean", "updates", "time_to_target_s")
+        if k in summary
+    }
+    figures["stop_reason"] = summary.get("stop_reason")
+    if code != 0 or not summary:
+        return "fail", figures, f"exit {code}" + ("" if summary else ", no summary.json")
+    if step.judge == "target" and summary.get("stop_reason") != "target_return":
+        return "fail", figures, f"stopped by {summary.get('stop_reason')} before the target"
+    if not summary.get("updates"):
+        return "fail", figures, "no update was taken"
+    if step.judge == "ranks":
+        if "weights identical on all" not in output:
+            return "fail", figures, "the ranks did not report identical weights"
+        if summary.get("stop_reason") != "target_return":
+            return "fail", figures, f"stopped by {summary.get('stop_reason')} before the target"
+    return "pass", figures, ""
+
+
+def run_step(step: Step, log) -> Result:  # noqa: ANN001 - a text file
+    command = shlex.join(step.argv)
+    if step.skip:
+        return Result(step.name, step.what, command, "skip", note=step.skip)
+    log.write(f"\n===== {step.name}: {command}\n")
+    log.flush()
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            step.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=step.timeout_s,
+        )
+        code, output = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as exc:
+        code = -1
+        partial = exc.stdout or ""
+        output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        output += f"\n(timed out after {step.timeout_s:.0f} s)"
+    seconds = time.monotonic() - start
+    log.write(output[-20000:])
+    log.flush()
+    status, figures, note = judge(step, code, output)
+    if code == -1:
+        status, note = "fail", f"timed out after {step.timeout_s:.0f} s"
+    return Result(step.name, step.what, command, status, round(seconds, 1), figures, note)
+
+
+def machine(cpu: bool) -> dict[str, Any]:
+    probe = (
+        "import json, torch; c = torch.cuda.is_available(); print(json.dumps({"
+        "'torch': torch.__version__, 'cuda': torch.version.cuda, 'gpus': "
+        "torch.cuda.device_count() if c else 0, 'gpu': torch.cuda.get_device_name(0) if c else "
+        "None, 'nccl': torch.distributed.is_nccl_available()}))"
+    )
+    info: dict[str, Any] = {"python": platform.python_version(), "host": platform.node()}
+    info["cores"] = os.cpu_count()
+    try:
+        out = subprocess.run([*python(), "-c", probe], capture_output=True, text=True, timeout=120)
+        info.update(json.loads(out.stdout.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        info["torch"] = "not importable"
+        info["gpus"] = 0
+    info["mode"] = "cpu (dry run)" if cpu else "gpu"
+    return info
+
+
+def write_report(out: Path, info: dict[str, Any], results: list[Result]) -> bool:
+    ok = all(r.status != "fail" for r in results)
+    report = {"ok": ok, "machine": info, "steps": [dataclasses.asdict(r) for r in results]}
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = [
+        "# seedq GPU check",
+        "",
+        f"{'All steps passed or were skipped.' if ok else 'Some steps FAILED.'} Mode: "
+        f"{info['mode']}; host {info.get('host')}, {info.get('gpus', 0)} GPU(s) "
+        f"({info.get('gpu') or 'none'}), {info.get('cores')} cores, Python {info['python']}, "
+        f"torch {info.get('torch')} (CUDA {info.get('cuda')}).",
+        "",
+        "| step | what | status | seconds | figures | note |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for r in results:
+        figures = ", ".join(f"{k}={v}" for k, v in r.figures.items() if v is not None)
+        lines.append(
+            f"| {r.name} | {r.what} | {r.status.upper()} | {r.seconds:g} | {figures[:300]} "
+            f"| {r.note} |"
+        )
+    lines += ["", "Commands:", ""]
+    lines += [f"- `{r.name}`: `{r.command}`" for r in results]
+    (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="every step briefly on the CPU")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "gpu_check", help="report dir")
+    parser.add_argument("--only", default="", help="comma-separated steps to run")
+    parser.add_argument("--skip", default="", help="comma-separated steps to leave out")
+    parser.add_argument("--pong-minutes", type=float, default=10.0)
+    parser.add_argument(
+        "--merge", nargs="*", default=[], help="earlier gpu_check.json files to include"
+    )
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = machine(args.cpu)
+    runs = Path(tempfile.mkdtemp(prefix="seedq-gpu-check-"))
+    steps = plan(args.cpu, int(info.get("gpus") or 0), runs, args.pong_minutes)
+    only = {s for s in args.only.split(",") if s}
+    skip = {s for s in args.skip.split(",") if s}
+    unknown = (only | skip) - {s.name for s in steps}
+    if unknown:
+        parser.error(f"unknown steps {sorted(unknown)}; steps: {[s.name for s in steps]}")
+    if not args.cpu and not info.get("gpus"):
+        print("gpu_check: no CUDA device here; use --cpu for a dry run", file=sys.stderr)
+    results = []
+    for earlier in args.merge:
+        results += [Result(**r) for r in json.loads(Path(earlier).read_text())["steps"]]
+    with open(out / "gpu_check.log", "a") as log:
+        for step in steps:
+            if (only and step.name not in only) or step.name in skip:
+                continue
+            result = run_step(step, log)
+            results.append(result)
+            print(f"gpu_check: {result.name}: {result.status} ({result.seconds:g} s) {result.note}")
+            write_report(out, info, results)  # after each step: a cut-off run keeps its report
+    ok = write_report(out, info, results)
+    verdict = "ok" if ok else "FAILED"
+    print(f"gpu_check: report in {out}/gpu_check.md and gpu_check.json ({verdict})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""One run on several learner ranks (``hardware.learners``), for real: 2 gloo ranks on the CPU.
+
+Each run is ``seedq-train hardware.learners=2 ...`` as a user types it: seedq starts the ranks
+through torch's elastic launcher. At an agreed end every rank logs its weights digest, its
+update count and its own env step counter (``learners/rank-K.log``); the tests compare
+those across ranks themselves. The runs are tiny (fake envs or CartPole, env threads or
+in-process actors) so each takes seconds of compute; most of a test's time is starting two
+Python processes with torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_arch_agents import ALGORITHM, ARCH
+
+from seedq.agents.registry import AGENTS
+
+TREE = str(Path(__file__).resolve().parents[1])
+# Small runs that still take well over 50 updates on every algorithm.
+COMMON = [
+    "hardware.num_threads=1",
+    "max_minutes=2",
+    "log_interval_s=0.5",
+    "checkpoint.every_minutes=0",
+]
+STEPS = {"vtrace": 3000, "ppo": 3000, "r2d2": 3000, "sac": 1500}
+DIGEST = re.compile(
+    r"learner rank (\d+) of (\d+): (\d+) updates, (\d+) env steps counted here, "
+    r"weights digest (\w+)"
+)
+
+
+def command(run_dir: Path, *overrides: str) -> list[str]:
+    """``seedq-train`` on two ranks (unless ``overrides`` set hardware.learners)."""
+    learners = [] if any("hardware.learners=" in o for o in overrides) else ["hardware.learners=2"]
+    return [
+        sys.executable,
+        "-m",
+        "seedq.cli",
+        *learners,
+        *COMMON,
+        f"hydra.run.dir={run_dir}",
+        *overrides,
+    ]
+
+
+def train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": TREE, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        command(run_dir, *overrides),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=TREE,
+    )
+
+
+def rank_reports(run_dir: Path) -> dict[int, dict]:
+    """What each rank logged at the end: updates, its own env steps, its weights digest."""
+    reports = {}
+    for log in sorted((run_dir / "learners").glob("rank-*.log")):
+        for match in DIGEST.finditer(log.read_text()):
+            rank, _, updates, steps, digest = match.groups()
+            reports[int(rank)] = {"updates": int(updates), "steps": int(steps), "digest": digest}
+    return reports
+
+
+def metrics_rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def algorithm_case(algorithm: str) -> list[str]:
+    # SAC's sizes use a fake continuous env; the others run CartPole. Env threads: no actor
+    # processes to start on a loaded box.
+    arch = "sebulba" if algorithm != "vtrace" else "seed"
+    return [
+        f"algorithm={algorithm}",
+        f"arch={arch}",
+        *ARCH[arch],
+        *ALGORITHM[algorithm],
+        f"total_env_steps={STEPS[algorithm]}",
+    ]
+
+
+def test_every_algorithm_has_a_two_rank_case():
+    assert set(STEPS) == set(AGENTS), "give a new algorithm its step budget in STEPS"
+
+
+@pytest.mark.parametrize("algorithm", sorted(AGENTS))
+def test_two_ranks_end_with_bit_identical_weights_and_write_one_run(tmp_path, algorithm):
+    result = train(tmp_path, *algorithm_case(algorithm))
+    assert result.returncode == 0, result.stdout[-3000:]
+    reports = rank_reports(tmp_path)
+    assert sorted(reports) == [0, 1], result.stdout[-3000:]
+    assert reports[0]["digest"] == reports[1]["digest"]
+    assert reports[0]["updates"] == reports[1]["updates"] >= 50
+    # One run: one metrics file, one header, counters summed over both ranks' own steps.
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["env_steps"] == reports[0]["steps"] + reports[1]["steps"]
+    assert reports[0]["steps"] > 0 and reports[1]["steps"] > 0
+    assert (tmp_path / "metrics.csv").read_text().count("wall_time,") == 1
+    rows = metrics_rows(tmp_path)
+    assert int(rows[-1]["env_steps"]) == summary["env_steps"]
+    assert len(list((tmp_path / "checkpoints").glob("ckpt-*.pt"))) == 1
+    # Rank 1 wrote nothing of the run's own beside its log (and its actors' logs).
+    assert sorted(p.name for p in (tmp_path / "learners").glob("*.log")) == [
+        "rank-0.log",
+        "rank-1.log",
+    ]
+    assert [p.name for p in (tmp_path / "learners").rglob("*") if p.suffix != ".log"] in (
+        [],
+        ["rank-1"],
+    )
+
+
+def test_two_anakin_ranks_end_with_bit_identical_weights(tmp_path):
+    result = train(tmp_path, "arch=anakin", *ARCH["anakin"], "total_env_steps=16000")
+    assert result.returncode == 0, result.stdout[-3000:]
+    reports = rank_reports(tmp_path)
+    assert reports[0]["digest"] == reports[1]["digest"]
+    assert reports[0]["updates"] == reports[1]["updates"] >= 50
+
+
+def quick_cartpole(*overrides: str) -> list[str]:
+    return [*algorithm_case("vtrace"), *overrides]
+
+
+def test_a_checkpoint_of_two_ranks_resumes_on_one_and_back_on_two(tmp_path):
+    first = train(tmp_path, *quick_cartpole())
+    assert first.returncode == 0, first.stdout[-3000:]
+    saved = json.loads((tmp_path / "summary.json").read_text())
+
+    one = train(
+        tmp_path / "again",
+        f"resume={tmp_path}",
+        "hardware.learners=1",
+        f"total_env_steps={saved['env_steps'] + 2000}",
+    )
+    assert one.returncode == 0, one.stdout[-3000:]
+    assert f"resumed at {saved['env_steps']} env steps, {saved['updates']} updates" in one.stdout
+    after_one = json.loads((tmp_path / "summary.json").read_text())
+    assert after_one["updates"] > saved["updates"]
+
+    two = train(
+        tmp_path / "twice",
+        f"resume={tmp_path}",
+        "hardware.learners=2",
+        f"total_env_steps={after_one['env_steps'] + 2000}",
+    )
+    assert two.returncode == 0, two.stdout[-3000:]
+    reports = rank_reports(tmp_path)
+    assert reports[0]["digest"] == reports[1]["digest"]
+    after_two = json.loads((tmp_path / "summary.json").read_text())
+    # The counters go on from the checkpoint: rank 0 restored them, rank 1 counted from 0.
+    assert reports[0]["steps"] > after_one["env_steps"]
+    assert after_two["env_steps"] == reports[0]["steps"] + reports[1]["steps"]
+    assert after_two["updates"] == reports[0]["updates"] > after_one["updates"]
+    assert (
+        f"resumed at {after_one['env_steps']} env steps"
+        in (tmp_path / "learners" / "rank-0.log").read_text()
+    )
+
+
+def test_a_rank_killed_ends_the_run_within_30_s_naming_the_rank_and_its_host(tmp_path):
+    env = {**os.environ, "PYTHONPATH": TREE, "PYTHONUNBUFFERED": "1"}
+    cmd = command(
+        tmp_path,
+        *quick_cartpole("total_env_steps=100000000", "max_minutes=5"),
+        "checkpoint.every_minutes=0.05",
+    )
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=TREE
+    )
+    try:
+        rank1 = wait_for_rank_training(tmp_path, rank=1, proc=proc)
+        os.kill(rank1, signal.SIGKILL)
+        killed = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+        ended = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, output[-3000:]
+    assert ended < 30, f"the run took {ended:.0f} s to end after rank 1 was killed"
+    failures = [line for line in output.splitlines() if "run failed:" in line]
+    assert len(failures) == 1, output[-3000:]
+    assert (
+        f"learner rank 1 (pid {rank1}) on {os.uname().nodename} was killed by SIGKILL"
+        in (failures[0])
+    )
+    # Rank 0 stopped in order: its last checkpoint is there to resume from.
+    assert list((tmp_path / "checkpoints").glob("ckpt-*.pt"))
+
+
+def wait_for_rank_training(run_dir: Path, rank: int, proc: subprocess.Popen) -> int:
+    """The pid of ``rank`` once the run has written a metrics row (its ranks are training)."""
+    deadline = time.monotonic() + 180
+    log = run_dir / "learners" / f"rank-{rank}.log"
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        rows = metrics_rows(run_dir) if (run_dir / "metrics.csv").exists() else []
+        if rows and log.exists():
+            match = re.search(rf"\[learner rank {rank} (\d+)\]", log.read_text())
+            if match:
+                return int(match[1])
+        time.sleep(0.5)
+    raise AssertionError("the ranks did not start training within 180 s")
+
+
+def test_two_ranks_learn_cartpole_in_a_short_run(tmp_path):
+    result = train(tmp_path, "stop_at_return=150", "max_minutes=3", "log_interval_s=2", timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "target_return", summary
+
+
+@pytest.mark.slow
+def test_two_ranks_reach_475_on_cartpole(tmp_path):
+    result = train(tmp_path, "stop_at_return=475", "max_minutes=10", timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "target_return", summary

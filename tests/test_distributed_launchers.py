@@ -1,0 +1,270 @@
+"""Who starts learner ranks: what each launcher tells a rank (pure), and real starts through
+``torchrun``, an ``srun`` step of the local Slurm cluster and ssh to local sshd "hosts".
+
+The real runs are two gloo ranks on this machine; the Slurm and ssh ones skip, saying why, where
+``scripts/setup_slurm_local.sh`` or ``scripts/setup_test_hosts.sh`` have not been run (or the
+one Slurm node is busy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from ssh_hosts import SshdHost, client_config, missing_tools, user_key
+from test_distributed import COMMON, algorithm_case, rank_reports
+from test_slurm_launcher import needs_slurm, outside_slurm
+
+from seedq.bench.common import compose
+from seedq.learner_ranks import EXIT_RANK_LOST, describe_failure
+from seedq.parallel.agreement import RECENT, pool_recent
+from seedq.parallel.ranks import (
+    SEED_STRIDE,
+    check_learners,
+    from_slurm_step,
+    launched_rank,
+    rank_config,
+    rank_device,
+    rank_share,
+)
+from seedq.schema import ConfigError
+
+TREE = str(Path(__file__).resolve().parents[1])
+needs_sshd = pytest.mark.skipif(bool(missing_tools()), reason=missing_tools() or "ready")
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+
+
+def test_torchrun_s_variables_make_a_rank_and_one_process_makes_none():
+    info = launched_rank({**TORCHRUN, "MASTER_ADDR": "gpu1", "MASTER_PORT": "1234"})
+    assert (info.rank, info.world_size, info.local_rank, info.master_addr, info.master_port) == (
+        1,
+        2,
+        1,
+        "gpu1",
+        1234,
+    )
+    assert launched_rank({"RANK": "0", "WORLD_SIZE": "1"}) is None
+    assert launched_rank({}) is None
+
+
+def test_an_srun_step_of_several_tasks_is_a_group_and_a_batch_script_is_not():
+    step = {
+        "SLURM_STEP_NUM_TASKS": "8",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+        "SLURM_STEP_NODELIST": "gpu7",
+        "SLURM_JOB_ID": "123456",
+    }
+    info = from_slurm_step(step)
+    assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == (5, 8, 1, 4)
+    assert (info.master_addr, info.master_port) == ("gpu7", 20000 + 123456 % 10000)
+    # What a batch script sees: the job's tasks but no step of its own.
+    assert launched_rank({"SLURM_NTASKS": "8", "SLURM_PROCID": "0", "SLURM_JOB_ID": "1"}) is None
+
+
+def test_learners_set_to_another_count_than_the_launcher_started_is_refused():
+    info = launched_rank(TORCHRUN)
+    check_learners(1, info)
+    check_learners(2, info)
+    with pytest.raises(ConfigError, match="hardware.learners=4 but .* started 2 ranks"):
+        check_learners(4, info)
+
+
+def test_each_rank_takes_every_nth_actor_slot_so_hosts_spread_over_ranks():
+    slots = [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0)]
+    assert rank_share(slots, 0, 2) == [("a", 0), ("b", 0), ("c", 0)]
+    assert rank_share(slots, 1, 2) == [("a", 1), ("b", 1)]
+
+
+def test_a_rank_s_gpu_is_its_local_rank_or_the_one_gpu_it_was_given():
+    assert rank_device("cuda", 3, 8) == "cuda:3"
+    assert rank_device("cuda:0", 3, 8) == "cuda:3"
+    assert rank_device("cuda", 3, 1) == "cuda:0"  # srun --gpus-per-task=1
+    assert rank_device("cpu", 3, 0) == "cpu"
+    with pytest.raises(ConfigError, match="shows 2"):
+        rank_device("cuda", 3, 2)
+
+
+def test_a_rank_runs_rank_0_s_config_with_its_own_seed_port_and_device():
+    cfg = compose(["broker.port=5555", "seed=7"])
+    info = dataclasses.replace(launched_rank(TORCHRUN), rank=1, local_rank=1)
+    mine = rank_config(cfg, info, cuda_devices=0)
+    assert (mine.seed, mine.broker.port, mine.hardware.learners) == (7 + SEED_STRIDE, 5556, 2)
+    assert rank_config(cfg, dataclasses.replace(info, rank=0, local_rank=0), 0).seed == 7
+
+
+def test_recent_episodes_are_pooled_newest_first_one_rank_after_another():
+    many = (list(range(200)), list(range(200)))
+    few = ([-1.0, -2.0], [1, 2])
+    returns, lengths = pool_recent([many, few])
+    assert len(returns) == RECENT and len(lengths) == RECENT
+    assert returns[-2:] == [-2.0, 199] and -1.0 in returns
+    assert pool_recent([([], []), ([], [])]) == ([], [])
+
+
+def test_the_failure_message_names_the_rank_that_died_not_those_that_lost_it():
+    killed = SimpleNamespace(exitcode=-9, pid=41, signal_name=lambda: "SIGKILL")
+    lost = SimpleNamespace(exitcode=EXIT_RANK_LOST, pid=40, signal_name=lambda: "")
+    message = describe_failure(SimpleNamespace(failures={0: lost, 1: killed}), "/runs/x")
+    assert message.startswith(f"learner rank 1 (pid 41) on {os.uname().nodename} was killed by")
+    assert "resume=/runs/x" in message
+
+
+def test_sac_with_observation_statistics_on_several_ranks_is_refused():
+    with pytest.raises(ConfigError, match="obs_norm=true would let hardware.learners=2"):
+        compose(
+            [
+                "algorithm=sac",
+                "env=gym",
+                "env.id=Pendulum-v1",
+                "hardware.learners=2",
+                "algorithm.model.obs_norm=true",
+            ]
+        )
+
+
+def quick_run(run_dir: Path, *extra: str) -> list[str]:
+    return [*COMMON, *algorithm_case("vtrace"), f"hydra.run.dir={run_dir}", *extra]
+
+
+def test_torchrun_starts_the_ranks_as_one_run(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "seedq.cli",
+            *quick_run(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": TREE},
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 learner ranks (gloo, cpu) started by torch's launcher" in result.stdout
+    assert "weights identical on all 2 learner ranks" in result.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["updates"] >= 50
+    assert (tmp_path / "metrics.csv").read_text().count("wall_time,") == 1
+
+
+@needs_slurm
+def test_the_learners_batch_script_runs_one_rank_per_task_of_its_srun_step(tmp_path):
+    # The batch script's #SBATCH lines ask for GPUs; run as a shell script inside an
+    # allocation of two tasks, its srun makes the two ranks.
+    script = str(Path(TREE) / "scripts" / "slurm" / "learners.sbatch")
+    env = {
+        **outside_slurm(),
+        "PYTHONPATH": TREE,
+        "SEEDQ_HARDWARE": "hardware=cpu",
+        "SEEDQ_RUN_DIR": str(tmp_path),
+    }
+    overrides = [*COMMON, *algorithm_case("vtrace"), "actor.transport=tcp", "launcher=slurm"]
+    result = subprocess.run(
+        ["salloc", "-N1", "-n2", "--time=5", "--immediate=60", "bash", script, *overrides],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=400,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 learner ranks (gloo, cpu) started by slurm" in result.stdout
+    assert "weights identical on all 2 learner ranks" in result.stdout
+    # Each rank ran its share of the allocation's two actor slots as a job step.
+    node = os.uname().nodename.split(".")[0]
+    assert sorted(p.name for p in (tmp_path / "actors").glob("*.log")) == [
+        f"{node}-0.log",
+        f"{node}-1.log",
+    ]
+
+
+@pytest.fixture
+def learner_hosts(tmp_path):
+    key = user_key(tmp_path)
+    a, b = SshdHost(tmp_path / "host-a", key), SshdHost(tmp_path / "host-b", key)
+    config = client_config(tmp_path, key, {"learner-a": a, "learner-b": b})
+    yield config
+    for host in (a, b):
+        host.kill()
+
+
+@needs_sshd
+def test_ssh_starts_torchrun_on_each_learner_host(tmp_path, learner_hosts):
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seedq.cli",
+            "hardware.learners=2",
+            "launcher.learner_hosts=[learner-a,learner-b]",
+            "launcher.learner_port=29531",
+            f"launcher.ssh_args=[-F,{learner_hosts}]",
+            f"+launcher.env={{PYTHONPATH:'{TREE}'}}",
+            *quick_run(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=400,
+        env={**os.environ, "PYTHONPATH": TREE},
+    )
+    logs = {p.name: p.read_text() for p in (run_dir / "learners").glob("*.log")}
+    assert result.returncode == 0, result.stdout[-2000:] + str(logs)[-3000:]
+    # Each host's torchrun output streams into its own log; rank 0 (host a) writes the run.
+    assert "weights identical on all 2 learner ranks" in logs["learner-a.log"]
+    assert "learner rank 0 of 2" not in logs["learner-b.log"]
+    reports = rank_reports(run_dir)
+    assert reports[0]["digest"] == reports[1]["digest"]
+    assert reports[0]["updates"] >= 50
+
+
+def test_rank_reports_reads_rank_logs(tmp_path):
+    (tmp_path / "learners").mkdir()
+    (tmp_path / "learners" / "rank-0.log").write_text(
+        "learner rank 0 of 2: 7 updates, 10 env steps counted here, weights digest ab12\n"
+    )
+    assert rank_reports(tmp_path) == {0: {"updates": 7, "steps": 10, "digest": "ab12"}}
+
+
+STUCK_RANK = """
+import time, torch, seedq.parallel.group as g
+from seedq.parallel.ranks import RankInfo
+g.LOST_EXIT_S = 1.0
+group = g.LearnerGroup(RankInfo(0, 1, 0, 1, "127.0.0.1", {port}, "test"), torch.device("cpu"), 30)
+try:
+    group.call("a test", lambda: (_ for _ in ()).throw(RuntimeError("peer gone")))
+except g.LearnerRankLost as exc:
+    print("lost:", exc, flush=True)
+time.sleep(60)  # stuck in its orderly stop (a teardown waiting on the dead peer)
+"""
+
+
+def test_a_rank_stuck_after_losing_the_others_exits_by_itself():
+    from ssh_hosts import free_port
+
+    result = subprocess.run(
+        [sys.executable, "-c", STUCK_RANK.format(port=free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": TREE},
+    )
+    assert result.returncode == EXIT_RANK_LOST, result.stdout + result.stderr
+    assert "lost the other ranks during a test (peer gone)" in result.stdout
+    assert "did not stop within 1 s of losing the others" in result.stderr

@@ -1,0 +1,135 @@
+"""scripts/gpu_check.sh without a GPU: its plan, how it judges each step, its report, and a real
+dry run on the CPU (``--cpu``; the whole dry run is marked slow, one step runs in CI)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TREE = Path(__file__).resolve().parents[1]
+SCRIPT = TREE / "scripts" / "gpu_check.sh"
+spec = importlib.util.spec_from_file_location("gpu_check", TREE / "scripts" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(spec)
+sys.modules["gpu_check"] = gpu_check  # its dataclasses look their module up while built
+spec.loader.exec_module(gpu_check)
+
+EVERY_STEP = [
+    "cuda_tests",
+    "cartpole_475",
+    "pong_bf16",
+    "pong_compile_default",
+    "pong_compile_reduce-overhead",
+    "pong_compile_max-autotune",
+    "bench_inference",
+    "bench_train",
+    "bench_pipeline",
+    "anakin",
+    "sebulba",
+    "learners",
+]
+
+
+def test_the_gpu_plan_covers_every_step_and_skips_nccl_on_one_gpu(tmp_path):
+    steps = {s.name: s for s in gpu_check.plan(False, 1, tmp_path, 10)}
+    assert list(steps) == EVERY_STEP
+    assert all("hardware=gpu" in s.argv for s in steps.values() if "seedq.cli" in s.argv)
+    assert "max_minutes=10" in steps["pong_bf16"].argv
+    assert "hardware.compile=max-autotune" in steps["pong_compile_max-autotune"].argv
+    assert "needs 2 or more GPUs" in steps["learners"].skip
+    eight = {s.name: s for s in gpu_check.plan(False, 8, tmp_path, 10)}
+    assert "hardware.learners=8" in eight["learners"].argv and not eight["learners"].skip
+
+
+def test_the_cpu_plan_runs_everything_but_the_compile_modes_on_the_cpu(tmp_path):
+    steps = gpu_check.plan(True, 0, tmp_path, 10)
+    assert [s.name for s in steps if s.skip] == [n for n in EVERY_STEP if "compile" in n]
+    assert not any("hardware=gpu" in s.argv for s in steps)
+
+
+def finished(tmp_path: Path, name: str, judge: str, summary: dict | None) -> gpu_check.Step:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    if summary is not None:
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+    return gpu_check.Step(name, name, ["x", f"hydra.run.dir={run_dir}"], 1, judge=judge)
+
+
+def test_a_training_step_is_judged_by_the_summary_its_run_wrote(tmp_path):
+    reached = {"stop_reason": "target_return", "updates": 9, "env_steps": 100}
+    timed_out = {"stop_reason": "max_minutes", "updates": 9}
+    assert gpu_check.judge(finished(tmp_path, "a", "target", reached), 0, "")[0] == "pass"
+    status, _, note = gpu_check.judge(finished(tmp_path, "b", "target", timed_out), 0, "")
+    assert status == "fail" and "max_minutes" in note
+    assert gpu_check.judge(finished(tmp_path, "c", "ran", {"updates": 0}), 0, "")[0] == "fail"
+    assert gpu_check.judge(finished(tmp_path, "d", "ran", None), 0, "")[2].endswith("summary.json")
+    ranks = finished(tmp_path, "e", "ranks", reached)
+    assert gpu_check.judge(ranks, 0, "weights identical on all 2 learner ranks")[0] == "pass"
+    assert gpu_check.judge(ranks, 0, "learner ranks ended with different weights")[0] == "fail"
+
+
+def test_pytest_and_bench_steps_are_judged_by_their_counts_and_json_line():
+    tests = gpu_check.Step("t", "t", ["pytest"], 1, judge="pytest")
+    assert gpu_check.judge(tests, 0, "21 passed, 3 deselected in 9s")[0] == "pass"
+    assert gpu_check.judge(tests, 0, "21 skipped, 977 deselected")[0] == "skip"
+    assert gpu_check.judge(tests, 1, "1 failed, 20 passed")[0] == "fail"
+    bench = gpu_check.Step("b", "b", ["bench"], 1, judge="bench")
+    assert gpu_check.judge(bench, 0, 'table\n{"env_steps_per_s": 5.0}')[0] == "pass"
+    assert gpu_check.judge(bench, 0, '{"env_steps_per_s": 0.0}')[0] == "fail"
+    assert gpu_check.judge(bench, 2, "seedq-bench: bad option")[0] == "fail"
+
+
+def test_the_report_is_markdown_and_json_and_fails_on_any_failed_step(tmp_path):
+    info = {"mode": "gpu", "python": "3.12", "gpus": 1, "gpu": "H100", "torch": "2.11"}
+    results = [
+        gpu_check.Result("a", "first", "cmd a", "pass", 1.0, {"steps_per_s": 5}),
+        gpu_check.Result("b", "second", "cmd b", "skip", note="GPU only"),
+    ]
+    assert gpu_check.write_report(tmp_path, info, results)
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["ok"] and [s["status"] for s in report["steps"]] == ["pass", "skip"]
+    assert "| a | first | PASS | 1 | steps_per_s=5 |" in (tmp_path / "gpu_check.md").read_text()
+    failed = [*results, gpu_check.Result("c", "third", "cmd c", "fail", note="exit 1")]
+    assert not gpu_check.write_report(tmp_path, info, failed)
+
+
+def dry_run(out: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--cpu", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(TREE)},
+        cwd=TREE,
+    )
+
+
+def test_one_step_of_the_dry_run_writes_the_three_report_files(tmp_path):
+    result = dry_run(tmp_path, "--only", "bench_pipeline", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "gpu_check.json",
+        "gpu_check.log",
+        "gpu_check.md",
+    ]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [(s["name"], s["status"]) for s in report["steps"]] == [("bench_pipeline", "pass")]
+    assert report["machine"]["mode"] == "cpu (dry run)"
+
+
+@pytest.mark.slow
+def test_the_whole_dry_run_passes_on_the_cpu(tmp_path):
+    result = dry_run(tmp_path, timeout=1800)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    statuses = {s["name"]: s["status"] for s in report["steps"]}
+    assert list(statuses) == EVERY_STEP
+    assert {n for n, s in statuses.items() if s == "skip"} == {
+        "cuda_tests",
+        *(n for n in EVERY_STEP if "compile" in n),
+    }
