@@ -194,9 +194,7 @@ def _train(cfg: DictConfig) -> float | None:
         if ranks is not None:
             # torchrun or an srun step started this process as one of several learner ranks.
             learner_ranks.quiet_console(ranks.rank)
-            resolve = functools.partial(
-                resolve_rank_config, cfg, hydra_cfg, ranks.local_world_size
-            )
+            resolve = functools.partial(resolve_rank_config, cfg, hydra_cfg, ranks.local_world_size)
             summary = learner_ranks.rank_main_or_exit(ranks, cfg.hardware, resolve)
             return summary.return_mean
         if cfg.supervise:
