@@ -1,0 +1,287 @@
+"""``seedq-bench broker``: how many actor streams one learner's broker serves, and at what cost.
+
+A real :class:`~seedq.broker.router.Broker` with its size-or-deadline batcher runs in this
+process with a *null policy* (zero actions, nothing stored); generator processes
+(:mod:`seedq.bench.broker_load`) open one DEALER socket per actor stream and speak seedq's wire
+format over TCP, one Step in flight per stream, as actors do. Per point (streams x envs per
+message x observation) it prints replies/s, env steps/s, round trip p50/p99/max, the broker's
+CPU time per message and per env step, the broker process's RSS and open files, and the streams
+evicted or refused.
+
+CPU per message is the broker thread's own CPU clock (``pthread_getcpuclockid``) over the
+messages it handled, so it holds on a shared machine; ``process_us`` adds ZeroMQ's I/O thread.
+Throughput and round trips depend on the cores the generators leave free: on a 2-core box they
+share the broker's cores.
+
+``seconds=600 report_s=30 streams=4096`` is the soak: one point, a line every ``report_s``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from seedq.bench.broker_load import generate
+from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
+from seedq.bench.pipeline import NullPolicy
+from seedq.broker.batcher import Batcher
+from seedq.broker.limits import raise_open_file_limit
+from seedq.broker.router import Broker
+from seedq.messages import EnvSpec
+
+OPTIONS = {
+    "streams": [1, 16, 256, 1024],
+    "envs": [1],
+    "obs": ["4:float32"],
+    "seconds": 5.0,
+    "warmup_s": 2.0,
+    "report_s": 0.0,
+    "generators": 0,
+    "max_inflight_mb": 512.0,
+}
+COLUMNS = [
+    "streams", "envs", "obs", "replies/s", "env steps/s", "rtt p50 ms", "rtt p99 ms",
+    "rtt max ms", "broker us/msg", "us/env step", "process us/msg", "RSS MB", "fds",
+    "evicted", "refused",
+]  # fmt: skip
+
+
+def parse_obs(text: str) -> EnvSpec:
+    """``4:float32`` or ``84x84x4:uint8`` -> the spec of a 2-action env with that observation."""
+    shape, _, dtype = text.partition(":")
+    try:
+        dims = tuple(int(d) for d in shape.split("x"))
+        name = np.dtype(dtype or "float32").name
+    except (TypeError, ValueError):
+        raise BenchError(
+            f"obs={text!r}: give SHAPE:DTYPE like 4:float32 or 84x84x4:uint8"
+        ) from None
+    if not dims or min(dims) < 1:
+        raise BenchError(f"obs={text!r}: dimensions must be positive")
+    return EnvSpec(dims, name, 2)
+
+
+class BrokerUnderTest:
+    """The broker of a learner with a null policy, serving in a thread of this process."""
+
+    def __init__(self, cfg: Any, spec: EnvSpec) -> None:
+        self.ctx = zmq.Context()
+        self.socket = self.ctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        port = self.socket.bind_to_random_port(f"tcp://{cfg.broker.host}")
+        self.endpoints = [f"tcp://{cfg.broker.host}:{port}"]
+        batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
+        self.broker = Broker(
+            self.socket,
+            spec,
+            batcher,
+            NullPolicy(),
+            silent_timeout_s=cfg.broker.silent_timeout_s,
+            max_message_bytes=cfg.broker.max_message_bytes,
+        )
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.broker.serve, args=(self.stop,), daemon=True)
+        self.thread.start()
+        while self.thread.native_id is None:
+            time.sleep(0.001)
+
+    @property
+    def connected_envs(self) -> int:
+        return self.broker.connected_envs
+
+    def counters(self) -> dict[str, float]:
+        stats = self.broker.stats
+        return {
+            "messages": stats.messages,
+            "env_steps": stats.env_steps,
+            "evicted": stats.evicted,
+            "refused": sum(stats.bad_messages.values()),
+            "thread_cpu": time.clock_gettime(time.pthread_getcpuclockid(self.thread.ident)),
+            "process_cpu": time.process_time(),
+            "wall": time.perf_counter(),
+        }
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.socket.close(linger=0)
+        self.ctx.term()
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def window_figures(
+    before: dict[str, float], after: dict[str, float], rtts: np.ndarray, refused: int
+) -> dict[str, Any]:
+    dt = after["wall"] - before["wall"]
+    messages = max(after["messages"] - before["messages"], 1)
+    steps = max(after["env_steps"] - before["env_steps"], 1)
+    cpu = after["thread_cpu"] - before["thread_cpu"]
+    ms = rtts * 1e3
+
+    def pct(q: float) -> float | None:
+        return round(float(np.percentile(ms, q)), 3) if ms.size else None
+
+    return {
+        "replies_per_s": round(messages / dt, 1),
+        "env_steps_per_s": round(steps / dt, 1),
+        "rtt_ms_p50": pct(50),
+        "rtt_ms_p99": pct(99),
+        "rtt_ms_max": round(float(ms.max()), 3) if ms.size else None,
+        "broker_us_per_msg": round(cpu / messages * 1e6, 2),
+        "broker_us_per_env_step": round(cpu / steps * 1e6, 3),
+        "process_us_per_msg": round(
+            (after["process_cpu"] - before["process_cpu"]) / messages * 1e6, 2
+        ),
+        "broker_cpu_share": round(cpu / dt, 3),
+        "rss_mb": round(rss_mb(), 1),
+        "open_files": open_files(),
+        "evicted": int(after["evicted"] - before["evicted"]),
+        "refused": int(after["refused"] - before["refused"]) + refused,
+    }
+
+
+def run_point(
+    cfg: Any, options: dict[str, Any], streams: int, n_envs: int, spec: EnvSpec
+) -> list[dict[str, Any]]:
+    """One load point: its figures per measuring window (one window unless ``report_s``)."""
+    seconds, report_s = options["seconds"], options["report_s"] or options["seconds"]
+    broker = BrokerUnderTest(cfg, spec)
+    gens = options["generators"] or min(4, streams)
+    mp = multiprocessing.get_context("spawn")
+    control = {"stop": mp.Event(), "window": mp.Value("i", 0)}
+    results = mp.Queue()
+    procs = []
+    ids = np.array_split(np.arange(streams), gens)
+    for part in ids:
+        args = (broker.endpoints, part.tolist(), n_envs, spec.to_dict(), control, results)
+        procs.append(mp.Process(target=generate, args=args, daemon=True))
+        procs[-1].start()
+    rows = []
+    try:
+        deadline = time.monotonic() + 60 + streams / 50
+        while broker.connected_envs < streams * n_envs:
+            if time.monotonic() > deadline or not all(p.is_alive() for p in procs):
+                raise RuntimeError(
+                    f"broker bench: {broker.connected_envs // n_envs} of {streams} streams joined"
+                )
+            time.sleep(0.05)
+        time.sleep(options["warmup_s"])
+        control["window"].value += 1  # generators drop the warm-up's round trips
+        start = time.monotonic()
+        before = broker.counters()
+        while time.monotonic() - start < seconds - 1e-6:
+            time.sleep(min(report_s, seconds - (time.monotonic() - start)))
+            after = broker.counters()
+            window = control["window"].value
+            control["window"].value += 1
+            rtts, refused = gather(results, window, gens)
+            rows.append(
+                {
+                    "streams": streams,
+                    "envs": n_envs,
+                    "obs": f"{'x'.join(map(str, spec.obs_shape))}:{spec.obs_dtype}",
+                    "t_s": round(time.monotonic() - start, 1),
+                    **window_figures(before, after, rtts, refused),
+                }
+            )
+            before = after
+            if options["report_s"]:
+                print_json("broker-window", rows[-1])
+    finally:
+        control["stop"].set()
+        for proc in procs:
+            proc.join(timeout=20)
+            if proc.is_alive():
+                proc.kill()
+        broker.close()
+    return rows
+
+
+def gather(results: Any, window: int, gens: int) -> tuple[np.ndarray, int]:
+    """Round trips and refusals of ``window`` from every generator (older windows are dropped)."""
+    parts, refused, got = [], 0, 0
+    deadline = time.monotonic() + 30
+    while got < gens and time.monotonic() < deadline:
+        try:
+            w, rtts, refusals = results.get(timeout=1)
+        except Exception:  # noqa: BLE001 - queue.Empty: keep waiting until the deadline
+            continue
+        if w == window:
+            refused += sum(refusals.values())
+            parts.append(rtts)
+            got += 1
+    return (np.concatenate(parts) if parts else np.zeros(0)), refused
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    options, overrides = split_args(argv, OPTIONS)
+    cfg = compose(overrides)
+    specs = [parse_obs(text) for text in options["obs"]]
+    if min(options["streams"], default=0) < 1 or min(options["envs"], default=0) < 1:
+        raise BenchError("streams= and envs= take positive counts, e.g. streams=1,16,256")
+    raise_open_file_limit()
+    points = []
+    for spec in specs:
+        obs_bytes = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
+        for n_envs in options["envs"]:
+            for streams in options["streams"]:
+                inflight_mb = streams * n_envs * obs_bytes / 2**20
+                if inflight_mb > options["max_inflight_mb"]:
+                    print(f"skipped {streams} streams x {n_envs} envs: {inflight_mb:.0f} MB")
+                    continue
+                rows = run_point(cfg, options, streams, n_envs, spec)
+                points.append(rows[-1] if not options["report_s"] else summarize(rows))
+    print_table(
+        f"broker: in-process broker, null policy, max_batch {cfg.broker.max_batch}, deadline "
+        f"{cfg.broker.deadline_ms} ms, {options['seconds']} s per point",
+        COLUMNS,
+        [[p[k] for k in FIELDS] for p in points],
+    )
+    figures = {
+        "max_batch": cfg.broker.max_batch,
+        "deadline_ms": cfg.broker.deadline_ms,
+        "seconds": options["seconds"],
+        "points": points,
+    }
+    print_json("broker", figures)
+    return figures
+
+
+FIELDS = [
+    "streams", "envs", "obs", "replies_per_s", "env_steps_per_s", "rtt_ms_p50", "rtt_ms_p99",
+    "rtt_ms_max", "broker_us_per_msg", "broker_us_per_env_step", "process_us_per_msg",
+    "rss_mb", "open_files", "evicted", "refused",
+]  # fmt: skip
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A soak's windows as one point: medians of rates and costs, the worst round trips, and
+    RSS and open files at the first and last window (flat means no leak)."""
+    out = dict(rows[-1])
+    for key in (
+        "replies_per_s", "env_steps_per_s", "broker_us_per_msg", "broker_us_per_env_step",
+        "process_us_per_msg",
+    ):  # fmt: skip
+        out[key] = round(float(np.median([r[key] for r in rows])), 3)
+    for key in ("rtt_ms_p50", "rtt_ms_p99", "rtt_ms_max"):
+        out[key] = max((r[key] for r in rows if r[key] is not None), default=None)
+    out["evicted"] = sum(r["evicted"] for r in rows)
+    out["refused"] = sum(r["refused"] for r in rows)
+    out["rss_mb_first_last"] = [rows[0]["rss_mb"], rows[-1]["rss_mb"]]
+    out["open_files_first_last"] = [rows[0]["open_files"], rows[-1]["open_files"]]
+    out["windows"] = len(rows)
+    return out
