@@ -52,11 +52,10 @@ def test_null_env_and_policy_cost_nothing_and_keep_shapes():
     assert not (out.terminated | out.truncated).any()
     policy = NullPolicy()
 
-    class Slot:
-        class hello:
-            n_envs = 3
+    class Batch:
+        num_envs = 6
 
-    actions = policy.act([(Slot, None), (Slot, None)])
+    actions = policy.act(Batch)
     assert actions.shape == (6,) and actions.dtype == np.int32 and not actions.any()
 
 

@@ -14,6 +14,7 @@ Throughput and round trips depend on the cores the generators leave free: on a 2
 share the broker's cores.
 
 ``seconds=600 report_s=30 streams=4096`` is the soak: one point, a line every ``report_s``.
+``stages=true`` times the broker's stages one by one instead (:mod:`seedq.bench.broker_stages`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ OPTIONS = {
     "report_s": 0.0,
     "generators": 0,
     "max_inflight_mb": 512.0,
+    "stages": False,
+    "rounds": 200,
 }
 COLUMNS = [
     "streams", "envs", "obs", "replies/s", "env steps/s", "rtt p50 ms", "rtt p99 ms",
@@ -233,6 +236,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     specs = [parse_obs(text) for text in options["obs"]]
     if min(options["streams"], default=0) < 1 or min(options["envs"], default=0) < 1:
         raise BenchError("streams= and envs= take positive counts, e.g. streams=1,16,256")
+    if options["stages"]:
+        return stages(options, specs, cfg.broker.max_batch)
     raise_open_file_limit()
     points = []
     for spec in specs:
@@ -266,6 +271,21 @@ FIELDS = [
     "rtt_ms_max", "broker_us_per_msg", "broker_us_per_env_step", "process_us_per_msg",
     "rss_mb", "open_files", "evicted", "refused",
 ]  # fmt: skip
+
+
+def stages(options: dict[str, Any], specs: list[EnvSpec], max_batch: int) -> dict[str, Any]:
+    from seedq.bench.broker_stages import STAGES, run_stages
+
+    rows = run_stages(options, specs, max_batch)
+    columns = ["obs", "envs", "streams", *STAGES, "total"]
+    print_table(
+        f"broker stages: CPU us per message, max_batch {max_batch}, {options['rounds']} rounds",
+        columns,
+        [[row[c] for c in columns] for row in rows],
+    )
+    figures = {"max_batch": max_batch, "rounds": options["rounds"], "stages": rows}
+    print_json("broker-stages", figures)
+    return figures
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
