@@ -1,15 +1,18 @@
 """``seedq-bench broker``: how many actor streams one learner's broker serves, and at what cost.
 
 A real :class:`~seedq.broker.router.Broker` with its size-or-deadline batcher runs in this
-process with a *null policy* (zero actions, nothing stored); generator processes
+process with a *null policy* (zero actions, nothing stored), or ``shards=N`` broker processes
+answered by the learner's hub (``broker.shards``); generator processes
 (:mod:`seedq.bench.broker_load`) open one DEALER socket per actor stream and speak seedq's wire
 format over TCP, one Step in flight per stream, as actors do. Per point (streams x envs per
 message x observation) it prints replies/s, env steps/s, round trip p50/p99/max, the broker's
 CPU time per message and per env step, the broker process's RSS and open files, and the streams
 evicted or refused.
 
-CPU per message is the broker thread's own CPU clock (``pthread_getcpuclockid``) over the
-messages it handled, so it holds on a shared machine; ``process_us`` adds ZeroMQ's I/O thread.
+CPU per message is the CPU clock of the threads running broker loops (this process's broker
+thread, or each shard process's main thread) over the replies, so it holds on a shared machine;
+``process_us`` adds ZeroMQ's I/O threads and the hub. Generators dial shard ``a % N`` as actors
+do, and raise their open-file limit and ZeroMQ's socket limit to hold thousands of sockets.
 Throughput and round trips depend on the cores the generators leave free: on a 2-core box they
 share the broker's cores.
 
@@ -20,20 +23,15 @@ share the broker's cores.
 from __future__ import annotations
 
 import multiprocessing
-import os
-import threading
 import time
 from typing import Any
 
 import numpy as np
-import zmq
 
 from seedq.bench.broker_load import generate
+from seedq.bench.broker_setup import BrokerUnderTest
 from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
-from seedq.bench.pipeline import NullPolicy
-from seedq.broker.batcher import Batcher
-from seedq.broker.limits import raise_open_file_limit
-from seedq.broker.router import Broker
+from seedq.limits import raise_open_file_limit
 from seedq.messages import EnvSpec
 
 OPTIONS = {
@@ -45,11 +43,12 @@ OPTIONS = {
     "report_s": 0.0,
     "generators": 0,
     "max_inflight_mb": 512.0,
+    "shards": 1,
     "stages": False,
     "rounds": 200,
 }
 COLUMNS = [
-    "streams", "envs", "obs", "replies/s", "env steps/s", "rtt p50 ms", "rtt p99 ms",
+    "shards", "streams", "envs", "obs", "replies/s", "env steps/s", "rtt p50 ms", "rtt p99 ms",
     "rtt max ms", "broker us/msg", "us/env step", "process us/msg", "RSS MB", "fds",
     "evicted", "refused",
 ]  # fmt: skip
@@ -70,91 +69,42 @@ def parse_obs(text: str) -> EnvSpec:
     return EnvSpec(dims, name, 2)
 
 
-class BrokerUnderTest:
-    """The broker of a learner with a null policy, serving in a thread of this process."""
-
-    def __init__(self, cfg: Any, spec: EnvSpec) -> None:
-        self.ctx = zmq.Context()
-        self.socket = self.ctx.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        port = self.socket.bind_to_random_port(f"tcp://{cfg.broker.host}")
-        self.endpoints = [f"tcp://{cfg.broker.host}:{port}"]
-        batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
-        self.broker = Broker(
-            self.socket,
-            spec,
-            batcher,
-            NullPolicy(),
-            silent_timeout_s=cfg.broker.silent_timeout_s,
-            max_message_bytes=cfg.broker.max_message_bytes,
-        )
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.broker.serve, args=(self.stop,), daemon=True)
-        self.thread.start()
-        while self.thread.native_id is None:
-            time.sleep(0.001)
-
-    @property
-    def connected_streams(self) -> int:
-        return len(self.broker.actors)  # read from another thread: len() is atomic, sum() not
-
-    def counters(self) -> dict[str, float]:
-        stats = self.broker.stats
-        return {
-            "messages": stats.messages,
-            "env_steps": stats.env_steps,
-            "evicted": stats.evicted,
-            "refused": sum(stats.bad_messages.values()),
-            "thread_cpu": time.clock_gettime(time.pthread_getcpuclockid(self.thread.ident)),
-            "process_cpu": time.process_time(),
-            "wall": time.perf_counter(),
-        }
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
-        self.socket.close(linger=0)
-        self.ctx.term()
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def open_files() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 def window_figures(
-    before: dict[str, float], after: dict[str, float], rtts: np.ndarray, refused: int
+    before: dict[str, Any], after: dict[str, Any], rtts: np.ndarray, refused: int
 ) -> dict[str, Any]:
     dt = after["wall"] - before["wall"]
-    messages = max(after["messages"] - before["messages"], 1)
+    replies = max(after["replies"] - before["replies"], 1)
     steps = max(after["env_steps"] - before["env_steps"], 1)
-    cpu = after["thread_cpu"] - before["thread_cpu"]
+    cpu = after["broker_cpu"] - before["broker_cpu"]
     ms = rtts * 1e3
 
     def pct(q: float) -> float | None:
         return round(float(np.percentile(ms, q)), 3) if ms.size else None
 
-    return {
-        "replies_per_s": round(messages / dt, 1),
+    figures = {
+        "replies_per_s": round(replies / dt, 1),
         "env_steps_per_s": round(steps / dt, 1),
         "rtt_ms_p50": pct(50),
         "rtt_ms_p99": pct(99),
         "rtt_ms_max": round(float(ms.max()), 3) if ms.size else None,
-        "broker_us_per_msg": round(cpu / messages * 1e6, 2),
+        "broker_us_per_msg": round(cpu / replies * 1e6, 2),
         "broker_us_per_env_step": round(cpu / steps * 1e6, 3),
         "process_us_per_msg": round(
-            (after["process_cpu"] - before["process_cpu"]) / messages * 1e6, 2
+            (after["process_cpu"] - before["process_cpu"]) / replies * 1e6, 2
         ),
         "broker_cpu_share": round(cpu / dt, 3),
-        "rss_mb": round(rss_mb(), 1),
-        "open_files": open_files(),
+        "rss_mb": round(after["rss_mb"], 1),
+        "open_files": after["open_files"],
         "evicted": int(after["evicted"] - before["evicted"]),
         "refused": int(after["refused"] - before["refused"]) + refused,
     }
+    if after["shard_cpu"]:
+        figures["shard_cpu_share"] = [
+            round((b - a) / dt, 3)
+            for a, b in zip(before["shard_cpu"], after["shard_cpu"], strict=True)
+        ]
+        figures["hub_us_per_msg"] = round((after["hub_cpu"] - before["hub_cpu"]) / replies * 1e6, 2)
+    return figures
 
 
 def run_point(
@@ -162,7 +112,7 @@ def run_point(
 ) -> list[dict[str, Any]]:
     """One load point: its figures per measuring window (one window unless ``report_s``)."""
     seconds, report_s = options["seconds"], options["report_s"] or options["seconds"]
-    broker = BrokerUnderTest(cfg, spec)
+    broker = BrokerUnderTest(cfg, spec, options["shards"])
     gens = options["generators"] or min(4, streams)
     mp = multiprocessing.get_context("spawn")
     control = {"stop": mp.Event(), "window": mp.Value("i", 0)}
@@ -194,6 +144,7 @@ def run_point(
             rtts, refused = gather(results, window, gens)
             rows.append(
                 {
+                    "shards": options["shards"],
                     "streams": streams,
                     "envs": n_envs,
                     "obs": f"{'x'.join(map(str, spec.obs_shape))}:{spec.obs_dtype}",
@@ -251,12 +202,13 @@ def run(argv: list[str]) -> dict[str, Any]:
                 rows = run_point(cfg, options, streams, n_envs, spec)
                 points.append(rows[-1] if not options["report_s"] else summarize(rows))
     print_table(
-        f"broker: in-process broker, null policy, max_batch {cfg.broker.max_batch}, deadline "
-        f"{cfg.broker.deadline_ms} ms, {options['seconds']} s per point",
+        f"broker: {where(options['shards'])}, null policy, max_batch {cfg.broker.max_batch}, "
+        f"deadline {cfg.broker.deadline_ms} ms, {options['seconds']} s per point",
         COLUMNS,
         [[p[k] for k in FIELDS] for p in points],
     )
     figures = {
+        "shards": options["shards"],
         "max_batch": cfg.broker.max_batch,
         "deadline_ms": cfg.broker.deadline_ms,
         "seconds": options["seconds"],
@@ -267,10 +219,14 @@ def run(argv: list[str]) -> dict[str, Any]:
 
 
 FIELDS = [
-    "streams", "envs", "obs", "replies_per_s", "env_steps_per_s", "rtt_ms_p50", "rtt_ms_p99",
-    "rtt_ms_max", "broker_us_per_msg", "broker_us_per_env_step", "process_us_per_msg",
+    "shards", "streams", "envs", "obs", "replies_per_s", "env_steps_per_s", "rtt_ms_p50",
+    "rtt_ms_p99", "rtt_ms_max", "broker_us_per_msg", "broker_us_per_env_step", "process_us_per_msg",
     "rss_mb", "open_files", "evicted", "refused",
 ]  # fmt: skip
+
+
+def where(shards: int) -> str:
+    return "in-process broker" if shards == 1 else f"{shards} broker shard processes"
 
 
 def stages(options: dict[str, Any], specs: list[EnvSpec], max_batch: int) -> dict[str, Any]:

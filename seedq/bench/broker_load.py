@@ -100,7 +100,7 @@ def generate(
     round trips of the window that ended go to ``results`` as ``(window, seconds array,
     refusals)``. Actor ``a`` dials ``endpoints[a % len(endpoints)]`` (its broker shard).
     """
-    from seedq.broker.limits import raise_open_file_limit
+    from seedq.limits import raise_open_file_limit
 
     raise_open_file_limit()
     ctx = zmq.Context()

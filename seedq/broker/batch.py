@@ -80,11 +80,16 @@ class RequestBatch:
         truncated_index: np.ndarray,
         episodes: Sequence[tuple[int, list[float], list[int]]] = (),
     ) -> RequestBatch:
-        offsets = np.zeros(len(sizes) + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        rows = slots[0].rows if len(slots) == 1 else np.concatenate([s.rows for s in slots])
-        # seq 0 carries the reset observation: it starts an episode too.
-        first = np.repeat(np.asarray(seqs) == 0, sizes)
+        count, n = len(sizes), sizes[0]
+        if sizes.count(n) == count:
+            offsets = np.arange(0, (count + 1) * n, n, dtype=np.int64)
+        else:
+            offsets = np.zeros(count + 1, np.int64)
+            np.cumsum(sizes, out=offsets[1:])
+        rows = slots[0].rows if count == 1 else np.concatenate([s.rows for s in slots])
+        done = terminated | truncated
+        if 0 in seqs:  # seq 0 carries the reset observation: it starts an episode too
+            done |= np.repeat(np.asarray(seqs) == 0, sizes)
         return cls(
             slots=slots,
             seqs=seqs,
@@ -94,10 +99,10 @@ class RequestBatch:
             obs=obs,
             reward=reward,
             truncated=truncated,
-            done=terminated | truncated | first,
+            done=done,
             final_obs=final_obs,
             truncated_index=truncated_index,
-            episodes=[Episodes(*e) for e in episodes],
+            episodes=[Episodes(*e) for e in episodes] if episodes else [],
         )
 
     @classmethod

@@ -153,14 +153,27 @@ class Broker:
         """Drop ``actor_id``'s run at the next turn of the loop (it joined another shard)."""
         self._revoked.append(actor_id)
 
-    def serve(self, stop: threading.Event) -> None:
+    def serve(
+        self,
+        stop: threading.Event,
+        *,
+        side: tuple[zmq.Socket, Callable[[], None]] | None = None,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """Serve until ``stop`` is set. ``side``: another socket to watch and what to call when
+        it is readable (a shard's link to the learner); ``tick``: called once per turn."""
         poll_items = [(self.socket, zmq.POLLIN)]
+        if side is not None:
+            poll_items.append((side[0], zmq.POLLIN))
         batcher = self.batcher
         while not stop.is_set():
             wait = batcher.time_until_ready()
             timeout_ms = 100 if wait is None else min(100, math.ceil(wait * 1000))
-            if zmq.zmq_poll(poll_items, timeout_ms):
+            ready = zmq.zmq_poll(poll_items, timeout_ms)
+            if ready:
                 self._drain()
+                if side is not None:
+                    side[1]()
             while self._revoked:
                 slot = self.actors.get(self._revoked.popleft())
                 if slot is not None:
@@ -170,6 +183,8 @@ class Broker:
             while batcher.ready() or (len(batcher) and batcher.pending_size >= self.connected_envs):
                 self._run_batch(batcher.take())
             self._maybe_evict()
+            if tick is not None:
+                tick()
 
     def _drain(self, limit: int = 4096) -> None:
         """Receive what is queued, until a batch is full (it goes out before more is read)."""
