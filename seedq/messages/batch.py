@@ -10,6 +10,7 @@ message still costs one message.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -70,84 +71,112 @@ def decode_steps(
     ``layout``: any of their actors' (they share the learner's env spec); ``sizes``: n_envs of
     each; ``finals`` / ``episodes``: ``b""`` where a request has none.
     """
-    count, total = len(heads), sum(sizes)
+    count, n = len(heads), sizes[0]
+    uniform = sizes.count(n) == count
+    total = n * count if uniform else sum(sizes)
     shape, dtype = layout.obs_shape, layout.obs_dtype
-    n = sizes[0]
-    inline_obs = n * layout.obs_bytes if layout.inline else 0
-    # Heads are joined whole when their inline obs is small; larger obs are gathered on their
-    # own (one copy instead of two).
-    prefix = _H + 6 * n if inline_obs > _SMALL_OBS else None
-    if count > 1 and sizes.count(n) == count:  # the usual case: one reshape, no slicing
-        joined = b"".join(heads if prefix is None else [h[:prefix] for h in heads])
-        raw = np.frombuffer(joined, np.uint8).reshape(count, -1)
+    inline_obs = layout.inline
+    if uniform and not (inline_obs and n * layout.obs_bytes > _SMALL_OBS):
+        # The usual case: every request's header (with its tiny observation) is a row of one
+        # matrix, and each array is a column range of it.
+        raw = np.frombuffer(heads[0] if count == 1 else b"".join(heads), np.uint8)
+        raw = raw.reshape(count, -1)
         reward = np.ascontiguousarray(raw[:, _H : _H + 4 * n]).view("<f4").reshape(total)
         flags = raw[:, _H + 4 * n : _H + 6 * n]
+        flags_ok = flags.max() <= 1
         terminated, truncated = flags[:, :n].reshape(total), flags[:, n:].reshape(total)
-        if inline_obs and prefix is None:
-            obs_array = np.ascontiguousarray(raw[:, _H + 6 * n :]).view(dtype)
+        if inline_obs:  # copied: a writable, contiguous array for the model
+            obs_array = raw[:, _H + 6 * n :].copy().view(dtype)
     else:
         pairs = list(zip(heads, sizes, strict=True))
         reward = np.frombuffer(b"".join([h[_H : _H + 4 * k] for h, k in pairs]), "<f4")
         terminated = np.frombuffer(b"".join([h[_H + 4 * k : _H + 5 * k] for h, k in pairs]), "u1")
         truncated = np.frombuffer(b"".join([h[_H + 5 * k : _H + 6 * k] for h, k in pairs]), "u1")
-        prefix = 0 if inline_obs else None
-    if inline_obs and prefix is not None:
-        obs_array = np.frombuffer(
-            _join([memoryview(h)[_H + 6 * k :] for h, k in zip(heads, sizes, strict=True)]), dtype
-        )
+        flags_ok = max(terminated.max(), truncated.max()) <= 1
+        if inline_obs:  # larger observations: gathered on their own, one copy
+            obs_array = np.frombuffer(_join([memoryview(h)[_H + 6 * k :] for h, k in pairs]), dtype)
     if not inline_obs:
         # A single large observation stays in ZeroMQ's (writable) buffer; the rest are joined.
         whole = obs[0] if count == 1 and not isinstance(obs[0], bytes) else _join(obs)
         obs_array = np.frombuffer(whole, dtype)
     obs_array = obs_array.reshape(total, *shape)
-    n_final = sum(n_finals)
-    if n_final:
-        final_obs = np.frombuffer(_join([f for f in finals if len(f)]), dtype)
-        final_obs = final_obs.reshape(n_final, *shape)
-    else:
-        final_obs = np.zeros((0, *shape), dtype)
 
     errors: dict[int, ProtocolError] = {}
     owner = _Owners(sizes)
     if not np.isfinite(reward).all():
         owner.flag(errors, ~np.isfinite(reward), "non_finite", "reward holds NaN or inf")
-    if max(terminated.max(), truncated.max()) > 1:
+    if not flags_ok:
         owner.flag(errors, (terminated > 1) | (truncated > 1), "bad_field", "flags are not 0/1")
-    if layout.float_obs:
-        if not np.isfinite(obs_array).all():
-            rows = ~np.isfinite(obs_array.reshape(total, -1)).all(axis=1)
-            owner.flag(errors, rows, "non_finite", "obs holds NaN or inf")
-        if n_final and not np.isfinite(final_obs).all():
-            rows = ~np.isfinite(final_obs.reshape(n_final, -1)).all(axis=1)
-            _Owners(n_finals).flag(errors, rows, "non_finite", "final_obs holds NaN or inf")
-    if n_final or truncated.any():
-        counts = np.add.reduceat(truncated.astype(np.int64), owner.starts())
-        for i in np.flatnonzero(counts != np.asarray(n_finals)).tolist():
-            errors.setdefault(
-                i,
-                ProtocolError(
-                    "bad_shape", f"{counts[i]} envs truncated but {n_finals[i]} final_obs rows"
-                ),
-            )
+    if layout.float_obs and not np.isfinite(obs_array).all():
+        rows = ~np.isfinite(obs_array.reshape(total, -1)).all(axis=1)
+        owner.flag(errors, rows, "non_finite", "obs holds NaN or inf")
+    n_final = sum(n_finals)
+    if n_final or np.count_nonzero(truncated):
+        final_obs, truncated_index = _finals(
+            layout, finals, n_finals, n_final, truncated, owner, errors
+        )
+    else:
+        final_obs, truncated_index = _no_finals(shape, dtype), _NO_INDEX
     finished = []
-    for i, frame in enumerate(episodes):
-        if len(frame):
-            result = _episodes(frame)
-            if isinstance(result, ProtocolError):
-                errors.setdefault(i, result)
-            else:
-                finished.append((i, *result))
-    truncated = truncated.view(np.bool_)
+    if any(episodes):
+        for i, frame in enumerate(episodes):
+            if len(frame):
+                result = _episodes(frame)
+                if isinstance(result, ProtocolError):
+                    errors.setdefault(i, result)
+                else:
+                    finished.append((i, *result))
     return DecodedSteps(
         obs_array,
         reward,
         terminated.view(np.bool_),
-        truncated,
+        truncated.view(np.bool_),
         final_obs,
-        np.flatnonzero(truncated),
+        truncated_index,
         finished,
         sorted(errors.items()),
     )
+
+
+_NO_INDEX = np.zeros(0, np.int64)
+_NO_INDEX.setflags(write=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _no_finals(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    empty = np.zeros((0, *shape), dtype)
+    empty.setflags(write=False)
+    return empty
+
+
+def _finals(
+    layout: StepLayout,
+    finals: Sequence[Frame],
+    n_finals: Sequence[int],
+    n_final: int,
+    truncated: np.ndarray,
+    owner: _Owners,
+    errors: dict[int, ProtocolError],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The final observations and where they belong; their count and values checked."""
+    shape, dtype = layout.obs_shape, layout.obs_dtype
+    if n_final:
+        final_obs = np.frombuffer(_join([f for f in finals if len(f)]), dtype)
+        final_obs = final_obs.reshape(n_final, *shape)
+    else:
+        final_obs = _no_finals(shape, dtype)
+    counts = np.add.reduceat(truncated.astype(np.int64), owner.starts())
+    for i in np.flatnonzero(counts != np.asarray(n_finals)).tolist():
+        errors.setdefault(
+            i,
+            ProtocolError(
+                "bad_shape", f"{counts[i]} envs truncated but {n_finals[i]} final_obs rows"
+            ),
+        )
+    if n_final and layout.float_obs and not np.isfinite(final_obs).all():
+        rows = ~np.isfinite(final_obs.reshape(n_final, -1)).all(axis=1)
+        _Owners(n_finals).flag(errors, rows, "non_finite", "final_obs holds NaN or inf")
+    return final_obs, np.flatnonzero(truncated)
 
 
 class _Owners:
