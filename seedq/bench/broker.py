@@ -46,11 +46,12 @@ OPTIONS = {
     "shards": 1,
     "stages": False,
     "rounds": 200,
+    "parallel": 0,
 }
 COLUMNS = [
     "shards", "streams", "envs", "obs", "replies/s", "env steps/s", "rtt p50 ms", "rtt p99 ms",
     "rtt max ms", "broker us/msg", "us/env step", "process us/msg", "RSS MB", "fds",
-    "evicted", "refused",
+    "evicted", "refused", "starved",
 ]  # fmt: skip
 
 
@@ -141,7 +142,7 @@ def run_point(
             after = broker.counters()
             window = control["window"].value
             control["window"].value += 1
-            rtts, refused = gather(results, window, gens)
+            rtts, refused, served = gather(results, window, gens)
             rows.append(
                 {
                     "shards": options["shards"],
@@ -150,6 +151,7 @@ def run_point(
                     "obs": f"{'x'.join(map(str, spec.obs_shape))}:{spec.obs_dtype}",
                     "t_s": round(time.monotonic() - start, 1),
                     **window_figures(before, after, rtts, refused),
+                    "starved": streams - served,
                 }
             )
             before = after
@@ -165,20 +167,22 @@ def run_point(
     return rows
 
 
-def gather(results: Any, window: int, gens: int) -> tuple[np.ndarray, int]:
-    """Round trips and refusals of ``window`` from every generator (older windows are dropped)."""
-    parts, refused, got = [], 0, 0
+def gather(results: Any, window: int, gens: int) -> tuple[np.ndarray, int, int]:
+    """Round trips, refusals and streams served in ``window``, from every generator (older
+    windows are dropped)."""
+    parts, refused, served, got = [], 0, 0, 0
     deadline = time.monotonic() + 30
     while got < gens and time.monotonic() < deadline:
         try:
-            w, rtts, refusals = results.get(timeout=1)
+            w, rtts, refusals, answered = results.get(timeout=1)
         except Exception:  # noqa: BLE001 - queue.Empty: keep waiting until the deadline
             continue
         if w == window:
-            refused += sum(refusals.values())
             parts.append(rtts)
+            refused += sum(refusals.values())
+            served += answered
             got += 1
-    return (np.concatenate(parts) if parts else np.zeros(0)), refused
+    return (np.concatenate(parts) if parts else np.zeros(0)), refused, served
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -221,7 +225,7 @@ def run(argv: list[str]) -> dict[str, Any]:
 FIELDS = [
     "shards", "streams", "envs", "obs", "replies_per_s", "env_steps_per_s", "rtt_ms_p50",
     "rtt_ms_p99", "rtt_ms_max", "broker_us_per_msg", "broker_us_per_env_step", "process_us_per_msg",
-    "rss_mb", "open_files", "evicted", "refused",
+    "rss_mb", "open_files", "evicted", "refused", "starved",
 ]  # fmt: skip
 
 
@@ -230,7 +234,7 @@ def where(shards: int) -> str:
 
 
 def stages(options: dict[str, Any], specs: list[EnvSpec], max_batch: int) -> dict[str, Any]:
-    from seedq.bench.broker_stages import STAGES, run_stages
+    from seedq.bench.broker_stages import STAGES, parallel_rates, run_stages
 
     rows = run_stages(options, specs, max_batch)
     columns = ["obs", "envs", "streams", *STAGES, "total"]
@@ -240,6 +244,21 @@ def stages(options: dict[str, Any], specs: list[EnvSpec], max_batch: int) -> dic
         [[row[c] for c in columns] for row in rows],
     )
     figures = {"max_batch": max_batch, "rounds": options["rounds"], "stages": rows}
+    if options["parallel"]:
+        rates = parallel_rates(specs[0], options["rounds"], max_batch, options["parallel"])
+        print_table(
+            f"the stage loop alone, then {rates['copies']} copies as threads and as processes "
+            "(messages/s, wall clock)",
+            ["alone", "threads", "processes"],
+            [
+                [
+                    rates["alone_msgs_per_s"],
+                    rates["threads_msgs_per_s"],
+                    rates["processes_msgs_per_s"],
+                ]
+            ],
+        )
+        figures["parallel"] = rates
     print_json("broker-stages", figures)
     return figures
 
@@ -256,6 +275,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("rtt_ms_p50", "rtt_ms_p99", "rtt_ms_max"):
         out[key] = max((r[key] for r in rows if r[key] is not None), default=None)
     out["evicted"] = sum(r["evicted"] for r in rows)
+    out["starved"] = max(r["starved"] for r in rows)
     out["refused"] = sum(r["refused"] for r in rows)
     out["rss_mb_first_last"] = [rows[0]["rss_mb"], rows[-1]["rss_mb"]]
     out["open_files_first_last"] = [rows[0]["open_files"], rows[-1]["open_files"]]

@@ -98,7 +98,8 @@ def generate(
 
     ``control['window']`` (a shared int) starts a new measuring window when it changes; the
     round trips of the window that ended go to ``results`` as ``(window, seconds array,
-    refusals)``. Actor ``a`` dials ``endpoints[a % len(endpoints)]`` (its broker shard).
+    refusals by code, streams answered at least once)``. Actor ``a`` dials
+    ``endpoints[a % len(endpoints)]`` (its broker shard).
     """
     from seedq.limits import raise_open_file_limit
 
@@ -112,12 +113,13 @@ def generate(
     for s in streams:
         poller.register(s.sock, zmq.POLLIN)
         s.send()
-    window, rtts, refusals = control["window"].value, array("d"), {}
+    window, rtts, refusals, answered = control["window"].value, array("d"), {}, set()
     try:
         while not control["stop"].is_set():
             if control["window"].value != window:
-                results.put((window, np.frombuffer(rtts, np.float64).copy(), refusals))
-                window, rtts, refusals = control["window"].value, array("d"), {}
+                report = (window, np.frombuffer(rtts, np.float64).copy(), refusals, len(answered))
+                results.put(report)
+                window, rtts, refusals, answered = control["window"].value, array("d"), {}, set()
             for sock, _ in poller.poll(100):
                 stream = by_socket[sock]
                 frames = sock.recv_multipart()
@@ -125,12 +127,13 @@ def generate(
                 code = _refusal(frames)
                 if code is None:
                     rtts.append(now - stream.sent_at)
+                    answered.add(stream.actor_id)
                     stream.seq += 1
                 else:  # evicted or refused: counted, and the stream joins again
                     refusals[code] = refusals.get(code, 0) + 1
                     stream.join()
                 stream.send()
-        results.put((window, np.frombuffer(rtts, np.float64).copy(), refusals))
+        results.put((window, np.frombuffer(rtts, np.float64).copy(), refusals, len(answered)))
     finally:
         for s in streams:
             s.sock.close(linger=0)

@@ -33,6 +33,7 @@ def measure_stages(
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
     router.bind("inproc://stages")
+    started = time.perf_counter()
     broker = Broker(router, spec, Batcher(max_batch, 60.0), NullPolicy(), silent_timeout_s=0)
     dealers = []
     for a in range(streams):
@@ -101,7 +102,46 @@ def measure_stages(
     messages = rounds * streams
     out = {stage: round(ns / messages / 1e3, 2) for stage, ns in spent.items()}
     out["total"] = round(sum(spent.values()) / messages / 1e3, 2)
+    out["messages"] = messages
+    out["wall_s"] = round(time.perf_counter() - started, 3)
     return out
+
+
+def _measure_in_process(args: tuple) -> dict[str, float]:
+    return measure_stages(*args)
+
+
+def parallel_rates(spec: EnvSpec, rounds: int, max_batch: int, copies: int) -> dict[str, float]:
+    """Messages/s of the stage loop (broker and its senders, all Python) alone, then ``copies``
+    at once as threads of one process and as processes: whether more cores help depends on
+    whether the work holds the interpreter lock."""
+    import multiprocessing
+    import threading
+
+    args = (spec, 1, 256, rounds, max_batch)
+    alone = measure_stages(*args)
+    results: list[dict] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(measure_stages(*args)))
+        for _ in range(copies)
+    ]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    threaded = sum(r["messages"] for r in results) / (time.perf_counter() - start)
+    with multiprocessing.get_context("spawn").Pool(copies) as pool:
+        pool.map(_measure_in_process, [(spec, 1, 4, 2, max_batch)] * copies)  # imports done
+        start = time.perf_counter()
+        done = pool.map(_measure_in_process, [args] * copies)
+        processes = sum(r["messages"] for r in done) / (time.perf_counter() - start)
+    return {
+        "copies": copies,
+        "alone_msgs_per_s": round(alone["messages"] / alone["wall_s"]),
+        "threads_msgs_per_s": round(threaded),
+        "processes_msgs_per_s": round(processes),
+    }
 
 
 def run_stages(options: dict[str, Any], specs: list[EnvSpec], max_batch: int) -> list[dict]:

@@ -178,13 +178,20 @@ class Broker:
                 slot = self.actors.get(self._revoked.popleft())
                 if slot is not None:
                     self._remove(slot)
-            # Everyone who can send is waiting: a fuller batch cannot come, so do not wait out
-            # the deadline.
-            while batcher.ready() or (len(batcher) and batcher.pending_size >= self.connected_envs):
-                self._run_batch(batcher.take())
+            self.answer_ready()
             self._maybe_evict()
             if tick is not None:
                 tick()
+
+    def answer_ready(self) -> int:
+        """Answer every batch that is due: full, or its oldest request waited ``deadline_s``,
+        or everyone who can send is waiting (a fuller batch cannot come, so the deadline is not
+        waited out). Returns how many batches went out."""
+        batcher, answered = self.batcher, 0
+        while batcher.ready() or (len(batcher) and batcher.pending_size >= self.connected_envs):
+            self._run_batch(batcher.take())
+            answered += 1
+        return answered
 
     def _drain(self, limit: int = 4096) -> None:
         """Receive what is queued, until a batch is full (it goes out before more is read)."""
