@@ -17,7 +17,9 @@ Throughput and round trips depend on the cores the generators leave free: on a 2
 share the broker's cores.
 
 ``seconds=600 report_s=30 streams=4096`` is the soak: one point, a line every ``report_s``.
-``stages=true`` times the broker's stages one by one instead (:mod:`seedq.bench.broker_stages`).
+``policy=model`` answers with central inference and the configured algorithm's network (CPU,
+one thread; unrolls cut and dropped) instead of zeros. ``stages=true`` times the broker's
+stages one by one instead (:mod:`seedq.bench.broker_stages`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ OPTIONS = {
     "generators": 0,
     "max_inflight_mb": 512.0,
     "shards": 1,
+    "policy": "null",
     "stages": False,
     "rounds": 200,
     "parallel": 0,
@@ -113,7 +116,7 @@ def run_point(
 ) -> list[dict[str, Any]]:
     """One load point: its figures per measuring window (one window unless ``report_s``)."""
     seconds, report_s = options["seconds"], options["report_s"] or options["seconds"]
-    broker = BrokerUnderTest(cfg, spec, options["shards"])
+    broker = BrokerUnderTest(cfg, spec, options["shards"], options["policy"])
     gens = options["generators"] or min(4, streams)
     mp = multiprocessing.get_context("spawn")
     control = {"stop": mp.Event(), "window": mp.Value("i", 0)}
@@ -189,6 +192,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
     cfg = compose(overrides)
     specs = [parse_obs(text) for text in options["obs"]]
+    if options["policy"] not in ("null", "model"):
+        raise BenchError(f"policy={options['policy']!r}: null (zero actions) or model")
     if min(options["streams"], default=0) < 1 or min(options["envs"], default=0) < 1:
         raise BenchError("streams= and envs= take positive counts, e.g. streams=1,16,256")
     if options["stages"]:
@@ -206,13 +211,15 @@ def run(argv: list[str]) -> dict[str, Any]:
                 rows = run_point(cfg, options, streams, n_envs, spec)
                 points.append(rows[-1] if not options["report_s"] else summarize(rows))
     print_table(
-        f"broker: {where(options['shards'])}, null policy, max_batch {cfg.broker.max_batch}, "
+        f"broker: {where(options['shards'])}, {options['policy']} policy, max_batch "
+        f"{cfg.broker.max_batch}, "
         f"deadline {cfg.broker.deadline_ms} ms, {options['seconds']} s per point",
         COLUMNS,
         [[p[k] for k in FIELDS] for p in points],
     )
     figures = {
         "shards": options["shards"],
+        "policy": options["policy"],
         "max_batch": cfg.broker.max_batch,
         "deadline_ms": cfg.broker.deadline_ms,
         "seconds": options["seconds"],

@@ -53,12 +53,50 @@ def open_files(pid: int | str = "self") -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-class BrokerUnderTest:
-    """The broker of a learner with a null policy: a thread here, or ``shards`` processes."""
+class CountingInference:
+    """Central inference with the configured algorithm's network on the CPU (one thread),
+    cutting unrolls as a run does and dropping them (no training): the learner's cost per
+    request on top of the broker's."""
 
-    def __init__(self, cfg: Any, spec: EnvSpec, shards: int) -> None:
+    def __init__(self, cfg: Any, spec: EnvSpec) -> None:
+        import torch
+
+        from seedq.agents.registry import build_agent
+        from seedq.core.agent import RunContext
+        from seedq.learner.central_inference import CentralInference
+        from seedq.learner.inference import InferenceEngine
+
+        lock, device = threading.Lock(), torch.device("cpu")
+        agent = build_agent(RunContext(cfg, spec, device, lock, threading.Event()))
+        engine = InferenceEngine(agent.model, device, lock, select=agent.selector)
+        length, overlap = agent.unroll_layout()
+        self.inference = CentralInference(
+            engine, length, lambda unroll: None, overlap=overlap, exploration=agent.exploration
+        )
+        self.replies = 0
+        self._thread: int | None = None
+
+    def act(self, batch: RequestBatch) -> np.ndarray:
+        if self._thread != threading.get_ident():
+            # torch's thread count holds only in the thread that sets it (learner.device).
+            import torch
+
+            torch.set_num_threads(1)
+            self._thread = threading.get_ident()
+        self.replies += len(batch)
+        return self.inference.act(batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inference, name)
+
+
+class BrokerUnderTest:
+    """The broker of a learner with a null policy (or ``policy=model``: central inference):
+    a thread here, or ``shards`` processes."""
+
+    def __init__(self, cfg: Any, spec: EnvSpec, shards: int, policy: str = "null") -> None:
         broker_cfg = cfg.broker
-        self.policy = CountingPolicy()
+        self.policy = CountingPolicy() if policy == "null" else CountingInference(cfg, spec)
         self.stop = threading.Event()
         self.hub: ShardHub | None = None
         self.broker: Broker | None = None

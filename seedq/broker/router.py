@@ -1,11 +1,12 @@
 """The broker: a ZMQ ROUTER feeding the size-or-deadline batcher and replying to actors.
 
-It runs in the learner process (no copy between broker and inference), one thread per shard
-(``seedq.broker.shards``). Each actor has one request in flight (a second one is refused as
-``busy``), so the batcher never holds more than one request per actor: backpressure is built
-in. A bad message is answered with an ``Error`` and counted by code in ``stats.bad_messages``;
-an unexpected exception while handling one message is counted as ``internal``. Neither stops
-the loop, and each code is logged once, so a flood of bad input cannot flood the log.
+It runs in the learner process (no copy between broker and inference) on one thread, or in a
+broker shard process of its own (``broker.shards``, :mod:`seedq.broker.shards`). Each actor has
+one request in flight (a second one is refused as ``busy``), so the batcher never holds more
+than one request per actor: backpressure is built in. A bad message is answered with an
+``Error`` and counted by code in ``stats.bad_messages``; an unexpected exception while handling
+one message is counted as ``internal``. Neither stops the loop, and each code is logged once,
+so a flood of bad input cannot flood the log.
 
 The per-message path is short on purpose (it bounds how many actors one core serves): a Step's
 binary header is checked against the ``StepLayout`` its actor's Hello fixed, small frames are
@@ -209,18 +210,17 @@ class Broker:
         identity = sock.recv(zmq.NOBLOCK)
         self.stats.messages += 1
         head = sock.recv(zmq.NOBLOCK)
-        address = (-1, -1)
         try:
             if head[:1] == _MARK:
-                address = self._step(identity, head, None)
+                self._step(identity, head, None)
             else:
                 self._control(identity, head, self._rest(copy=False))
         except ProtocolError as exc:
             self._discard_rest()
-            self._reject(identity, address, exc.code, exc.detail, exc)
+            self._reject(identity, exc.code, exc.detail, exc)
         except Exception as exc:  # a bug must cost one message, not the run
             self._discard_rest()
-            self._reject(identity, address, "internal", "the learner failed on this message", exc)
+            self._reject(identity, "internal", "the learner failed on this message", exc)
 
     def handle(self, frames: list) -> None:
         """Handle one message as received on the ROUTER (identity frame first).
@@ -229,7 +229,6 @@ class Broker:
         as ``internal``.
         """
         identity = bytes(getattr(frames[0], "buffer", frames[0]))
-        address = (-1, -1)
         try:
             if len(frames) < 2:
                 raise ProtocolError("bad_frames", "message has no header frame")
@@ -239,9 +238,9 @@ class Broker:
             else:
                 self._control(identity, head, list(frames[2:]))
         except ProtocolError as exc:
-            self._reject(identity, address, exc.code, exc.detail, exc)
+            self._reject(identity, exc.code, exc.detail, exc)
         except Exception as exc:  # a bug must cost one message, not the run
-            self._reject(identity, address, "internal", "the learner failed on this message", exc)
+            self._reject(identity, "internal", "the learner failed on this message", exc)
 
     def _rest(self, copy: bool) -> list:
         """The frames of the current message after the header (at most MAX_FRAMES)."""
@@ -258,16 +257,16 @@ class Broker:
         while sock.getsockopt(_MORE):
             sock.recv(zmq.NOBLOCK, copy=False)
 
-    def _step(self, identity: bytes, head: bytes, rest: list | None) -> tuple[int, int]:
-        """Admit a Step into the batcher, or raise; returns its ``(actor_id, seq)``."""
+    def _step(self, identity: bytes, head: bytes, rest: list | None) -> None:
+        """Admit a Step into the batcher, or raise (the Error goes to its actor and seq)."""
         fields = parse_step_head(head)
         try:
-            return self._admit(identity, head, rest, fields)
+            self._admit(identity, head, rest, fields)
         except ProtocolError as exc:
             exc.address = (fields[4], fields[8])
             raise
 
-    def _admit(self, identity: bytes, head: bytes, rest: list | None, fields: tuple) -> tuple:
+    def _admit(self, identity: bytes, head: bytes, rest: list | None, fields: tuple) -> None:
         actor_id = fields[4]
         slot = self.actors.get(actor_id)
         if slot is None:
@@ -302,7 +301,6 @@ class Broker:
         slot.last_seen = self.clock()
         slot.in_flight = True
         self.batcher.add((slot, seq, head, obs, final, episodes, n_final), layout.n_envs)
-        return actor_id, seq
 
     def _control(self, identity: bytes, head: bytes, rest: list) -> None:
         if len(rest) + 1 > MAX_FRAMES:
@@ -325,9 +323,9 @@ class Broker:
             exc.address = reply_address(header)
             raise
 
-    def _reject(
-        self, identity: bytes, address: tuple[int, int], code: str, detail: str, exc: Exception
-    ) -> None:
+    def _reject(self, identity: bytes, code: str, detail: str, exc: Exception) -> None:
+        """Count a refused message and answer it with its Error, addressed to the actor and
+        seq its header named (``exc.address``) where it could be read."""
         self.stats.bad_messages[code] += 1
         if code not in self._logged_codes:
             self._logged_codes.add(code)
@@ -337,7 +335,7 @@ class Broker:
                 code,
                 exc_info=code == "internal",
             )
-        actor_id, seq = getattr(exc, "address", address)
+        actor_id, seq = getattr(exc, "address", (-1, -1))
         error = Error(code=code, message=detail, actor_id=actor_id, seq=seq)
         try:
             self.socket.send_multipart([identity, *encode(error)], copy=False)
@@ -468,8 +466,8 @@ class Broker:
                 slot = slots[i]
                 slot.in_flight = False
                 slot.next_seq = seqs[i]  # as if never received
-                address = (slot.hello.actor_id, seqs[i])
-                self._reject(slot.identity, address, exc.code, exc.detail, exc)
+                exc.address = (slot.hello.actor_id, seqs[i])
+                self._reject(slot.identity, exc.code, exc.detail, exc)
             bad = {i for i, _ in decoded.errors}
             requests = [r for i, r in enumerate(requests) if i not in bad]
         return None
