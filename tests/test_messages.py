@@ -331,3 +331,26 @@ def test_replies_encoded_together_decode_one_by_one(count):
     assert [(a.actor_id, a.seq, a.actions.tolist()) for a in got] == [
         (i, 7, [2 * i, 2 * i + 1]) for i in range(count)
     ]
+
+
+def test_large_observations_are_joined_when_read_and_still_checked():
+    spec = EnvSpec((3000,), "float32", 2)  # 3 envs x 12 KB: a frame of their own
+    steps = []
+    for i in range(3):
+        obs = np.full((3, 3000), i, np.float32)
+        if i == 1:
+            obs[2, 7] = np.nan
+        steps.append(Step(i, "r", 0, obs, np.zeros(3, np.float32), np.zeros(3, bool),
+                          np.zeros(3, bool), obs[:0]))  # fmt: skip
+    frames = [_frames(s) for s in steps]
+    layout = StepLayout(Hello(0, "r", 3, spec))
+    got = decode_steps(
+        layout, [3] * 3, [f[0] for f in frames], [f[1] for f in frames], [b""] * 3, [b""] * 3,
+        [0] * 3,
+    )  # fmt: skip
+    joined = got.obs.join()
+    assert (
+        [(i, e.code) for i, e in got.errors],
+        joined.shape,
+        joined[:, 0].tolist(),
+    ) == ([(1, "non_finite")], (9, 3000), [0.0] * 3 + [1.0] * 3 + [2.0] * 3)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from seedq.messages import Step
+from seedq.messages.batch import ObsParts
 
 if TYPE_CHECKING:
     from seedq.broker.router import ActorSlot
@@ -34,7 +35,8 @@ class RequestBatch:
 
     slots: the actors, [R]; seqs: int [R]; sizes: n_envs of each, [R]; offsets: int64 [R + 1],
     request i's envs are ``offsets[i]:offsets[i + 1]``; rows: int64 [B], the learner state rows;
-    obs: [B, *obs_shape]; reward: float32 [B]; truncated: bool [B];
+    obs: [B, *obs_shape] (``observations``: the array, or the frames it is joined from when
+    first read); reward: float32 [B]; truncated: bool [B];
     done: bool [B], the obs starts an episode (terminated, truncated, or the actor's seq 0);
     final_obs: [K, *obs_shape], the last obs of each truncated env; truncated_index: int64 [K],
     their positions in the batch; episodes: the requests that finished episodes.
@@ -46,7 +48,7 @@ class RequestBatch:
     sizes: list[int]
     offsets: np.ndarray
     rows: np.ndarray
-    obs: np.ndarray
+    observations: np.ndarray | ObsParts
     reward: np.ndarray
     truncated: np.ndarray
     done: np.ndarray
@@ -57,6 +59,13 @@ class RequestBatch:
 
     def __len__(self) -> int:
         return len(self.slots)
+
+    @property
+    def obs(self) -> np.ndarray:
+        """[B, *obs_shape]; large observations are joined into one array on first reading."""
+        if isinstance(self.observations, ObsParts):
+            self.observations = self.observations.join()
+        return self.observations
 
     @property
     def num_envs(self) -> int:
@@ -72,7 +81,7 @@ class RequestBatch:
         slots: list[ActorSlot],
         seqs: list[int],
         sizes: list[int],
-        obs: np.ndarray,
+        obs: np.ndarray | ObsParts,
         reward: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
@@ -96,7 +105,7 @@ class RequestBatch:
             sizes=sizes,
             offsets=offsets,
             rows=rows,
-            obs=obs,
+            observations=obs,
             reward=reward,
             truncated=truncated,
             done=done,

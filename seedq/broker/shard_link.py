@@ -78,7 +78,7 @@ def decode_batch(frames: list, slots: list, obs_shape: tuple, obs_dtype: np.dtyp
         sizes=sizes,
         offsets=offsets,
         rows=int_array(frames[5]),
-        obs=array(frames[6], obs_dtype, (total, *obs_shape)),
+        observations=array(frames[6], obs_dtype, (total, *obs_shape)),
         reward=array(frames[7], np.float32, (total,)),
         truncated=array(frames[8], np.bool_, (total,)),
         done=array(frames[9], np.bool_, (total,)),

@@ -34,16 +34,30 @@ _SMALL_OBS = 1024
 _VECTOR_REPLIES = 8
 
 
+class ObsParts(NamedTuple):
+    """Observations of several requests that came in frames of their own (large ones), joined
+    into one ``[B, *obs_shape]`` array only when something reads them: a copy of megabytes per
+    batch that a consumer which never looks at observations does not pay."""
+
+    parts: list
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def join(self) -> np.ndarray:
+        return np.frombuffer(_join(self.parts), self.dtype).reshape(self.shape)
+
+
 class DecodedSteps(NamedTuple):
     """The arrays of R requests of B envs in all, requests in order, envs in order within each.
 
-    obs: [B, *obs_shape]; reward: float32 [B]; terminated, truncated: bool [B];
+    obs: [B, *obs_shape] (or :class:`ObsParts` to join); reward: float32 [B];
+    terminated, truncated: bool [B];
     final_obs: [K, *obs_shape], the final observations of the truncated envs, in batch order;
     truncated_index: int64 [K], their positions in the batch; episodes: ``(request, returns,
     lengths)`` of the requests that finished episodes; errors: ``(request, ProtocolError)``.
     """
 
-    obs: np.ndarray
+    obs: np.ndarray | ObsParts
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
@@ -51,6 +65,12 @@ class DecodedSteps(NamedTuple):
     truncated_index: np.ndarray
     episodes: list[tuple[int, list[float], list[int]]]
     errors: list[tuple[int, ProtocolError]]
+
+
+def _all_finite(obs: np.ndarray | ObsParts) -> bool:
+    if isinstance(obs, ObsParts):
+        return all(np.isfinite(np.frombuffer(p, obs.dtype)).all() for p in obs.parts)
+    return bool(np.isfinite(obs).all())
 
 
 def _join(frames: Sequence[Frame]) -> bytearray:
@@ -95,11 +115,13 @@ def decode_steps(
         flags_ok = max(terminated.max(), truncated.max()) <= 1
         if inline_obs:  # larger observations: gathered on their own, one copy
             obs_array = np.frombuffer(_join([memoryview(h)[_H + 6 * k :] for h, k in pairs]), dtype)
-    if not inline_obs:
-        # A single large observation stays in ZeroMQ's (writable) buffer; the rest are joined.
-        whole = obs[0] if count == 1 and not isinstance(obs[0], bytes) else _join(obs)
-        obs_array = np.frombuffer(whole, dtype)
-    obs_array = obs_array.reshape(total, *shape)
+    if not inline_obs and count > 1:
+        obs_array = ObsParts(list(obs), dtype, (total, *shape))
+    elif not inline_obs:  # a single large observation stays in ZeroMQ's (writable) buffer
+        whole = obs[0] if not isinstance(obs[0], bytes) else _join(obs)
+        obs_array = np.frombuffer(whole, dtype).reshape(total, *shape)
+    else:
+        obs_array = obs_array.reshape(total, *shape)
 
     errors: dict[int, ProtocolError] = {}
     owner = _Owners(sizes)
@@ -107,8 +129,9 @@ def decode_steps(
         owner.flag(errors, ~np.isfinite(reward), "non_finite", "reward holds NaN or inf")
     if not flags_ok:
         owner.flag(errors, (terminated > 1) | (truncated > 1), "bad_field", "flags are not 0/1")
-    if layout.float_obs and not np.isfinite(obs_array).all():
-        rows = ~np.isfinite(obs_array.reshape(total, -1)).all(axis=1)
+    if layout.float_obs and not _all_finite(obs_array):
+        whole = obs_array.join() if isinstance(obs_array, ObsParts) else obs_array
+        rows = ~np.isfinite(whole.reshape(total, -1)).all(axis=1)
         owner.flag(errors, rows, "non_finite", "obs holds NaN or inf")
     n_final = sum(n_finals)
     if n_final or np.count_nonzero(truncated):
