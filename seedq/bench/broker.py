@@ -34,7 +34,7 @@ from seedq.bench.broker_load import generate
 from seedq.bench.broker_setup import BrokerUnderTest
 from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
 from seedq.limits import raise_open_file_limit
-from seedq.messages import EnvSpec
+from seedq.messages import ALLOWED_DTYPES, EnvSpec
 
 OPTIONS = {
     "streams": [1, 16, 256, 1024],
@@ -64,6 +64,8 @@ def parse_obs(text: str) -> EnvSpec:
     try:
         dims = tuple(int(d) for d in shape.split("x"))
         name = np.dtype(dtype or "float32").name
+        if name not in ALLOWED_DTYPES:
+            raise TypeError(name)
     except (TypeError, ValueError):
         raise BenchError(
             f"obs={text!r}: give SHAPE:DTYPE like 4:float32 or 84x84x4:uint8"

@@ -25,9 +25,10 @@ USAGE = """usage: seedq-bench SUBCOMMAND [key=value ...]
              [target=475] [max_minutes=2]   arch=anakin: env steps/s while learning per
              num_envs, or the wall time to a 100-episode mean return per seed
   broker     [streams=1,16,256,1024] [envs=1,64] [obs=4:float32,84x84x4:uint8] [seconds=5]
-             [report_s=30]   thousands of actor streams (generator processes, real wire
-             format) against the broker with a null policy: replies/s, round trips, broker CPU
-             per message, RSS, open files, evictions
+             [report_s=30] [shards=1] [policy=null|model] | stages=true [parallel=2]
+             thousands of actor streams (generator processes, real wire format) against the
+             broker (or broker.shards processes): replies/s, round trips, broker CPU per
+             message, RSS, open files, evictions; or the broker's cost stage by stage
 
 Every subcommand takes seedq-train's config overrides, prints a table and, last, one JSON line.
 """
