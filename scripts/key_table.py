@@ -1,8 +1,9 @@
-"""Print the README's table of config keys, generated from the dataclass defaults and help.
+"""Print the table of config keys, generated from the dataclass defaults and help.
 
-``python scripts/key_table.py`` prints the Markdown; ``--update README.md`` replaces the block
-between the ``<!-- keys:begin -->`` and ``<!-- keys:end -->`` markers. ``tests/test_readme.py``
-checks that the README's block is what this prints, so a changed default or help text shows.
+``python scripts/key_table.py`` prints the Markdown; ``--update docs/config-keys.md`` replaces
+the block between the ``<!-- keys:begin -->`` and ``<!-- keys:end -->`` markers of that docs
+page. ``tests/test_docs.py`` checks that the page's block is what this prints, so a changed
+default or help text shows.
 """
 
 from __future__ import annotations
@@ -27,8 +28,13 @@ def _default(value: object) -> str:
     return f"`{value}`"
 
 
+def _cell(text: str) -> str:
+    """A help text as one Markdown table cell: no column break, no HTML tag (<run dir>)."""
+    return text.replace("|", "/").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _rows(docs) -> list[str]:  # noqa: ANN001 - KeyDoc iterable
-    return [f"| `{d.key}` | {_default(d.default)} | {d.help.replace('|', '/')} |" for d in docs]
+    return [f"| `{d.key}` | {_default(d.default)} | {_cell(d.help)} |" for d in docs]
 
 
 def key_table() -> str:
@@ -43,7 +49,7 @@ def key_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def readme_block(text: str) -> str:
+def key_block(text: str) -> str:
     """What stands between the markers of ``text`` (ValueError without them)."""
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     return text[start:end].strip("\n") + "\n"
@@ -51,7 +57,9 @@ def readme_block(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--update", type=Path, help="rewrite the key block of this README")
+    parser.add_argument(
+        "--update", type=Path, help="rewrite the key block of this page (docs/config-keys.md)"
+    )
     args = parser.parse_args()
     table = key_table()
     if args.update is None:

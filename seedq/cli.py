@@ -52,7 +52,7 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
             continue
         if key in RESUME_GROUPS:
             check_compatible(path, state["config"], current)
-        elif key in ("hardware", "arch"):
+        elif key in ("hardware", "arch", "logger"):
             saved[key] = composed[key]
         else:
             OmegaConf.update(saved, key, override.value(), merge=False)

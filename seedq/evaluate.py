@@ -38,6 +38,7 @@ from seedq.agents.registry import agent_class
 from seedq.envs import EnvConfig, EnvError, make_env_batch, minatar, procgen, rows_per_env
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from seedq.messages import EnvSpec
+from seedq.tracking import Evaluation, attach_evaluation
 
 MODES = ("sample", "greedy")
 
@@ -288,10 +289,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("seedq-eval: checkpoint=<checkpoint file or run dir> is required", file=sys.stderr)
         return 2
     try:
-        returns, videos = evaluate(args.pop("checkpoint"), env_overrides=env_overrides, **args)
+        checkpoint = find_checkpoint(args.pop("checkpoint"))
+        returns, videos = evaluate(str(checkpoint), env_overrides=env_overrides, **args)
     except (CheckpointError, EnvError, ValueError) as exc:
         print(f"seedq-eval: {exc}", file=sys.stderr)
         return 2
+    # A run tracked by W&B or MLflow (logger=...) gets these returns and videos too.
+    evaluation = Evaluation(str(checkpoint), list(returns), [str(v) for v in videos])
+    for problem in attach_evaluation(evaluation, checkpoint.parent.parent):
+        print(f"seedq-eval: {problem}", file=sys.stderr)
     r = np.array(returns)
     print(
         f"{len(r)} episodes: return mean {r.mean():.2f} std {r.std():.2f} "

@@ -1,25 +1,32 @@
-"""MetricsWriter: every scalar goes to one CSV file and to TensorBoard."""
+"""MetricsWriter: every scalar goes to one CSV file and to the trackers the ``logger`` section
+chooses (TensorBoard by default; W&B, MLflow: ``seedq.tracking``)."""
 
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 
-from torch.utils.tensorboard import SummaryWriter
+from seedq.tracking import loggable, open_trackers
 
 REQUIRED_COLUMNS = ("wall_time", "env_steps", "return_mean", "steps_per_s")
 
+log = logging.getLogger(__name__)
+
 
 class MetricsWriter:
-    """Writes one row per logging interval to ``metrics.csv`` and the same scalars to TensorBoard.
+    """Writes one row per logging interval to ``metrics.csv`` and the same values, as written
+    there, to each tracker.
 
     The CSV header is fixed by ``columns`` (required columns first); a value not in it is a bug
-    in the caller, so it raises instead of silently widening the file.
+    in the caller, so it raises instead of silently widening the file. ``cfg``: the run's
+    config, whose ``logger`` section chooses the trackers (None: TensorBoard alone).
     """
 
-    def __init__(self, run_dir: str, columns: list[str]) -> None:
+    def __init__(self, run_dir: str, columns: list[str], cfg: Any = None) -> None:
         os.makedirs(run_dir, exist_ok=True)
         self.columns = list(REQUIRED_COLUMNS) + [c for c in columns if c not in REQUIRED_COLUMNS]
         self.path = os.path.join(run_dir, "metrics.csv")
@@ -28,22 +35,29 @@ class MetricsWriter:
         self._csv = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
         if new_file:
             self._csv.writeheader()
-        self._tb = SummaryWriter(log_dir=os.path.join(run_dir, "tb"))
+        self.trackers = open_trackers(cfg, run_dir)
 
     def write(self, row: Mapping[str, float]) -> None:
         unknown = set(row) - set(self.columns)
         if unknown:
             raise KeyError(f"metrics {sorted(unknown)} are not columns of {self.path}")
-        step = int(row["env_steps"])
-        self._csv.writerow({k: _fmt(v) for k, v in row.items()})
+        written = {k: _fmt(v) for k, v in row.items()}
+        self._csv.writerow(written)
         self._file.flush()
-        for key, value in row.items():
-            if key not in ("env_steps",) and value is not None and math.isfinite(value):
-                self._tb.add_scalar(key, value, global_step=step)
-        self._tb.flush()
+        values = loggable(written)
+        for tracker in list(self.trackers):
+            try:
+                tracker.log_row(values)
+            except Exception as exc:  # noqa: BLE001 - metrics.csv has the row; the run goes on
+                log.error("%s failed (%s); no more rows go to it", type(tracker).__name__, exc)
+                self.trackers.remove(tracker)
 
     def close(self) -> None:
-        self._tb.close()
+        for tracker in self.trackers:
+            try:
+                tracker.close()
+            except Exception as exc:  # noqa: BLE001 - closing the others matters more
+                log.error("closing %s failed: %s", type(tracker).__name__, exc)
         self._file.close()
 
 

@@ -101,6 +101,7 @@ def plot(curves: list[RunCurve], out: Path) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         raise SystemExit("seedq-plot needs matplotlib: pip install 'seedq[plot]'") from None
     groups: dict[str, list[RunCurve]] = {}
@@ -117,6 +118,8 @@ def plot(curves: list[RunCurve], out: Path) -> None:
             ax.plot(grid, mean, color=color, label=f"{label} ({len(members)} seeds)")
             ax.fill_between(grid, low, high, color=color, alpha=0.2)
     axes[0].set_xlabel("env steps")
+    # 200k, 1.5M: matplotlib's default prints every digit, and the labels run together.
+    axes[0].xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
     axes[1].set_xlabel("wall time (minutes)")
     for ax in axes:
         ax.set_ylabel("mean return (last 100 episodes)")

@@ -230,11 +230,13 @@ def test_gym_truncation(env_id: str, vectorization: str) -> None:
         env.close()
 
 
-def test_gym_discrete_observations_are_one_hot() -> None:
+def test_gym_discrete_observations_are_bool_one_hots() -> None:
     env = make_env_batch(EnvConfig(kind="gym", id="FrozenLake-v1"), 2, seed=0)
     obs = env.reset()
-    assert env.obs_shape == (16,) and obs.dtype == np.float32
-    np.testing.assert_array_equal(obs.sum(1), 1.0)
+    # bool: the models read indicators as 0/1 and never standardise them (RunningNorm).
+    assert env.obs_shape == (16,) and obs.dtype == np.bool_
+    np.testing.assert_array_equal(obs.sum(1), 1)
+    np.testing.assert_array_equal(obs.argmax(1), 0)  # FrozenLake starts in state 0
     _check_batch(env.step(np.zeros(2, np.int64)), env)
     env.close()
 

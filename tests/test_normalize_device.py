@@ -94,3 +94,17 @@ def test_an_all_non_finite_batch_leaves_the_statistics_alone():
     nan = torch.full((1, 3, 2), float("nan"))
     update_obs_norm(torch.nn.Sequential(norm), nan, threading.Lock())
     assert all(torch.equal(before[k], v) for k, v in norm.state_dict().items())
+
+
+def test_bool_observations_pass_as_indicators_and_never_change_the_statistics():
+    # One-hots of a Discrete space: standardising them would scale a state seen with frequency
+    # p up to 1/sqrt(p); they are fed as 0/1 instead.
+    norm = RunningNorm((4,))
+    norm.update(np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32))
+    before = {k: v.clone() for k, v in norm.state_dict().items()}
+    one_hots = torch.eye(4, dtype=torch.bool)[torch.tensor([0, 0, 0, 3])]
+
+    update_obs_norm(torch.nn.Sequential(norm), one_hots[None], threading.Lock())
+
+    assert all(torch.equal(before[k], v) for k, v in norm.state_dict().items())
+    torch.testing.assert_close(norm(one_hots), one_hots.float())

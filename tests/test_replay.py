@@ -203,3 +203,15 @@ def test_inserts_proceed_while_a_sample_is_copied_and_overwritten_rows_are_refre
         (sample.generations == buffer.generation[sample.indices]).all(),
         7 in current,
     ) == (True, True, True, True, True)
+
+
+def test_a_uniform_replay_draws_stored_slots_with_unit_weights():
+    fields = {"obs": ((3, 2), np.uint8), "reward": ((3,), np.float32)}
+    limiter = RateLimiter(samples_per_insert=100.0, min_size=1, max_credit=1e9)
+    buffer = SequenceReplay(8, fields, alpha=0.0, beta=0.0, limiter=limiter)
+    buffer.insert(sequences(0, 5), np.ones(5), never)
+
+    sample = buffer.sample(400, never)
+
+    assert set(sample.indices.tolist()) == {0, 1, 2, 3, 4}  # only filled slots, all of them
+    assert (sample.weights == 1).all() and (sample.data["obs"][:, 0, 0] == sample.indices).all()

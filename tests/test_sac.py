@@ -16,6 +16,7 @@ from torch import distributions as D
 import seedq
 from seedq.actor.config import ActorConfig
 from seedq.agents.common.distributions import Gaussian
+from seedq.agents.common.replay import SampledSequences
 from seedq.agents.common.update import Placement
 from seedq.agents.sac.config import SACConfig, SACModelConfig
 from seedq.agents.sac.learner import SACLearner, polyak_update
@@ -77,6 +78,18 @@ def test_soft_q_target_bootstraps_truncations_and_stops_at_terminations():
     expected[1] = reward[1, 1]  # terminal: no bootstrap
     expected[2] = reward[2, 1] + gamma * 4.5  # truncated: the final obs's value, not s'
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6)
+
+
+def transitions(B: int) -> dict[str, np.ndarray]:
+    """``B`` random transitions of SPEC as the replay stores them (two rows each)."""
+    return {
+        "obs": RNG.normal(size=(B, 2, 3)).astype(np.float32),
+        "action": RNG.uniform(-1, 1, size=(B, 2, 2)).astype(np.float32),
+        "reward": RNG.normal(size=(B, 2)).astype(np.float32),
+        "done": np.zeros((B, 2), bool),
+        "truncated": np.zeros((B, 2), bool),
+        "truncation_value": np.zeros((B, 2), np.float32),
+    }
 
 
 def test_critic_actor_and_temperature_losses_match_numpy():
@@ -186,6 +199,31 @@ def test_discrete_env_groups_are_refused_at_start_up(env):
 def test_bad_sac_values_are_refused_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         to_config(compose_config("algorithm=sac", "env=mujoco", override))
+
+
+def test_a_block_of_k_batches_is_k_updates_each_on_its_own_batch():
+    cfg = SACConfig(batch_size=4, model=SACModelConfig(hidden_sizes=[8]))
+    block, single = (SACLearner(build_network(SPEC, cfg), cfg, Placement.cpu()) for _ in "ab")
+    single.model.load_state_dict(block.model.state_dict())
+    single.target_critics.load_state_dict(block.target_critics.state_dict())
+    data = transitions(12)
+
+    torch.manual_seed(0)
+    block.train_block(SampledSequences(np.arange(12), np.zeros(12), np.ones(12), data), 3)
+    torch.manual_seed(0)
+    for part in (slice(0, 4), slice(4, 8), slice(8, 12)):
+        rows = {k: v[part] for k, v in data.items()}
+        single.train_step(SampledSequences(np.arange(4), np.zeros(4), np.ones(4), rows))
+
+    assert block.stats.updates == single.stats.updates == 3
+    pairs = zip(block.model.state_dict().values(), single.model.state_dict().values(), strict=True)
+    for a, b in pairs:
+        torch.testing.assert_close(a, b)
+
+
+def test_a_block_larger_than_the_replay_slack_is_refused():
+    with pytest.raises(ConfigError, match="algorithm.block_updates=40"):
+        to_config(compose_config("algorithm=sac", "env=gym", "algorithm.block_updates=40"))
 
 
 def test_a_discrete_or_unbounded_action_space_is_refused_as_a_config_error():

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import torch
 
 from seedq.agents.registry import build_agent
 from seedq.arch.base import TrainingRun
 from seedq.arch.rollout import DeviceRollout
-from seedq.config import SeedqConfig
 from seedq.core.agent import RunContext
 from seedq.core.stats import RunStats
 from seedq.envs.tensor import make_tensor_env
@@ -45,7 +45,7 @@ ENV_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 class AnakinRun(TrainingRun):
     """One Anakin training run; ``run()`` blocks until a stop condition."""
 
-    def __init__(self, cfg: SeedqConfig, run_dir: str, *, resume: dict | None = None) -> None:
+    def __init__(self, cfg: Any, run_dir: str, *, resume: dict | None = None) -> None:
         """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
         super().__init__()
         self.cfg, self.run_dir = cfg, run_dir

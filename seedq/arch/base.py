@@ -217,7 +217,7 @@ class TrainingRun:
 
     def _run(self) -> RunSummary:
         cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent))
+        writer = MetricsWriter(self.run_dir, Monitor.columns(self.agent), cfg)
         threads = self._start_roles()
         log.info(
             "training %s on %s (%s), %s; run dir %s",

@@ -79,7 +79,8 @@ class Monitor:
         return [*RUN_COLUMNS, *agent.metric_columns]
 
     def tick(self, final: bool = False) -> str:
-        """Write one row; the reason to stop ("" to go on)."""
+        """Write one row; the reason to stop ("" to go on). The ``final`` row's progress line
+        gives the run's average steps/s (the CSV row keeps the interval's)."""
         cfg, stats, learner = self.cfg, self.stats, self.agent.stats
         now = time.monotonic()
         elapsed = now - self.start
@@ -119,11 +120,15 @@ class Monitor:
             **agent_row,
         }
         self.writer.write(row)
-        self.progress.update(steps, row["steps_per_s"], self.return_mean)
+        # The last interval can be a fraction of a second (the run stopped right after a row):
+        # the final line reports the whole run's rate, as summary.json does.
+        rate = steps / max(elapsed, 1e-9) if final else row["steps_per_s"]
+        self.progress.update(steps, rate, self.return_mean)
         progress_log.info(
-            "steps %d | %.0f steps/s | return %s (%d ep) | updates %d | %s",
+            "steps %d | %.0f steps/s%s | return %s (%d ep) | updates %d | %s",
             steps,
-            row["steps_per_s"],
+            rate,
+            " on average" if final else "",
             "n/a" if row["return_mean"] is None else f"{row['return_mean']:.1f}",
             episodes,
             updates,

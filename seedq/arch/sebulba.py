@@ -28,10 +28,10 @@ from typing import Any
 
 from seedq.arch.base import TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
-from seedq.config import ConfigError
 from seedq.core.stats import RunStats
 from seedq.envs import EnvBatch, env_spec, make_env_batch, rows_per_env
 from seedq.learner.device import prepare_learner_process
+from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 

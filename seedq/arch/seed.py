@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import Any
 
 import numpy as np
 import zmq
@@ -21,7 +22,6 @@ from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
 from seedq.broker.shards import ShardHub
-from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import env_spec
 from seedq.launch import remote_launcher
 from seedq.launch.actors import ActorPool, RestartPolicy, spawn_local
@@ -29,6 +29,7 @@ from seedq.launch.shards import start_shard
 from seedq.learner.device import prepare_learner_process
 from seedq.limits import raise_open_file_limit
 from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
 from seedq.security import curve_enabled
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ __all__ = ["SeedRun", "check_message_size"]
 STEP_HEADER_BYTES = 64 * 1024
 
 
-def check_message_size(cfg: SeedqConfig, spec: EnvSpec) -> None:
+def check_message_size(cfg: Any, spec: EnvSpec) -> None:
     """Refuse a batch whose Step cannot fit ``broker.max_message_bytes``.
 
     Counted at its largest: every env's observation plus, when all envs truncate at once, as
@@ -61,7 +62,7 @@ def check_message_size(cfg: SeedqConfig, spec: EnvSpec) -> None:
         )
 
 
-def largest_fitting_batch(cfg: SeedqConfig, obs_bytes: int) -> int:
+def largest_fitting_batch(cfg: Any, obs_bytes: int) -> int:
     """The most envs per batch whose largest Step fits ``broker.max_message_bytes``."""
     return max(0, (cfg.broker.max_message_bytes - STEP_HEADER_BYTES) // (2 * obs_bytes + 6))
 
@@ -72,7 +73,7 @@ class SeedRun(TrainingRun):
 
     def __init__(
         self,
-        cfg: SeedqConfig,
+        cfg: Any,
         run_dir: str,
         *,
         context: zmq.Context | None = None,

@@ -87,27 +87,28 @@ def run(argv: list[str]) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if options["mode"] == "time-to-target":
         rows = [_time_to_target(seed, options, overrides) for seed in options["seeds"]]
-        print_table(
-            f"anakin: wall time to a 100-episode mean of {options['target']:g}",
-            ["seed", "time to target (s)", "env steps", "updates", "env steps/s", "return"],
-            [
-                [r["seed"], r["time_to_target_s"], r["env_steps"], r["updates"],
-                 r["env_steps_per_s"], r["return_mean"]]
-                for r in rows
-            ],
-        )  # fmt: skip
+        columns = {
+            "seed": "seed",
+            "time to target (s)": "time_to_target_s",
+            "env steps": "env_steps",
+            "updates": "updates",
+            "env steps/s": "env_steps_per_s",
+            "return": "return_mean",
+        }
+        title = f"anakin: wall time to a 100-episode mean of {options['target']:g}"
         figures = {"mode": "time-to-target", "target": options["target"], "runs": rows}
     else:
         rows = [_throughput(n, options["seconds"], overrides) for n in options["num_envs"]]
-        print_table(
-            f"anakin: env steps/s while learning, {options['seconds']:g} s per row",
-            ["num_envs", "T", "updates/unroll", "env steps/s", "updates/s", "acting share"],
-            [
-                [r["num_envs"], r["unroll_length"], r["minibatches"], r["env_steps_per_s"],
-                 r["updates_per_s"], r["acting_frac"]]
-                for r in rows
-            ],
-        )  # fmt: skip
+        columns = {
+            "num_envs": "num_envs",
+            "T": "unroll_length",
+            "updates/unroll": "minibatches",
+            "env steps/s": "env_steps_per_s",
+            "updates/s": "updates_per_s",
+            "acting share": "acting_frac",
+        }
+        title = f"anakin: env steps/s while learning, {options['seconds']:g} s per row"
         figures = {"mode": "throughput", "rows": rows}
+    print_table(title, list(columns), [[row[key] for key in columns.values()] for row in rows])
     print_json("anakin", figures)
     return figures

@@ -66,7 +66,14 @@ def gym_spec(env_id: str) -> Any:
 def _make_single_env(env_id: str, max_episode_steps: int | None) -> Any:
     """Build one gymnasium env; module level so AsyncVectorEnv can pickle it for subprocesses."""
     gym = import_gymnasium()
-    gym_spec(env_id)  # registers Atari ids in a fresh (forkserver/spawn) subprocess
+    spec = gym_spec(env_id)  # registers Atari ids in a fresh (forkserver/spawn) subprocess
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    if entry.startswith("gymnasium.envs.mujoco"):
+        # A MuJoCo id through env=gym: MuJoCo's default warning handler would append to
+        # MUJOCO_LOG.TXT in the working directory; seedq.envs.mujoco routes it to the log.
+        from seedq.envs.mujoco import import_mujoco
+
+        import_mujoco()
     return gym.make(env_id, max_episode_steps=max_episode_steps)
 
 
@@ -77,12 +84,17 @@ def obs_transform(
 
     Returns ``(fn, obs_shape, obs_dtype)``. Images (uint8 ``[H, W, C]`` with ``C <= 4``, or
     ``[H, W]``) become channels-first ``[C, H, W]``; float64 vectors become float32 (models run
-    in float32 and the wire is half the size); Discrete observations become float32 one-hots.
+    in float32 and the wire is half the size); Discrete observations become bool one-hots.
+
+    Bool, not float: a one-hot is an indicator, and the models read bool observations as 0/1
+    without running normalisation (``seedq.agents.common.normalize.RunningNorm``), which would
+    scale a rarely visited state's unit up to ``1/sqrt(p)`` and an unseen one to the clip
+    (Taxi-v4 and FrozenLake-v1 did not learn with it). One byte per state on the wire, too.
     """
     from gymnasium import spaces
 
     if isinstance(space, spaces.Discrete):
-        eye = np.eye(int(space.n), dtype=np.float32)
+        eye = np.eye(int(space.n), dtype=np.bool_)
         start = int(space.start)
         return (lambda x: eye[np.asarray(x, dtype=np.int64) - start]), (int(space.n),), eye.dtype
     if not isinstance(space, spaces.Box):
@@ -120,15 +132,16 @@ class GymVectorBatch(BatchBase):
         env_offset: int = 0,
         vectorization: str = "sync",
         max_episode_steps: int | None = None,
+        make_one: Callable[[str, int | None], Any] = _make_single_env,
     ) -> None:
+        """``make_one(env_id, max_episode_steps)`` builds one env (module level, so async
+        workers, which are fresh processes, can import it)."""
         gym = import_gymnasium()
         from gymnasium import spaces
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
         gym_spec(env_id)  # fail fast, in this process, on an unknown id
-        env_fns = [
-            functools.partial(_make_single_env, env_id, max_episode_steps) for _ in range(num_envs)
-        ]
+        env_fns = [functools.partial(make_one, env_id, max_episode_steps) for _ in range(num_envs)]
         try:
             if vectorization == "sync":
                 env: Any = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)

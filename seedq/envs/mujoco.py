@@ -24,23 +24,12 @@ gymnasium are imported when an env is built, not with this module.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done
-from seedq.envs.gym import (
-    VECTORIZATIONS,
-    _async_context,
-    _make_single_env,
-    gym_spec,
-    import_gymnasium,
-    obs_transform,
-)
+from seedq.envs.base import EnvError
+from seedq.envs.gym import GymVectorBatch, _make_single_env, gym_spec
 
 if TYPE_CHECKING:
     from seedq.envs.config import EnvConfig
@@ -100,112 +89,26 @@ def check_mujoco_id(env_id: str) -> None:
         )
 
 
-class MujocoBatch(BatchBase):
-    """A gymnasium vector env of a Box-action id, in SAME_STEP autoreset mode.
+class MujocoBatch(GymVectorBatch):
+    """A gymnasium vector env of a 1-D Box-action id (:class:`GymVectorBatch`, which steps,
+    clips and truncates it), refusing discrete action spaces.
 
     Works for any gymnasium id with a 1-D Box action space (the tests use ``Pendulum-v1``,
     which needs no MuJoCo); :func:`make_mujoco` is the factory that insists on MuJoCo ids.
-    ``make_one(env_id, max_episode_steps)`` builds one env (module level, for async workers).
     """
 
-    def __init__(
-        self,
-        env_id: str,
-        num_envs: int,
-        seed: int | None,
-        env_offset: int = 0,
-        vectorization: str = "sync",
-        max_episode_steps: int | None = None,
-        make_one: Callable[[str, int | None], Any] = _make_single_env,
-    ) -> None:
-        gym = import_gymnasium()
-        from gymnasium import spaces
-        from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-
-        gym_spec(env_id)
-        if vectorization not in VECTORIZATIONS:
+    def __init__(self, env_id: str, *args: Any, **kwargs: Any) -> None:
+        """:class:`GymVectorBatch`'s arguments; each env is built by ``_make_mujoco_env`` unless
+        ``make_one`` says otherwise."""
+        kwargs.setdefault("make_one", _make_mujoco_env)
+        super().__init__(env_id, *args, **kwargs)
+        if self.action_kind != CONTINUOUS:
+            self.close()
             raise EnvError(
-                f"env.vectorization={vectorization!r} is not allowed; choose one of "
-                f"{list(VECTORIZATIONS)}"
+                f"env.kind=mujoco needs a 1-D Box action space; {env_id} has "
+                f"{self.num_actions} discrete actions"
             )
-        env_fns = [functools.partial(make_one, env_id, max_episode_steps) for _ in range(num_envs)]
-        try:
-            if vectorization == "sync":
-                env: Any = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-            else:
-                env = AsyncVectorEnv(
-                    env_fns, context=_async_context(), autoreset_mode=AutoresetMode.SAME_STEP
-                )
-        except (gym.error.Error, ImportError) as exc:
-            raise EnvError(f"cannot build gymnasium env {env_id!r}: {exc}") from exc
-        self._env = env
-        action_space = env.single_action_space
-        if not (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1):
-            env.close()
-            raise EnvError(
-                f"env.kind=mujoco needs a 1-D Box action space; {env_id} has {action_space}"
-            )
-        try:
-            transform, obs_shape, obs_dtype = obs_transform(env_id, env.single_observation_space)
-        except EnvError:
-            env.close()
-            raise
-        width = int(action_space.shape[0])
-        super().__init__(num_envs, obs_shape, obs_dtype, width, seed, env_offset)
-        self.action_kind = CONTINUOUS
-        self.action_shape = (width,)
-        self.action_low = np.asarray(action_space.low, dtype=np.float32)
-        self.action_high = np.asarray(action_space.high, dtype=np.float32)
-        self._action_dtype = np.dtype(action_space.dtype)
-        self._transform = transform
-        logger.info(
-            "mujoco env %s: %d envs, %s, obs %s %s, actions [%d] in [%s, %s]",
-            env_id,
-            num_envs,
-            vectorization,
-            obs_shape,
-            obs_dtype,
-            width,
-            self.action_low.min(),
-            self.action_high.max(),
-        )
-
-    def _check_box_actions(self, actions: np.ndarray) -> np.ndarray:
-        """Finite float ``[N, D]`` actions, clipped to the bounds, in the space's dtype."""
-        actions = np.asarray(actions)
-        if actions.shape != (self.num_envs, *self.action_shape) or actions.dtype.kind != "f":
-            raise EnvError(
-                f"actions must be a float array of shape ({self.num_envs}, "
-                f"{self.action_shape[0]}); got {actions.dtype} {actions.shape}"
-            )
-        if not np.isfinite(actions).all():
-            raise EnvError("actions hold NaN or inf")
-        clipped = np.clip(actions, self.action_low, self.action_high)
-        return clipped.astype(self._action_dtype, copy=False)
-
-    def reset(self, seed: int | None = None) -> np.ndarray:
-        obs, _ = self._env.reset(seed=self._reset_seed(seed))
-        return self._transform(obs)
-
-    def step(self, actions: np.ndarray) -> StepBatch:
-        obs, reward, terminated, truncated, info = self._env.step(self._check_box_actions(actions))
-        terminated, truncated = split_done(terminated, truncated)
-        if truncated.any():
-            final_obs = self._transform(np.stack(list(info["final_obs"][truncated])))
-        else:
-            final_obs = self._no_final_obs
-        return StepBatch(
-            self._transform(obs),
-            np.asarray(reward, dtype=np.float32),
-            terminated,
-            truncated,
-            final_obs,
-        )
-
-    def close(self) -> None:
-        if self._env is not None:
-            self._env.close()
-            self._env = None
+        self.action_shape = (self.num_actions,)
 
 
 def make_mujoco(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> MujocoBatch:

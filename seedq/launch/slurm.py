@@ -21,7 +21,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
@@ -40,7 +40,6 @@ from seedq.security import is_loopback
 
 if TYPE_CHECKING:
     from seedq.broker.config import BrokerConfig
-    from seedq.config import SeedqConfig
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +187,7 @@ class SlurmLauncher:
 
     @classmethod
     def for_run(
-        cls, cfg: SeedqConfig, run_dir: str, environ: Mapping[str, str] = os.environ
+        cls, cfg: Any, run_dir: str, environ: Mapping[str, str] = os.environ
     ) -> SlurmLauncher:
         """Read the allocation and check every actor node; raises before anything starts."""
         if cfg.actor.transport != "tcp":

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
@@ -39,7 +39,6 @@ from seedq.security import is_loopback
 
 if TYPE_CHECKING:
     from seedq.broker.config import BrokerConfig
-    from seedq.config import SeedqConfig
 
 # No prompts (a password or host-key question would hang a run) and no terminal; options the
 # user gives in launcher.ssh_args come first, and ssh keeps the first value of an option.
@@ -125,7 +124,7 @@ class SshLauncher:
             self.hosts = [resolve_host(e, self.cfg.ssh_args) for e in self.cfg.hosts]
 
     @classmethod
-    def for_run(cls, cfg: SeedqConfig, run_dir: str) -> SshLauncher:
+    def for_run(cls, cfg: Any, run_dir: str) -> SshLauncher:
         """Resolve and check every host of ``cfg.launcher``; raises before anything starts."""
         if cfg.actor.transport != "tcp":
             raise ConfigError("launcher=ssh needs actor.transport=tcp")

@@ -35,6 +35,15 @@ def require_discrete(spec: EnvSpec, algorithm: str) -> None:
         )
 
 
+def discrete_network(
+    agent: type, build: Callable[..., torch.nn.Module], spec: EnvSpec, alg: Any, channels_last: bool
+) -> torch.nn.Module:
+    """``build(obs_shape, num_actions, alg.model, channels_last=)``, the network of an agent
+    whose head is discrete (V-trace's, R2D2's); a continuous action space is refused."""
+    require_discrete(spec, agent.name)
+    return build(spec.obs_shape, spec.num_actions, alg.model, channels_last=channels_last)
+
+
 def placement_of(ctx: RunContext) -> Placement:
     """Where the run's learner computes (device, weights lock, AMP, pinned uploads)."""
     return Placement(ctx.device, ctx.weights_lock, ctx.amp_dtype, ctx.pin_memory)

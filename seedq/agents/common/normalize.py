@@ -74,7 +74,14 @@ def as_tensor(data: np.ndarray | Tensor, device: torch.device | None = None) -> 
 
 
 class RunningNorm(nn.Module):
-    """``clip((x - mean) / sqrt(var + eps), -clip, clip)`` with running statistics (buffers)."""
+    """``clip((x - mean) / sqrt(var + eps), -clip, clip)`` with running statistics (buffers).
+
+    Bool observations (one-hots of a ``Discrete`` space, binary flags) are indicators already
+    in ``[0, 1]``: they pass as 0/1 floats and never change the statistics. Standardising them
+    is what cannot help: an indicator seen with frequency ``p`` has std ``sqrt(p (1 - p))``, so
+    a rare state's unit would be scaled up to ``1/sqrt(p)`` (an unseen one to the clip) and
+    every state's input would drift as the visit frequencies change.
+    """
 
     def __init__(self, shape: tuple[int, ...], *, clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()
@@ -84,14 +91,20 @@ class RunningNorm(nn.Module):
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
 
     def forward(self, x: Tensor) -> Tensor:
-        """``[N, *shape]`` -> float32 ``[N, *shape]``; the identity until the first update."""
+        """``[N, *shape]`` -> float32 ``[N, *shape]``; the identity until the first update
+        and for bool inputs."""
+        if x.dtype == torch.bool:
+            return x.float()
         mean, std = self.mean.float(), torch.sqrt(self.var.float() + self.eps)
         return ((x.float() - mean) / std).clamp(-self.clip, self.clip)
 
     @torch.no_grad()
     def update(self, batch: np.ndarray | Tensor, valid: Tensor | None = None) -> None:
-        """Merge the rows of ``batch [N, *shape]`` (those where ``valid [N]``, if given)."""
+        """Merge the rows of ``batch [N, *shape]`` (those where ``valid [N]``, if given); bool
+        batches are left out (see the class)."""
         rows = as_tensor(batch, self.mean.device).reshape(-1, *self.mean.shape)
+        if rows.dtype == torch.bool:
+            return
         count, mean, var = merge_moments(self.count, self.mean, self.var, rows, valid)
         self.count.copy_(count)
         self.mean.copy_(mean)

@@ -225,9 +225,15 @@ class SequenceReplay:
                 if stop():
                     return None
                 self.cond.wait(timeout=0.1)
-            indices = self.tree.sample(batch_size, self.rng)
-            probs = self.tree.get(indices) / self.tree.total
-            weights = importance_weights(probs, self.size, self.beta).astype(np.float32)
+            if self.alpha == 0:
+                # Uniform replay (SAC): every weight is 1, and one draw of B slots replaces a
+                # walk down the sum tree per level (20 levels for 1e6 transitions).
+                indices = self.rng.integers(0, self.size, batch_size)
+                weights = np.ones(batch_size, dtype=np.float32)
+            else:
+                indices = self.tree.sample(batch_size, self.rng)
+                probs = self.tree.get(indices) / self.tree.total
+                weights = importance_weights(probs, self.size, self.beta).astype(np.float32)
             generations = self.generation[indices].copy()
             self.limiter.samples += batch_size
             self.cond.notify_all()

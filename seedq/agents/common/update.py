@@ -108,7 +108,8 @@ class GradientStep:
 
 
 def linear_lr(optimizer: torch.optim.Optimizer, lr: float, env_steps: int, total: int) -> None:
-    """Set every group's learning rate to ``lr`` decayed linearly to 0 at ``total`` env steps."""
+    """Set every group's learning rate to ``lr`` decayed linearly to 0 at ``total`` env steps
+    (times the group's ``lr_scale``, where it has one: see ``seedq.agents.common.indicators``)."""
     fraction = max(0.0, 1.0 - env_steps / total)
     for group in optimizer.param_groups:
-        group["lr"] = lr * fraction
+        group["lr"] = lr * fraction * group.get("lr_scale", 1.0)

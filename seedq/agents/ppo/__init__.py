@@ -11,7 +11,7 @@ ratios start away from 1 and the clipped objective treats them as it should. Und
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from seedq.agents.common.onpolicy import OnPolicyAgent
 from seedq.agents.common.update import Placement
@@ -22,8 +22,8 @@ from seedq.messages import EnvSpec
 
 
 class PPOAgent(OnPolicyAgent):
-    name: ClassVar[str] = "ppo"
-    columns: ClassVar[dict[str, str | None]] = {
+    name = "ppo"
+    columns = {
         "loss/total": "loss/total",
         "loss/pg": "loss/pg",
         "loss/value": "loss/value",
@@ -53,6 +53,7 @@ class PPOAgent(OnPolicyAgent):
             placement,
             total_env_steps=ctx.cfg.total_env_steps,
             seed=ctx.cfg.seed,
+            spec=ctx.spec,
         )
 
     def progress(self, row: dict[str, Any]) -> str:

@@ -39,6 +39,11 @@ class PPOConfig(AlgorithmConfig):
     )
     value_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
+    indicator_lr_scale: float = setting(
+        20.0,
+        "learning-rate multiplier of the first layer's weights over bool (one-hot) "
+        "observations: a state's row learns only from the samples that visit it",
+    )
     normalize_advantages: bool = setting(True, "standardise advantages per minibatch")
     reward_scaling: bool = setting(
         True, "divide rewards by the running std of the discounted return (saved in checkpoints)"
@@ -69,7 +74,11 @@ def validate(alg: PPOConfig, cfg: object) -> None:
     validate_common(alg)
     choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
     choice("algorithm.log_std", alg.log_std, LOG_STD_KINDS)
-    check_positive(alg, "algorithm", ["unroll_length", "epochs", "minibatches", "clip_eps"])
+    check_positive(
+        alg,
+        "algorithm",
+        ["unroll_length", "epochs", "minibatches", "clip_eps", "indicator_lr_scale"],
+    )
     check_positive(alg, "algorithm", ["value_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.gae_lambda", alg.gae_lambda)
     if alg.value_clip is not None and alg.value_clip <= 0:

@@ -8,11 +8,11 @@ them). Sequences go to the replay at a bounded replay ratio; the training thread
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from seedq.agents.common.base import require_discrete
+from seedq.agents.common.base import discrete_network
 from seedq.agents.common.replay_agent import ReplayAgent
 from seedq.agents.common.update import Placement
 from seedq.agents.r2d2.acting import EpsilonGreedy
@@ -25,9 +25,9 @@ from seedq.messages import EnvSpec
 
 
 class R2D2Agent(ReplayAgent):
-    replay_items: ClassVar[str] = "sequences"
-    name: ClassVar[str] = "r2d2"
-    columns: ClassVar[dict[str, str | None]] = {
+    replay_items = "sequences"
+    name = "r2d2"
+    columns = {
         "eval/return_mean": None,
         "eval/episodes": None,
         "eval/epsilon": None,
@@ -55,10 +55,7 @@ class R2D2Agent(ReplayAgent):
 
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
-        require_discrete(spec, cls.name)
-        return build_network(
-            spec.obs_shape, spec.num_actions, alg.model, channels_last=channels_last
-        )
+        return discrete_network(cls, build_network, spec, alg, channels_last)
 
     @classmethod
     def make_selector(cls, alg: Any, *, greedy: bool = False) -> EpsilonGreedy:

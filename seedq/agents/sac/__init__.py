@@ -4,13 +4,15 @@ Actors only step envs. Central inference samples each action from the tanh-squas
 policy (``seedq-eval mode=greedy`` takes its mean) and also computes the soft value of each
 observation, which bootstraps a truncated episode's last transition. Completed unrolls are cut
 into transitions and go to a uniform replay held at ``updates_per_step`` updates per env step by
-a rate limiter; the training thread samples batches from it. Observation statistics (with
+a rate limiter; the training thread samples blocks of ``block_updates`` batches from it and
+takes one update per batch. Observation statistics (with
 ``algorithm.model.obs_norm``) are merged as transitions enter the replay.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any
 
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.replay_agent import ReplayAgent
@@ -24,9 +26,9 @@ from seedq.messages import EnvSpec
 
 
 class SACAgent(ReplayAgent):
-    replay_items: ClassVar[str] = "transitions"
-    name: ClassVar[str] = "sac"
-    columns: ClassVar[dict[str, str | None]] = {
+    replay_items = "transitions"
+    name = "sac"
+    columns = {
         "loss/critic": "loss/critic",
         "loss/actor": "loss/actor",
         "loss/temperature": "loss/temperature",
@@ -54,6 +56,14 @@ class SACAgent(ReplayAgent):
 
     def make_learner(self, ctx: RunContext, placement: Placement) -> SACLearner:
         return SACLearner(self.model, self.alg, placement)
+
+    def train(self, env_steps: Callable[[], int]) -> None:
+        stop, updates = self.ctx.stop, self.alg.block_updates
+        block = updates * self.alg.batch_size
+        self.training_loop(
+            lambda: self.replay.sample(block, stop.is_set),
+            lambda sample: self.learner.train_block(sample, updates),
+        )
 
     def on_unroll(self, unroll: Unroll) -> None:
         # Row 0 repeats the previous unroll's last row: merge each observation once.

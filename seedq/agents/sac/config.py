@@ -58,6 +58,12 @@ class SACConfig(AlgorithmConfig):
     replay_slack_batches: int = setting(
         32, "how far inserts may run ahead of updates_per_step, in training batches"
     )
+    block_updates: int = setting(
+        8,
+        "updates taken on one sampled block of block_updates x batch_size transitions (one "
+        "replay draw and upload, as SB3's gradient_steps per train_freq); updates_per_step "
+        "still holds over the run",
+    )
     init_temperature: float = setting(1.0, "the temperature alpha at the start")
     learn_temperature: bool = setting(
         True, "tune alpha towards target_entropy (false: alpha stays init_temperature)"
@@ -81,9 +87,16 @@ def validate(alg: SACConfig, cfg: object) -> None:
             "replay_capacity",
             "updates_per_step",
             "replay_slack_batches",
+            "block_updates",
             "init_temperature",
         ],
     )
+    if alg.block_updates > alg.replay_slack_batches:
+        raise ConfigError(
+            f"algorithm.block_updates={alg.block_updates} must be at most "
+            f"algorithm.replay_slack_batches={alg.replay_slack_batches}: a block needs that many "
+            "batches of credit, and inserts stop at the slack"
+        )
     if alg.tau > 1:
         raise ConfigError(f"algorithm.tau={alg.tau} must be in (0, 1]")
     if not alg.batch_size <= alg.learning_starts <= alg.replay_capacity:

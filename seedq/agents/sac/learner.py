@@ -1,15 +1,24 @@
 """The SAC update on a batch of replayed transitions: critics, actor, temperature, targets.
 
-One call is one step of the paper's algorithm 1: the twin critics regress on the soft target of
-the target critics, the actor on the online critics, the temperature on the policy's entropy,
-then the target critics move towards the online ones by Polyak averaging. Each optimizer step
-is taken under the weights lock (``GradientStep``), so inference never acts with a half-written
-network and a checkpoint never copies half-averaged targets.
+One :meth:`SACLearner.train_step` is one step of the paper's algorithm 1: the twin critics
+regress on the soft target of the target critics, the actor on the online critics, the
+temperature on the policy's entropy, then the target critics move towards the online ones by
+Polyak averaging. Each optimizer step is taken under the weights lock (``GradientStep``), so
+inference never acts with a half-written network and a checkpoint never copies half-averaged
+targets.
+
+:meth:`SACLearner.train_block` takes ``K`` such steps on one sampled block of ``K B``
+transitions (one replay draw, one upload), as SB3's ``gradient_steps`` takes several updates per
+``train_freq``; the replay's rate limiter still holds the updates per env step. Between the
+matrix products, what an update costs on a CPU is per-tensor work: the three Adam steps are
+fused (one kernel per optimizer) and the target average is one ``_foreach_lerp_`` over cached
+tensor lists (benchmarks/RESULTS.md, "SAC and R2D2 update rate").
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -24,15 +33,38 @@ from seedq.agents.sac.network import SACNet
 from seedq.core.stats import TrainStats
 
 
-@torch.no_grad()
+class PolyakAverager:
+    """``target <- (1 - tau) target + tau online`` for every floating parameter and buffer, in
+    one fused call; other tensors (counters) are copied. The tensor lists are built once."""
+
+    def __init__(self, target: torch.nn.Module, online: torch.nn.Module) -> None:
+        pairs = list(zip(target.state_dict().values(), online.state_dict().values(), strict=True))
+        self.float_pairs = [(t, o) for t, o in pairs if t.is_floating_point()]
+        self.other_pairs = [(t, o) for t, o in pairs if not t.is_floating_point()]
+
+    @torch.no_grad()
+    def __call__(self, tau: float) -> None:
+        if self.float_pairs:
+            targets, onlines = zip(*self.float_pairs, strict=True)
+            torch._foreach_lerp_(list(targets), list(onlines), tau)
+        for t, o in self.other_pairs:
+            t.copy_(o)
+
+
 def polyak_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """``target <- (1 - tau) target + tau online`` for every parameter and buffer, in place."""
-    pairs = zip(target.state_dict().values(), online.state_dict().values(), strict=True)
-    for t, o in pairs:
-        if t.is_floating_point():
-            t.lerp_(o, tau)
-        else:
-            t.copy_(o)
+    PolyakAverager(target, online)(tau)
+
+
+def fused_adam(
+    parameters: Iterable[torch.nn.Parameter], cfg: SACConfig, device: torch.device
+) -> torch.optim.Adam:
+    """Adam with one fused kernel per step where torch has one (float parameters on the CPU
+    or CUDA): the unfused step runs several small ops per tensor, ~0.5 ms of a ~10 ms CPU
+    update for SAC's three optimizers."""
+    params = list(parameters)
+    fused = device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in params)
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=fused)
 
 
 class SACLearner:
@@ -45,13 +77,19 @@ class SACLearner:
         self.target_entropy = -float(model.unit.dim) if target is None else float(target)
         actor_params = [*model.actor_torso.parameters(), *model.policy_head.parameters()]
         self.steps = {
-            name: GradientStep.adam(params, cfg, placement)
+            name: GradientStep(
+                params,
+                fused_adam(params, cfg, placement.device),
+                placement,
+                grad_clip=cfg.grad_clip,
+            )
             for name, params in (
-                ("critic", model.critics.parameters()),
+                ("critic", list(model.critics.parameters())),
                 ("actor", actor_params),
                 ("temperature", [model.log_alpha]),
             )
         }
+        self.average_targets = PolyakAverager(self.target_critics, model.critics)
         self.optimizers = {name: step.optimizer for name, step in self.steps.items()}
         self.stats = TrainStats()
 
@@ -75,10 +113,23 @@ class SACLearner:
             "discount": cfg.gamma * (~rows["done"][1]).to(rewards.dtype),
         }
 
+    def train_block(self, sample: SampledSequences, updates: int) -> None:
+        """``updates`` consecutive updates, each on its own ``B`` of the ``updates * B``
+        transitions of ``sample`` (uploaded once)."""
+        block = self._batch(sample.data)
+        size = len(block["reward"]) // updates
+        for i in range(updates):
+            part = slice(i * size, (i + 1) * size)
+            self.update({k: v[:, part] if k == "obs" else v[part] for k, v in block.items()})
+
     def train_step(self, sample: SampledSequences) -> dict[str, float] | None:
         """Update on B transitions; their mean losses, or None if the critic step was skipped
         (a loss or gradient that was not finite)."""
-        model, batch, step = self.model, self._batch(sample.data), self.steps["critic"]
+        return self.update(self._batch(sample.data))
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float] | None:
+        """One update on a batch as :meth:`_batch` makes it."""
+        model, step = self.model, self.steps["critic"]
         with step.autocast():
             x = model.normalize(batch["obs"].reshape(-1, *batch["obs"].shape[2:]))
             x, next_x = x.view(2, -1, x.shape[-1]).unbind(0)
@@ -123,7 +174,7 @@ class SACLearner:
 
     def _after_critic_step(self) -> None:
         # Under the weights lock, so a checkpoint never copies half-averaged targets.
-        polyak_update(self.target_critics, self.model.critics, self.cfg.tau)
+        self.average_targets(self.cfg.tau)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -8,9 +8,9 @@ collected on the device is trained on at once.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
-from seedq.agents.common.base import require_discrete
+from seedq.agents.common.base import discrete_network
 from seedq.agents.common.onpolicy import OnPolicyAgent
 from seedq.agents.common.update import Placement
 from seedq.agents.vtrace.acting import SampleFromPolicy
@@ -21,8 +21,8 @@ from seedq.messages import EnvSpec
 
 
 class VTraceAgent(OnPolicyAgent):
-    name: ClassVar[str] = "vtrace"
-    columns: ClassVar[dict[str, str | None]] = {
+    name = "vtrace"
+    columns = {
         "loss/total": "loss/total",
         "loss/pg": "loss/pg",
         "loss/baseline": "loss/baseline",
@@ -33,10 +33,7 @@ class VTraceAgent(OnPolicyAgent):
 
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
-        require_discrete(spec, cls.name)
-        return build_network(
-            spec.obs_shape, spec.num_actions, alg.model, channels_last=channels_last
-        )
+        return discrete_network(cls, build_network, spec, alg, channels_last)
 
     @classmethod
     def make_selector(cls, alg: Any, *, greedy: bool = False) -> SampleFromPolicy:
@@ -48,7 +45,11 @@ class VTraceAgent(OnPolicyAgent):
 
     def make_learner(self, ctx: RunContext, placement: Placement) -> VTraceLearner:
         return VTraceLearner(
-            self.model, self.alg, placement, total_env_steps=ctx.cfg.total_env_steps
+            self.model,
+            self.alg,
+            placement,
+            total_env_steps=ctx.cfg.total_env_steps,
+            spec=ctx.spec,
         )
 
     def progress(self, row: dict[str, Any]) -> str:

@@ -40,6 +40,11 @@ class VTraceConfig(AlgorithmConfig):
     reward_scaling: bool = setting(
         True, "divide rewards by the running std of the discounted return (saved in checkpoints)"
     )
+    indicator_lr_scale: float = setting(
+        20.0,
+        "learning-rate multiplier of the first layer's weights over bool (one-hot) "
+        "observations: a state's row learns only from the samples that visit it",
+    )
     optimizer: str = setting("adam", f"optimizer: {', '.join(OPTIMIZERS)}")
     lr_schedule: str = setting("constant", "constant, or linear (decays to 0 at total_env_steps)")
     rmsprop_alpha: float = setting(0.99, "RMSprop smoothing constant")
@@ -55,6 +60,6 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
     validate_common(alg)
     choice("algorithm.optimizer", alg.optimizer, OPTIMIZERS)
     choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
-    check_positive(alg, "algorithm", ["unroll_length", "train_queue_batches"])
+    check_positive(alg, "algorithm", ["unroll_length", "train_queue_batches", "indicator_lr_scale"])
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.onpolicy import OnPolicyLearner
 from seedq.agents.common.targets import transition_rewards
@@ -13,13 +14,19 @@ from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import vtrace_loss
 from seedq.core.unroll import Unroll
+from seedq.messages import EnvSpec
 
 
-def make_optimizer(model: torch.nn.Module, cfg: VTraceConfig) -> torch.optim.Optimizer:
+def make_optimizer(
+    model: torch.nn.Module, cfg: VTraceConfig, spec: EnvSpec | None = None
+) -> torch.optim.Optimizer:
+    """Adam or RMSprop over ``model``; with ``spec``, weights reading indicator observations
+    get their learning rate (``algorithm.indicator_lr_scale``)."""
+    groups = param_groups(model, spec, cfg.lr, cfg.indicator_lr_scale)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        return torch.optim.Adam(groups, lr=cfg.lr, eps=cfg.adam_eps)
     return torch.optim.RMSprop(
-        model.parameters(),
+        groups,
         lr=cfg.lr,
         alpha=cfg.rmsprop_alpha,
         eps=cfg.rmsprop_eps,
@@ -37,8 +44,9 @@ class VTraceLearner(OnPolicyLearner):
         placement: Placement,
         *,
         total_env_steps: int,
+        spec: EnvSpec | None = None,
     ) -> None:
-        optimizer = make_optimizer(model, cfg)
+        optimizer = make_optimizer(model, cfg, spec)
         step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
         super().__init__(model, cfg, step, total_env_steps=total_env_steps)
 

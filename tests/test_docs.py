@@ -1,0 +1,53 @@
+"""The docs: the README's promises, the generated key table, and the MkDocs site's strict build."""
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("key_table", ROOT / "scripts" / "key_table.py")
+key_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(key_table)
+
+README = (ROOT / "README.md").read_text()
+
+
+def test_config_keys_page_is_current():
+    page = (ROOT / "docs" / "config-keys.md").read_text()
+    assert key_table.key_block(page) == key_table.key_table(), (
+        "docs/config-keys.md is stale: run python scripts/key_table.py --update docs/config-keys.md"
+    )
+
+
+def test_key_table_lists_every_algorithm_s_keys():
+    table = key_table.key_table()
+    assert ("`algorithm.unroll_length`" in table, "`algorithm.burn_in`" in table) == (True, True)
+
+
+def test_readme_is_short_and_opens_with_the_two_commands_ci_runs():
+    blocks = re.findall(r"```bash\n(.*?)\n```", README, flags=re.S)
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()[-1]
+    assert len(README.splitlines()) <= 250
+    assert blocks[0] == "pip install torch==2.13.0 && pip install -e '.[test]' && seedq-train"
+    assert ci == blocks[1], "README.md's test command and .ci/run differ"
+
+
+def test_readme_links_point_at_files_that_exist():
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    missing = [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    assert missing == []
+
+
+def test_the_site_builds_strictly(tmp_path):
+    """No broken link or anchor, no page missing from the nav, no warning of any kind."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "config-keys" / "index.html").exists()

@@ -1,0 +1,208 @@
+"""Experiment tracking (logger=...): W&B offline and MLflow's file store, end to end through
+seedq-train and seedq-eval, read back from what each backend wrote to disk."""
+
+import csv
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+
+from seedq.metrics import MetricsWriter
+from seedq.tracking import loggable
+
+wandb = pytest.importorskip("wandb", reason="pip install 'seedq[wandb]'")
+mlflow = pytest.importorskip("mlflow", reason="pip install 'seedq[mlflow]'")
+
+# ------------------------------------------------------------------ reading what was logged
+
+WANDB_BLOCK = 32768  # the offline .wandb file: LevelDB-style log blocks of protobuf records
+
+
+def wandb_records(run_dir: Path) -> list:
+    """Every record of the W&B offline runs under ``run_dir``, in order."""
+    from wandb.proto import wandb_internal_pb2
+
+    records = []
+    for path in sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))):
+        data = Path(path).read_bytes()
+        assert data[:4] == b":W&B", path
+        pos, pending = 7, b""
+        while pos + 7 <= len(data):
+            if WANDB_BLOCK - pos % WANDB_BLOCK < 7:  # a block's tail too short for a header
+                pos += WANDB_BLOCK - pos % WANDB_BLOCK
+                continue
+            _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+            chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+            if kind == 0:
+                break
+            pending = chunk if kind in (1, 2) else pending + chunk
+            if kind in (1, 4):  # full, or last of several
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(pending)
+                records.append(record)
+    return records
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)  # W&B files a key with "/" as nested_key
+
+
+def wandb_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
+    """``(run record fields, history rows, summary)`` of the W&B run in ``run_dir``."""
+    run, history, summary = {}, [], {}
+    for record in wandb_records(run_dir):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            config = {_key(i): json.loads(i.value_json) for i in record.run.config.update}
+            run = {"group": record.run.run_group, "name": record.run.display_name, **config}
+        elif kind == "history":
+            row = {_key(i): json.loads(i.value_json) for i in record.history.item}
+            history.append({k: v for k, v in row.items() if not k.startswith("_")})
+        elif kind == "summary":
+            summary.update({_key(i): json.loads(i.value_json) for i in record.summary.update})
+    return run, history, summary
+
+
+def csv_rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv") as f:
+        return [loggable(row) for row in csv.DictReader(f)]
+
+
+def mlflow_client(store: Path):
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return mlflow.tracking.MlflowClient(tracking_uri=f"file:{store}")
+
+
+# ------------------------------------------------------------------------- one small sweep
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> tuple[Path, Path]:
+    """A two-job sweep logged to W&B (offline) and MLflow (file store): its dir and the store."""
+    root = tmp_path_factory.mktemp("tracked")
+    store = root / "mlruns"
+    result = run_cli(
+        "-m",
+        "logger=[wandb,mlflow]",
+        f"logger.mlflow.tracking_uri=file:{store}",
+        "seed=0,1",
+        "total_env_steps=20000",
+        "actor.num_actors=1",
+        "log_interval_s=0.5",
+        f"hydra.sweep.dir={root / 'sweep'}",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    return root / "sweep", store
+
+
+def test_wandb_history_equals_metrics_csv_and_records_the_config(sweep):
+    sweep_dir, _ = sweep
+    for job, seed in (("0", 0), ("1", 1)):
+        run, history, summary = wandb_run(sweep_dir / job)
+        rows = csv_rows(sweep_dir / job)
+        assert (history, run["seed"], run["algorithm"]["name"]) == (rows, seed, "vtrace")
+        assert summary["seedq/checkpoint_dir"] == str(sweep_dir / job / "checkpoints")
+
+
+def test_mlflow_metrics_equal_metrics_csv_and_record_the_config(sweep):
+    sweep_dir, store = sweep
+    client = mlflow_client(store)
+    for job in ("0", "1"):
+        session = json.loads((sweep_dir / job / "tracking.json").read_text())["mlflow"]
+        run = client.get_run(session["run_id"])
+        rows = csv_rows(sweep_dir / job)
+        keys = {key for row in rows for key in row}
+        logged = {
+            key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+            for key in keys
+        }
+        expected = {
+            key: [(r["env_steps"], float(r[key])) for r in rows if key in r] for key in keys
+        }
+        assert (len(rows) >= 2, logged) == (True, expected)
+        assert (run.data.params["seed"], run.data.tags["seedq.run_dir"]) == (
+            job,
+            str(sweep_dir / job),
+        )
+
+
+def test_a_sweep_is_one_wandb_group_and_one_mlflow_experiment(sweep):
+    sweep_dir, store = sweep
+    groups = {wandb_run(sweep_dir / job)[0]["group"] for job in "01"}
+    client = mlflow_client(store)
+    experiment = client.get_experiment_by_name(str(sweep_dir))
+    runs = client.search_runs([experiment.experiment_id])
+    names = sorted(r.info.run_name for r in runs)
+    assert (groups, len(names)) == ({str(sweep_dir)}, 2)
+    assert ("seed=0" in names[0], "seed=1" in names[1]) == (True, True)
+
+
+def test_seedq_eval_adds_its_returns_and_video_to_the_tracked_run(sweep):
+    pytest.importorskip("imageio", reason="pip install 'seedq[video]'")
+    sweep_dir, store = sweep
+    job = sweep_dir / "0"
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.evaluate", f"checkpoint={job}", "episodes=1", "video=true"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    client = mlflow_client(store)
+    run_id = json.loads((job / "tracking.json").read_text())["mlflow"]["run_id"]
+    artifacts = [a.path for a in client.list_artifacts(run_id, "videos")]
+    _, _, summary = wandb_run(job)
+    uploaded = glob.glob(str(job / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "**"))
+    assert (len(artifacts), summary["evaluation/episodes"], bool(uploaded)) == (1, 1, True)
+
+
+# ------------------------------------------------------------------------ start-up refusals
+
+
+@pytest.mark.parametrize("backend", ["wandb", "mlflow"])
+def test_a_missing_tracker_package_exits_2_with_the_install_command(tmp_path, backend):
+    script = (
+        f"import sys; sys.modules[{backend!r}] = None; "  # as if it were not installed
+        "from seedq.cli import train_main; "
+        f"sys.argv = ['seedq-train', 'logger={backend}', 'hydra.run.dir={tmp_path}']; "
+        "train_main()"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    output = result.stdout + result.stderr
+    assert (result.returncode, f"pip install 'seedq[{backend}]'" in output) == (2, True), output
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+# ------------------------------------------------------------------------- the writer itself
+
+
+class Broken:
+    def log_row(self, values):
+        raise ConnectionError("server gone")
+
+    def close(self):
+        pass
+
+
+def test_a_failing_tracker_is_dropped_and_metrics_csv_goes_on(tmp_path):
+    writer = MetricsWriter(str(tmp_path), ["loss/pg"])
+    writer.trackers.append(Broken())
+    for step in (10, 20):
+        writer.write({"wall_time": 1.0, "env_steps": step, "return_mean": None, "loss/pg": 0.5})
+    writer.close()
+    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [10, 20]
+    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1
+
+
+def test_trackers_get_the_values_as_the_csv_has_them():
+    row = {"env_steps": "64768", "loss/pg": "0.348227", "return_mean": "", "x": "inf"}
+    assert loggable(row) == {"env_steps": 64768, "loss/pg": 0.348227}
