@@ -52,11 +52,10 @@ def test_null_env_and_policy_cost_nothing_and_keep_shapes():
     assert not (out.terminated | out.truncated).any()
     policy = NullPolicy()
 
-    class Slot:
-        class hello:
-            n_envs = 3
+    class Batch:
+        num_envs = 6
 
-    actions = policy.act([(Slot, None), (Slot, None)])
+    actions = policy.act(Batch)
     assert actions.shape == (6,) and actions.dtype == np.int32 and not actions.any()
 
 
@@ -142,9 +141,20 @@ def test_contention_interrupts_a_command_that_runs_on_and_reads_its_figure_by_pa
     assert "aggregate vs alone" in result.stdout
 
 
+def test_broker_stages_time_every_stage_and_central_inference_answers_behind_the_broker():
+    stages = last_json(bench("broker", "stages=true", "envs=1,8", "rounds=5"))
+    model = last_json(bench("broker", "policy=model", "streams=8", "seconds=0.5", "warmup_s=0.5"))
+    (point,) = model["points"]
+    assert [s["envs"] for s in stages["stages"]] == [1, 8]
+    assert all(s["total"] > 0 and s["receive"] > 0 for s in stages["stages"])
+    assert (model["policy"], point["replies_per_s"] > 0, point["refused"]) == ("model", True, 0)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["broker", "obs=4:notatype"], "obs='4:notatype'"),
+        (["broker", "policy=oracle"], "policy='oracle'"),
         (["warp"], "unknown subcommand 'warp'"),
         (["inference", "models=resnet9000"], "models=['resnet9000']"),
         (["pipeline", "obs_shape=0"], "obs_shape=[0]"),

@@ -11,12 +11,11 @@ from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.messages import (
     PROTOCOL_VERSION,
+    Actions,
     EnvSpec,
     Hello,
     Step,
-    decode_actions,
-    decode_error,
-    decode_header,
+    decode_reply,
     encode,
 )
 
@@ -31,7 +30,7 @@ class ZeroPolicy:
         self.started = []
 
     def act(self, batch):
-        return np.ones(sum(step.obs.shape[0] for _, step in batch), np.int32)
+        return np.ones(batch.num_envs, np.int32)
 
     def record(self, batch):
         self.recorded += len(batch)
@@ -87,11 +86,7 @@ def step(seq=0, actor_id=0, run_id="r", n=2):
 
 
 def reply(sock):
-    frames = sock.recv_multipart(copy=False)
-    header = decode_header(frames[0])
-    if header["kind"] == "error":
-        return decode_error(header)
-    return decode_actions(header, frames[1:], n_envs=2)
+    return decode_reply(sock.recv_multipart(), n_envs=2)
 
 
 def error_code(sock, frames):
@@ -113,10 +108,10 @@ def test_well_formed_actor_gets_actions_in_lockstep(broker):
 @pytest.mark.parametrize(
     ("frames", "code"),
     [
-        ([b"\xc1garbage"], "bad_header"),
+        ([b"\xc4\xffgarbage"], "bad_header"),
         ([msgpack.packb({"v": PROTOCOL_VERSION + 9, "kind": "step"})], "bad_version"),
         ([msgpack.packb({"v": PROTOCOL_VERSION, "kind": "teleport"})], "bad_kind"),
-        ([msgpack.packb({"v": PROTOCOL_VERSION, "kind": "actions"})], "bad_kind"),
+        (encode(Actions(0, 0, np.zeros(2, np.int32))), "bad_kind"),
         (encode(step(0, actor_id=42)), "unknown_actor"),
     ],
     ids=["garbage", "version", "kind", "wrong-direction", "no-hello"],
@@ -139,7 +134,7 @@ def test_truncated_frames_and_bad_sequence_are_refused_without_harm(broker):
     with dealer(ctx, endpoint) as sock:
         sock.send_multipart(encode(hello()))
         good = [np.asarray(f).tobytes() if not isinstance(f, bytes) else f for f in encode(step(0))]
-        codes = [error_code(sock, [good[0], good[1][:-3], *good[2:]])]
+        codes = [error_code(sock, [good[0][:-3], *good[1:]])]
         codes.append(error_code(sock, encode(step(5))))
         sock.send_multipart(encode(step(0)), copy=False)
         after = reply(sock)

@@ -15,6 +15,7 @@ import zmq
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.messages import ERROR_CODES, EnvSpec, Hello, Step, decode_error, decode_header, encode
+from seedq.messages.steps import STEP_HEAD
 
 SPEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
 _names = itertools.count()
@@ -25,7 +26,7 @@ class Recorder:
         self.started, self.left = [], []
 
     def act(self, batch):
-        return np.ones(sum(step.obs.shape[0] for _, step in batch), np.int32)
+        return np.ones(batch.num_envs, np.int32)
 
     def record(self, batch):
         pass
@@ -70,7 +71,10 @@ class Harness:
         return decode_header(sock.recv_multipart()[0])
 
     def code(self, sock, frames) -> str:
+        """The code of the Error that refuses ``frames``: on receipt (the header, the frame
+        sizes) or when its batch is answered (the array values)."""
         self.send(sock, frames)
+        self.answer_queued()
         return decode_error(self.reply(sock)).code
 
     def close(self) -> None:
@@ -93,6 +97,7 @@ def hello(actor_id=0, run_id="r", n_envs=2, first_env=None):
 
 
 def step(seq=0, actor_id=0, run_id="r", n=2, **arrays) -> list:
+    returns = arrays.get("returns", [])
     msg = Step(
         actor_id=actor_id,
         run_id=run_id,
@@ -102,11 +107,27 @@ def step(seq=0, actor_id=0, run_id="r", n=2, **arrays) -> list:
         terminated=np.zeros(n, bool),
         truncated=np.zeros(n, bool),
         final_obs=np.zeros((0, 4), np.float32),
+        episode_returns=returns,
+        episode_lengths=arrays.get("lengths", [1] * len(returns)),
     )
-    return [bytes(memoryview(f)) for f in encode(msg)]
+    return [f if isinstance(f, bytes) else np.asarray(f).tobytes() for f in encode(msg)]
 
 
-def with_header(frames: list, **changes) -> list:
+STEP_FIELDS = (
+    "mark", "version", "kind", "dtype", "actor_id", "n_envs", "n_final", "n_episodes", "seq",
+    "run_tag",
+)  # fmt: skip
+
+
+def with_header(frames: list, tail: bytes | None = None, **changes) -> list:
+    """A Step's frames with binary header fields changed (and the per-env bytes after it)."""
+    fields = dict(zip(STEP_FIELDS, STEP_HEAD.unpack_from(frames[0]), strict=True))
+    fields.update(changes)
+    head = STEP_HEAD.pack(*(fields[name] for name in STEP_FIELDS))
+    return [head + (frames[0][STEP_HEAD.size :] if tail is None else tail), *frames[1:]]
+
+
+def with_hello_header(frames: list, **changes) -> list:
     header = msgpack.unpackb(frames[0])
     header.update(changes)
     return [msgpack.packb(header), *frames[1:]]
@@ -125,52 +146,53 @@ def served(h: Harness, sock, seq: int, actor_id=0) -> bool:
     return (header["kind"], header["seq"]) == ("actions", seq)
 
 
-STEP_FIELD_CASES = {
-    "returns-str": ({"episode_returns": ["x"], "episode_lengths": [1]}, "bad_field"),
-    "returns-none": ({"episode_returns": [None], "episode_lengths": [1]}, "bad_field"),
-    "returns-bool": ({"episode_returns": [True], "episode_lengths": [1]}, "bad_field"),
-    "returns-nested": ({"episode_returns": [[1.0]], "episode_lengths": [1]}, "bad_field"),
-    "returns-nan": ({"episode_returns": [float("nan")], "episode_lengths": [1]}, "non_finite"),
-    "returns-inf": ({"episode_returns": [float("inf")], "episode_lengths": [1]}, "non_finite"),
-    "returns-huge-int": ({"episode_returns": [2**64 - 1], "episode_lengths": [1]}, None),
-    "lengths-negative": ({"episode_returns": [1.0], "episode_lengths": [-1]}, "bad_field"),
-    "lengths-float": ({"episode_returns": [1.0], "episode_lengths": [1.5]}, "bad_field"),
-    "lengths-too-many": ({"episode_returns": [1.0] * 3, "episode_lengths": [1] * 3}, "bad_field"),
-    "returns-not-list": ({"episode_returns": "x"}, "bad_field"),
-    "seq-negative": ({"seq": -1}, "bad_field"),
-    "seq-str": ({"seq": "0"}, "bad_field"),
-    "seq-bool": ({"seq": False}, "bad_field"),
-    "seq-huge": ({"seq": 2**64 - 1}, "bad_field"),
-    "n-envs-bool": ({"n_envs": True}, "bad_field"),
-    "n-envs-other": ({"n_envs": 3}, "bad_shape"),
-    "run-id-none": ({"run_id": None}, "bad_field"),
-    "run-id-other": ({"run_id": "other"}, "stale_run"),
-    "actor-id-bool": ({"actor_id": False}, "unknown_actor"),
-    "actor-id-none": ({"actor_id": None}, "unknown_actor"),
-    "dtypes-none": ({"dtypes": None}, "bad_field"),
-    "dtypes-nested": ({"dtypes": [["float32"]] * 5}, "bad_dtype"),
-    "shapes-str-dim": ({"shapes": [[2, "4"], [2], [2], [2], [0, 4]]}, "bad_shape"),
-    "shapes-none": ({"shapes": [None] * 5}, "bad_shape"),
-    "final-rows-negative": ({"shapes": [[2, 4], [2], [2], [2], [-1, 4]]}, "bad_shape"),
-    "final-rows-huge": ({"shapes": [[2, 4], [2], [2], [2], [2**40, 4]]}, "bad_shape"),
-    "version-nan": ({"v": float("nan")}, "bad_version"),
-    "kind-none": ({"kind": None}, "bad_kind"),
+# What follows the binary header of a 2-env Step: reward f32 [2], flags u8 [2 + 2], and (small
+# observations travel inline) obs f32 [2, 4].
+OBS_BYTES = bytes(32)
+NAN_REWARD = np.array([np.nan, 0], np.float32).tobytes() + bytes(4) + OBS_BYTES
+STEP_CASES = {
+    "returns-nan": (lambda: step(0, returns=[float("nan")]), "non_finite"),
+    "returns-inf": (lambda: step(0, returns=[float("inf")]), "non_finite"),
+    "lengths-negative": (lambda: step(0, returns=[1.0], lengths=[-1]), "bad_field"),
+    "lengths-too-many": (lambda: with_header(step(0), n_episodes=3), "bad_field"),
+    "episodes-frame-missing": (lambda: with_header(step(0), n_episodes=1), "bad_frames"),
+    "episodes-frame-short": (
+        lambda: [*with_header(step(0), n_episodes=1), b"\0" * 15],
+        "truncated",
+    ),
+    "seq-negative": (lambda: with_header(step(0), seq=-1), "bad_field"),
+    "seq-huge": (lambda: with_header(step(0), seq=2**63 - 1), "bad_seq"),
+    "n-envs-other": (lambda: with_header(step(0), n_envs=3), "bad_shape"),
+    "n-envs-huge": (lambda: with_header(step(0), n_envs=2**32 - 1), "bad_shape"),
+    "run-other": (lambda: step(0, run_id="other"), "stale_run"),
+    "actor-id-huge": (lambda: with_header(step(0), actor_id=2**32 - 1), "unknown_actor"),
+    "dtype-code": (lambda: with_header(step(0), dtype=255), "bad_dtype"),
+    "final-rows-over-n": (lambda: with_header(step(0), n_final=3), "bad_shape"),
+    "final-rows-huge": (lambda: with_header(step(0), n_final=2**32 - 1), "bad_shape"),
+    "final-frame-missing": (lambda: with_header(step(0), n_final=1), "bad_frames"),
+    "final-rows-not-truncated": (
+        lambda: [*with_header(step(0), n_final=1), np.zeros(4, np.float32).tobytes()],
+        "bad_shape",
+    ),
+    "flags-not-bool": (
+        lambda: with_header(step(0), tail=bytes(8) + b"\x02\0\0\0" + OBS_BYTES),
+        "bad_field",
+    ),
+    "reward-nan-in-header": (lambda: with_header(step(0), tail=NAN_REWARD), "non_finite"),
+    "header-short": (lambda: with_header(step(0), tail=bytes(11)), "truncated"),
+    "version": (lambda: with_header(step(0), version=0), "bad_version"),
+    "kind": (lambda: with_header(step(0), kind=0), "bad_kind"),
+    "valid": (lambda: step(0, returns=[2.0**64]), None),
 }
 
 
-@pytest.mark.parametrize(
-    ("changes", "code"), list(STEP_FIELD_CASES.values()), ids=list(STEP_FIELD_CASES)
-)
-def test_a_step_with_a_bad_field_gets_its_code_and_the_actor_is_still_served(
-    harness, changes, code
-):
+@pytest.mark.parametrize(("frames", "code"), list(STEP_CASES.values()), ids=list(STEP_CASES))
+def test_a_step_with_a_bad_field_gets_its_code_and_the_actor_is_still_served(harness, frames, code):
     sock = joined(harness)
-    harness.send(sock, with_header(step(0), **changes))
-    if code is None:  # a valid message: answered as usual
-        harness.answer_queued()
-        got = harness.reply(sock)["kind"]
-    else:
-        got = decode_error(harness.reply(sock)).code
+    harness.send(sock, frames())
+    harness.answer_queued()
+    reply = harness.reply(sock)
+    got = reply["kind"] if code is None else decode_error(reply).code
     assert (got, served(harness, sock, 0 if code else 1)) == (code or "actions", True)
 
 
@@ -212,19 +234,19 @@ HELLO_FIELD_CASES = {
 )
 def test_a_bad_hello_gets_its_code_and_allocates_nothing(harness, changes, code):
     sock = harness.client()
-    got = harness.code(sock, with_header(hello(), **changes))
+    got = harness.code(sock, with_hello_header(hello(), **changes))
     assert (got, harness.broker.rows.high, harness.broker.actors) == (code, 0, {})
 
 
 @pytest.mark.parametrize(
     ("frames", "code"),
     [
-        (lambda: step(0)[:3], "bad_frames"),
+        (lambda: with_header(step(0), n_episodes=1), "bad_frames"),
         (lambda: [*step(0), b""], "bad_frames"),
         (lambda: [*step(0), *[b""] * 10], "bad_frames"),
         (lambda: [*hello(), b"extra"], "bad_frames"),
-        (lambda: [step(0)[0], step(0)[1][:-1], *step(0)[2:]], "truncated"),
-        (lambda: [step(0)[0], step(0)[1] + b"\0" * 4, *step(0)[2:]], "truncated"),
+        (lambda: [step(0)[0][:-1]], "truncated"),
+        (lambda: [step(0)[0] + b"\0" * 4], "truncated"),
     ],
     ids=["too-few", "one-extra", "many", "hello-extra", "short-frame", "long-frame"],
 )

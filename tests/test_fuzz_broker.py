@@ -1,5 +1,6 @@
 """Property-based fuzzing of a live broker with structured messages (valid msgpack headers with
-plausible keys and random values, random frames), while a well-behaved actor keeps stepping."""
+plausible keys and random values, binary Step headers with plausible and random fields, random
+frames), while a well-behaved actor keeps stepping."""
 
 import threading
 import time
@@ -12,7 +13,18 @@ from hypothesis import strategies as st
 
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
-from seedq.messages import ERROR_CODES, KINDS, PROTOCOL_VERSION, EnvSpec, Hello, Step, encode
+from seedq.messages import (
+    ERROR_CODES,
+    KINDS,
+    PROTOCOL_VERSION,
+    EnvSpec,
+    Hello,
+    Step,
+    decode_reply,
+    encode,
+    run_tag,
+)
+from seedq.messages.steps import STEP_HEAD
 
 SPEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
 POOL = 5  # per example: POOL headers x (POOL frame lists + none) = 30 messages
@@ -51,6 +63,29 @@ plausible = {
 headers = st.fixed_dictionaries(required, optional=plausible).map(
     lambda h: msgpack.packb(h, use_bin_type=True)
 )
+# Binary Step headers: mostly plausible fields (a fuzzer may have joined as actor 0-7 of run
+# "r"), some random, followed by per-env bytes of the right size or not.
+binary_headers = st.builds(
+    lambda fields, tail: STEP_HEAD.pack(*fields) + tail,
+    st.tuples(
+        st.sampled_from([0xC1]),
+        st.sampled_from([PROTOCOL_VERSION] * 6 + [2, 4, 255]),
+        st.sampled_from([1] * 6 + [0, 2, 9]),
+        st.one_of(st.just(7), st.integers(0, 255)),
+        st.one_of(st.integers(0, 7), st.integers(0, 2**32 - 1)),
+        st.one_of(st.integers(1, 3), st.integers(0, 2**32 - 1)),
+        st.one_of(st.integers(0, 3), st.integers(0, 2**32 - 1)),
+        st.one_of(st.integers(0, 3), st.integers(0, 2**32 - 1)),
+        st.one_of(st.integers(0, 3), st.integers(-(2**63), 2**63 - 1)),
+        st.one_of(st.just(run_tag("r")), st.integers(0, 2**64 - 1)),
+    ),
+    st.one_of(
+        st.sampled_from([bytes(6 * n) for n in (1, 2, 3)]),
+        st.sampled_from([np.full(n, np.nan, np.float32).tobytes() + bytes(2 * n) for n in (1, 2)]),
+        st.sampled_from([bytes(4 * n) + bytes([2]) * 2 * n for n in (1, 2)]),
+        st.binary(max_size=24),
+    ),
+)
 frame = st.one_of(
     st.binary(max_size=40),
     st.sampled_from([np.zeros((n, 4), np.float32).tobytes() for n in (1, 2, 3)]),
@@ -60,7 +95,11 @@ frame = st.one_of(
 # Headers and frame lists are drawn once and sent in every combination: generation, not the
 # broker, is the slow part, and combining keeps 10,000 messages within a minute.
 pools = st.tuples(
-    st.lists(st.one_of(headers, st.binary(max_size=32)), min_size=POOL, max_size=POOL),
+    st.lists(
+        st.one_of(headers, binary_headers, binary_headers, st.binary(max_size=32)),
+        min_size=POOL,
+        max_size=POOL,
+    ),
     st.lists(st.lists(frame, max_size=7), min_size=POOL, max_size=POOL),
 ).map(lambda p: [[h, *f] for h in p[0] for f in [[], *p[1]]])
 
@@ -72,7 +111,7 @@ def rss_bytes() -> int:
 
 class Policy:
     def act(self, batch):
-        return np.ones(sum(step.obs.shape[0] for _, step in batch), np.int32)
+        return np.ones(batch.num_envs, np.int32)
 
     def record(self, batch):
         pass
@@ -111,8 +150,8 @@ def test_structured_fuzz_never_stops_the_broker_or_starves_a_good_actor():
             np.zeros(2, bool), np.zeros(2, bool), np.zeros((0, 4), np.float32),
         )  # fmt: skip
         good.send_multipart(encode(msg), copy=False)
-        header = msgpack.unpackb(good.recv_multipart()[0])
-        state["answered"] += (header["kind"], header["seq"]) == ("actions", state["seq"])
+        reply = decode_reply(good.recv_multipart(), 2)
+        state["answered"] += (type(reply).__name__, reply.seq) == ("Actions", state["seq"])
         state["seq"] += 1
 
     @settings(

@@ -50,7 +50,9 @@ class StepValueNet(torch.nn.Module):
         return AgentOutput(logits, obs[..., 1].float()), ()
 
 
-def run_pipeline(tmp_path, *, truncate: bool, total_env_steps: int = 3000):
+def run_pipeline(
+    tmp_path, *, truncate: bool, total_env_steps: int = 3000, broker: BrokerConfig | None = None
+):
     cfg = SeedqConfig(
         run_dir=str(tmp_path),
         env=EnvConfig(
@@ -63,7 +65,7 @@ def run_pipeline(tmp_path, *, truncate: bool, total_env_steps: int = 3000):
         actor=ActorConfig(num_actors=2, envs_per_batch=3, batches_per_actor=2, transport="inproc"),
         # 5 envs per inference batch and 4 columns per training batch: neither divides the
         # 3 envs of an actor, so batches mix and split actors.
-        broker=BrokerConfig(max_batch=5, deadline_ms=1.0),
+        broker=broker or BrokerConfig(max_batch=5, deadline_ms=1.0),
         algorithm=VTraceConfig(unroll_length=UNROLL, batch_size=4),
         total_env_steps=total_env_steps,
         log_interval_s=0.2,

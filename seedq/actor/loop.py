@@ -22,15 +22,13 @@ from zmq.utils.monitor import parse_monitor_message
 from seedq.envs import EnvBatch
 from seedq.envs.base import StepBatch, env_spec_of
 from seedq.messages import (
-    ACTIONS,
-    ERROR,
     Bye,
     EnvSpec,
+    Error,
     Hello,
+    ProtocolError,
     Step,
-    decode_actions,
-    decode_error,
-    decode_header,
+    decode_reply,
     encode,
 )
 
@@ -264,17 +262,16 @@ async def _receive_actions(
             )
     else:
         return None
-    frames = await sock.recv_multipart(copy=False)
-    header = decode_header(frames[0])
-    if header["kind"] == ERROR:
-        error = decode_error(header)
-        raise Refused(error.code, error.message)
-    if header["kind"] != ACTIONS:
-        raise ActorError(f"actor {actor_id}: unexpected {header['kind']!r} reply")
-    reply = decode_actions(header, frames[1:], n_envs, spec)
+    frames = await sock.recv_multipart()
+    try:
+        reply = decode_reply(frames, n_envs, spec)
+    except ProtocolError as exc:
+        raise ActorError(f"actor {actor_id}: the learner's reply is unreadable ({exc})") from None
+    if isinstance(reply, Error):
+        raise Refused(reply.code, reply.message)
     if reply.seq != seq:
         raise ActorError(f"actor {actor_id}: reply for seq {reply.seq}, expected {seq}")
-    # The frame buffer belongs to ZMQ; the env may keep the array, so copy (N actions).
+    # The reply's bytes are read-only and the env may keep the array, so copy (N actions).
     return reply.actions.copy()
 
 

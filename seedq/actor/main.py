@@ -24,6 +24,7 @@ from seedq.actor.loop import (
     run_env_batch,
 )
 from seedq.envs import EnvConfig, EnvError, make_env_batch
+from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
 from seedq.security import client_options
 
@@ -43,6 +44,8 @@ async def _run(
     patience: Patience | None = None,
 ) -> None:
     envs = []
+    # A sharded learner listens on several endpoints; actor a dials shard a % shards.
+    endpoints = endpoint.split(",")
     try:
         for actor_id in actor_ids:
             envs.append(
@@ -57,7 +60,7 @@ async def _run(
             asyncio.create_task(
                 run_env_batch(
                     ctx,
-                    endpoint,
+                    endpoints[actor_id % len(endpoints)],
                     actor_id,
                     env,
                     seed=seed + 1000 * actor_id,
@@ -152,7 +155,12 @@ def exit_with_parent(parent_pid: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="seedq actor: steps envs for a seedq learner")
-    parser.add_argument("--endpoint", required=True, help="learner address, e.g. tcp://host:port")
+    parser.add_argument(
+        "--endpoint",
+        required=True,
+        help="learner address, e.g. tcp://host:port; a comma-separated list for a learner with "
+        "several broker shards (actor a dials the (a mod n)-th)",
+    )
     parser.add_argument("--actor-ids", required=True, help="comma-separated ids, one per batch")
     parser.add_argument("--envs-per-batch", type=int, required=True)
     parser.add_argument("--env-config", required=True, help="the env section as JSON")
@@ -176,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("the learner (pid %d) that started this actor is gone; exiting", args.parent_pid)
         return 1
     patience = Patience(args.reply_timeout_s, args.learner_lost_s, args.max_rejoins)
+    raise_open_file_limit()
     try:
         env_cfg = EnvConfig(**json.loads(args.env_config))
         actor_ids = [int(x) for x in args.actor_ids.split(",")]
@@ -191,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _on_signal, sig, stop)
         ctx = zmq.asyncio.Context()
+        # Each env batch holds a DEALER and its monitor socket.
+        ctx.set(zmq.MAX_SOCKETS, max(1024, 2 * len(actor_ids) + 64))
         reporter = asyncio.create_task(_report(args.actor_ids, stats))
         try:
             await _run(

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seedq.actor.loop import EpisodeTracker, next_step
-from seedq.broker.router import ActorSlot, Batch, BatchConsumer
+from seedq.broker.batch import RequestBatch
+from seedq.broker.router import ActorSlot, BatchConsumer
 from seedq.core.stats import RunStats
 from seedq.envs import EnvBatch
 from seedq.messages import EnvSpec, Hello, Step
@@ -98,10 +99,10 @@ class InferenceDesk:
         return request.actions
 
     def _run(self, requests: list[_Request]) -> None:
-        batch: Batch = [(r.slot, r.step) for r in requests]
         try:
+            batch = RequestBatch.from_steps([(r.slot, r.step) for r in requests])
             actions = self.consumer.act(batch)
-            self.stats.record_batch(len(actions), (step for _, step in batch))
+            self.stats.record_batch(len(actions), batch.episodes)
             self.consumer.record(batch)
         except BaseException as exc:
             for request in requests:

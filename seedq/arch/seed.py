@@ -21,10 +21,13 @@ from seedq.arch.base import TrainingRun
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
+from seedq.broker.shards import ShardHub
 from seedq.envs import env_spec
 from seedq.launch import remote_launcher
 from seedq.launch.actors import ActorPool, RestartPolicy, spawn_local
+from seedq.launch.shards import start_shard
 from seedq.learner.device import prepare_learner_process
+from seedq.limits import raise_open_file_limit
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
 from seedq.security import curve_enabled
@@ -86,32 +89,44 @@ class SeedRun(TrainingRun):
         # Remote hosts are checked before the learner is built: nothing starts half-way.
         self.remote = remote_launcher(cfg, run_dir)
         self._build_acting(cfg)
-        self.ctx = context or zmq.Context()
+        raise_open_file_limit()
+        self.ctx = context or zmq.Context(io_threads=cfg.broker.io_threads)
         self._own_context = context is None
-        self.socket = self.ctx.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.MAXMSGSIZE, cfg.broker.max_message_bytes)
-        # CURVE (and its ZAP handler) must be set up before the socket binds.
         curve = cfg.actor.transport == "tcp" and curve_enabled(cfg.security, cfg.broker.host)
-        self.curve = secure_server(self.socket, self.ctx, cfg.security.keys_dir) if curve else None
         self.keys_dir = cfg.security.keys_dir if curve else ""
-        self.endpoint = self._bind()
-        batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
-        self.broker = Broker(
-            self.socket,
-            self.spec,
-            batcher,
-            self.consumer,
-            silent_timeout_s=cfg.broker.silent_timeout_s,
-            max_message_bytes=cfg.broker.max_message_bytes,
-        )
-        self.stats = self.broker.stats
+        self.broker: Broker | None = None
+        self.hub: ShardHub | None = None
+        self.curve = None
+        if cfg.broker.shards > 1:
+            self.hub = self._start_shards()
+            self.stats = self.hub.stats
+            endpoints = self.hub.endpoints
+        else:
+            self.socket = self.ctx.socket(zmq.ROUTER)
+            self.socket.setsockopt(zmq.LINGER, 0)
+            self.socket.setsockopt(zmq.MAXMSGSIZE, cfg.broker.max_message_bytes)
+            # CURVE (and its ZAP handler) must be set up before the socket binds.
+            if curve:
+                self.curve = secure_server(self.socket, self.ctx, cfg.security.keys_dir)
+            endpoints = [self._bind()]
+            batcher = Batcher(cfg.broker.max_batch, cfg.broker.deadline_ms / 1000.0)
+            self.broker = Broker(
+                self.socket,
+                self.spec,
+                batcher,
+                self.consumer,
+                silent_timeout_s=cfg.broker.silent_timeout_s,
+                max_message_bytes=cfg.broker.max_message_bytes,
+            )
+            self.stats = self.broker.stats
+        # Actor a dials endpoints[a % shards] (seedq.actor.main).
+        self.endpoint = ",".join(endpoints)
+        if self.remote:
+            endpoints = [self.remote.actor_endpoint(cfg.broker, e) for e in endpoints]
         if resume is not None:
             self.restore(resume)
         self.actors = ActorPool(
-            endpoint=self.remote.actor_endpoint(cfg.broker, self.endpoint)
-            if self.remote
-            else self.endpoint,
+            endpoint=",".join(endpoints),
             env=cfg.env,
             num_actors=self.remote.num_actors if self.remote else cfg.actor.num_actors,
             batches_per_actor=cfg.actor.batches_per_actor,
@@ -153,9 +168,30 @@ class SeedRun(TrainingRun):
                 ) from None
         return f"tcp://{broker.host}:{port}"
 
+    def _start_shards(self) -> ShardHub:
+        """``broker.shards`` broker processes on ports broker.port + i (or free ones); actors
+        on an inproc transport (tests) dial them over loopback TCP."""
+        broker = self.cfg.broker
+        host = broker.host
+        binds = [
+            f"tcp://{host}:{broker.port + i if broker.port else 0}" for i in range(broker.shards)
+        ]
+        settings = {
+            "max_batch": broker.max_batch,
+            "deadline_ms": broker.deadline_ms,
+            "silent_timeout_s": broker.silent_timeout_s,
+            "max_message_bytes": broker.max_message_bytes,
+            "io_threads": broker.io_threads,
+            "log_dir": self.run_dir,
+        }
+        return ShardHub(
+            self.spec, self.consumer, binds, settings, start_shard, keys_dir=self.keys_dir
+        )
+
     def _start_roles(self) -> list[threading.Thread]:
+        serve = self.hub.serve if self.hub is not None else self.broker.serve
         threads = [
-            self._thread("broker", self.broker.serve, self.stop),
+            self._thread("broker", serve, self.stop),
             self._thread("train", self.agent.train, self.training_env_steps),
         ]
         self.actors.start()
@@ -168,11 +204,16 @@ class SeedRun(TrainingRun):
         self.actors.stop()
 
     def _close_roles(self) -> None:
-        if self.curve is not None:
-            self.curve.stop()
-        self.socket.close(linger=0)
+        if self.hub is not None:
+            self.hub.close()
+        else:
+            if self.curve is not None:
+                self.curve.stop()
+            self.socket.close(linger=0)
         if self._own_context:
             self.ctx.term()
 
     def describe(self) -> str:
+        if self.hub is not None:
+            return f"arch=seed, {len(self.hub.endpoints)} broker shards at {self.endpoint}"
         return f"arch=seed, broker at {self.endpoint}"

@@ -24,6 +24,11 @@ USAGE = """usage: seedq-bench SUBCOMMAND [key=value ...]
   anakin     [num_envs=256,1024,4096,16384] [seconds=5] | mode=time-to-target seeds=0,1,2
              [target=475] [max_minutes=2]   arch=anakin: env steps/s while learning per
              num_envs, or the wall time to a 100-episode mean return per seed
+  broker     [streams=1,16,256,1024] [envs=1,64] [obs=4:float32,84x84x4:uint8] [seconds=5]
+             [report_s=30] [shards=1] [policy=null|model] | stages=true [parallel=2]
+             thousands of actor streams (generator processes, real wire format) against the
+             broker (or broker.shards processes): replies/s, round trips, broker CPU per
+             message, RSS, open files, evictions; or the broker's cost stage by stage
 
 Every subcommand takes seedq-train's config overrides, prints a table and, last, one JSON line.
 """
@@ -34,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
-    from seedq.bench import anakin, contention, inference, pipeline, raw_env, train
+    from seedq.bench import anakin, broker, contention, inference, pipeline, raw_env, train
 
     commands = {
         "raw-env": raw_env.run,
@@ -43,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "train": train.run,
         "anakin": anakin.run,
         "contention": contention.run,
+        "broker": broker.run,
     }
     command = commands.get(argv[0])
     if command is None:

@@ -23,8 +23,9 @@ import numpy as np
 import zmq
 
 from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
+from seedq.broker.batch import RequestBatch
 from seedq.broker.batcher import Batcher
-from seedq.broker.router import Batch, Broker
+from seedq.broker.router import Broker
 from seedq.envs import BatchBase, StepBatch
 from seedq.messages import EnvSpec
 
@@ -60,13 +61,13 @@ class NullPolicy:
     def __init__(self) -> None:
         self._actions = np.zeros(0, np.int32)
 
-    def act(self, batch: Batch) -> np.ndarray:
-        n = sum(slot.hello.n_envs for slot, _ in batch)
+    def act(self, batch: RequestBatch) -> np.ndarray:
+        n = batch.num_envs
         if n > self._actions.size:
             self._actions = np.zeros(n, np.int32)
         return self._actions[:n]
 
-    def record(self, batch: Batch) -> None:
+    def record(self, batch: RequestBatch) -> None:
         pass
 
     def actor_started(self, slot: Any) -> None:

@@ -29,10 +29,33 @@ class BrokerConfig:
         "an actor silent this long (killed, stopped, host gone) is evicted: its rows, partial "
         "unrolls and recurrent state are freed and batches stop waiting for it (0: never)",
     )
+    shards: int = setting(
+        1,
+        "broker processes receiving and batching actor messages, each on its own port "
+        "(broker.port + i, or free ports) and core; actor a dials shard a % shards. 1: the "
+        "broker is a thread of the learner. Add shards when one broker core is the limit "
+        "(docs/scaling.md)",
+    )
+    io_threads: int = setting(
+        1, "ZeroMQ I/O threads of each broker process (TCP framing, CURVE encryption)"
+    )
+
+
+MAX_SHARDS = 64
 
 
 def validate_broker(broker: BrokerConfig) -> None:
-    check_positive(broker, "broker", ["max_batch", "deadline_ms", "max_message_bytes"])
+    check_positive(
+        broker, "broker", ["max_batch", "deadline_ms", "max_message_bytes", "shards", "io_threads"]
+    )
+    if broker.shards > MAX_SHARDS:
+        raise ConfigError(
+            f"broker.shards={broker.shards}: at most {MAX_SHARDS} (one per core is the most "
+            "that helps)"
+        )
     check_positive(broker, "broker", ["silent_timeout_s"], zero_ok=True)
-    if not 0 <= broker.port <= 65535:
-        raise ConfigError(f"broker.port={broker.port!r} is out of range; it must be in [0, 65535]")
+    if not 0 <= broker.port <= 65535 - (broker.shards - 1):
+        raise ConfigError(
+            f"broker.port={broker.port!r} is out of range; it must be in "
+            f"[0, {65535 - (broker.shards - 1)}] (shards use broker.port + i)"
+        )

@@ -1,61 +1,69 @@
 """The broker: a ZMQ ROUTER feeding the size-or-deadline batcher and replying to actors.
 
-It runs in the learner process (no copy between broker and inference) on one thread. Each
-actor has one request in flight (a second one is refused as ``busy``), so the batcher never
-holds more than one request per actor: backpressure is built in. A bad message is answered with
-an ``Error`` and counted by code in ``stats.bad_messages``; an unexpected exception while
-handling one message is counted as ``internal``. Neither stops the loop, and each code is
-logged once, so a flood of bad input cannot flood the log.
+It runs in the learner process (no copy between broker and inference) on one thread, or in a
+broker shard process of its own (``broker.shards``, :mod:`seedq.broker.shards`). Each actor has
+one request in flight (a second one is refused as ``busy``), so the batcher never holds more
+than one request per actor: backpressure is built in. A bad message is answered with an
+``Error`` and counted by code in ``stats.bad_messages``; an unexpected exception while handling
+one message is counted as ``internal``. Neither stops the loop, and each code is logged once,
+so a flood of bad input cannot flood the log.
 
-Learner state rows are allocated only once a Hello is valid, and rows of actors that leave
-(Bye), restart with another ``n_envs`` or fall silent (evicted by last-seen time) are reused, so
-hello/bye churn never grows the state table.
+The per-message path is short on purpose (it bounds how many actors one core serves): a Step's
+binary header is checked against the ``StepLayout`` its actor's Hello fixed, small frames are
+received as bytes, and everything that looks at array values, the batch's assembly and the
+replies' encoding happen once per batch (``seedq.messages.batch``). Learner state rows and env
+ids come from the learner-wide ``ActorRegistry`` once a Hello is valid, and go back when the
+actor leaves (Bye), restarts, falls silent (evicted by last-seen time) or joins another shard.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import zmq
 
+from seedq.broker.batch import RequestBatch
 from seedq.broker.batcher import Batcher
-from seedq.broker.rows import RowPool
+from seedq.broker.registry import ActorRegistry
 from seedq.core.stats import RunStats
 from seedq.messages import (
+    BINARY_MARK,
     BYE,
     HELLO,
     MAX_FRAMES,
-    STEP,
-    Actions,
-    Bye,
     EnvSpec,
     Error,
     Hello,
     ProtocolError,
-    Step,
+    StepLayout,
     decode_bye,
     decode_header,
     decode_hello,
-    decode_step,
     encode,
     frames_size,
     reply_address,
 )
+from seedq.messages.batch import decode_steps, encode_replies
+from seedq.messages.steps import parse_step_head
 
 log = logging.getLogger(__name__)
 
-MAX_TOTAL_ENVS = 1 << 20
 DEFAULT_SILENT_TIMEOUT_S = 30.0
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+_MARK = bytes([BINARY_MARK])
+_MORE = zmq.RCVMORE
 
 
-@dataclass
+@dataclass(eq=False)
 class ActorSlot:
     """What the broker knows of one connected actor (one env batch)."""
 
@@ -66,30 +74,32 @@ class ActorSlot:
     next_seq: int = 0
     last_seen: float = 0.0  # broker clock at its last valid message or our last reply to it
     in_flight: bool = False  # a Step of it is queued or being answered
+    layout: StepLayout | None = None  # what its Hello fixed about its Steps
 
 
-Batch = list[tuple[ActorSlot, Step]]
+# A queued Step: (slot, seq, header frame, obs, final_obs or b"", episodes or b"", K).
+Request = tuple[ActorSlot, int, bytes, Any, Any, Any, int]
 
 
 class BatchConsumer(Protocol):
     """The learner side of the broker (central inference)."""
 
-    def act(self, batch: Batch) -> np.ndarray:
-        """Actions int32 [sum of n_envs] (or float32 [sum, D]) for the requests, in order."""
+    def act(self, batch: RequestBatch) -> np.ndarray:
+        """Actions int32 [B] (or float32 [B, D]) for the batch's envs, in order."""
 
-    def record(self, batch: Batch) -> None:
+    def record(self, batch: RequestBatch) -> None:
         """Called after the replies went out: store the steps as trajectory data."""
 
     def actor_started(self, slot: ActorSlot) -> None:
         """A new actor run began on ``slot.rows``: reset their state and partial unrolls."""
 
     def actor_left(self, slot: ActorSlot) -> None:
-        """The actor's run ended (Bye, eviction, or a new run replaced it): drop its partial
-        unroll and per-actor state; its rows may be given to another actor."""
+        """The actor's run ended (Bye, eviction, a new run or another shard replaced it): drop
+        its partial unroll and per-actor state; its rows may be given to another actor."""
 
 
 class Broker:
-    """ROUTER socket + batcher + actor registry. ``serve`` loops until ``stop`` is set.
+    """ROUTER socket + batcher + actor table. ``serve`` loops until ``stop`` is set.
 
     Args:
         silent_timeout_s: actors that sent nothing for this long (and wait for no reply) are
@@ -99,6 +109,8 @@ class Broker:
             before they are allocated (the peer is disconnected).
         clock: monotonic seconds; injectable for tests.
         stats: the run's counters this broker adds to (a new one by default).
+        registry: the learner-wide rows and env ids (shared by shards; a new one by default).
+        consumer_lock: held around every call into ``consumer`` (shards share one consumer).
     """
 
     def __init__(
@@ -112,6 +124,8 @@ class Broker:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], float] = time.monotonic,
         stats: RunStats | None = None,
+        registry: ActorRegistry | None = None,
+        consumer_lock: Any = None,
     ) -> None:
         if silent_timeout_s < 0:
             raise ValueError(f"silent_timeout_s must be >= 0 (0 disables), got {silent_timeout_s}")
@@ -123,31 +137,260 @@ class Broker:
         self.max_message_bytes = max_message_bytes
         self.clock = clock
         self.actors: dict[int, ActorSlot] = {}
-        self.rows = RowPool(MAX_TOTAL_ENVS)
+        self.connected_envs = 0
+        self.registry = registry if registry is not None else ActorRegistry()
         self.stats = stats if stats is not None else RunStats()
+        self._lock = consumer_lock if consumer_lock is not None else contextlib.nullcontext()
         self._logged_codes: set[str] = set()
         self._next_eviction = 0.0
+        self._revoked: collections.deque[int] = collections.deque()
         socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
 
     @property
-    def connected_envs(self) -> int:
-        return sum(slot.hello.n_envs for slot in self.actors.values())
+    def rows(self):  # noqa: ANN201 - the registry's RowPool
+        return self.registry.rows
 
-    def serve(self, stop: threading.Event) -> None:
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
+    def revoke(self, actor_id: int) -> None:
+        """Drop ``actor_id``'s run at the next turn of the loop (it joined another shard)."""
+        self._revoked.append(actor_id)
+
+    def serve(
+        self,
+        stop: threading.Event,
+        *,
+        side: tuple[zmq.Socket, Callable[[], None]] | None = None,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """Serve until ``stop`` is set. ``side``: another socket to watch and what to call when
+        it is readable (a shard's link to the learner); ``tick``: called once per turn."""
+        poll_items = [(self.socket, zmq.POLLIN)]
+        if side is not None:
+            poll_items.append((side[0], zmq.POLLIN))
+        batcher = self.batcher
         while not stop.is_set():
-            wait = self.batcher.time_until_ready()
-            timeout_ms = 100 if wait is None else min(100, int(np.ceil(wait * 1000)))
-            if poller.poll(timeout_ms):
+            wait = batcher.time_until_ready()
+            timeout_ms = 100 if wait is None else min(100, math.ceil(wait * 1000))
+            ready = zmq.zmq_poll(poll_items, timeout_ms)
+            if ready:
                 self._drain()
-            # Everyone who can send is waiting: a fuller batch cannot come, so do not wait out
-            # the deadline.
-            if self.batcher.ready() or (
-                len(self.batcher) and self.batcher.pending_size >= self.connected_envs
-            ):
-                self._run_batch(self.batcher.take())
+                if side is not None:
+                    side[1]()
+            while self._revoked:
+                slot = self.actors.get(self._revoked.popleft())
+                if slot is not None:
+                    self._remove(slot)
+            self.answer_ready()
             self._maybe_evict()
+            if tick is not None:
+                tick()
+
+    def answer_ready(self) -> int:
+        """Answer every batch that is due: full, or its oldest request waited ``deadline_s``,
+        or everyone who can send is waiting (a fuller batch cannot come, so the deadline is not
+        waited out). Returns how many batches went out."""
+        batcher, answered = self.batcher, 0
+        while batcher.ready() or (len(batcher) and batcher.pending_size >= self.connected_envs):
+            self._run_batch(batcher.take())
+            answered += 1
+        return answered
+
+    def _drain(self, limit: int = 4096) -> None:
+        """Receive what is queued, until a batch is full (it goes out before more is read)."""
+        batcher = self.batcher
+        for _ in range(limit):
+            try:
+                self._receive()
+            except zmq.Again:
+                return
+            if batcher.pending_size >= batcher.max_batch:
+                return
+
+    def _receive(self) -> None:
+        sock = self.socket
+        identity = sock.recv(zmq.NOBLOCK)
+        self.stats.messages += 1
+        head = sock.recv(zmq.NOBLOCK)
+        try:
+            if head[:1] == _MARK:
+                self._step(identity, head, None)
+            else:
+                self._control(identity, head, self._rest(copy=False))
+        except ProtocolError as exc:
+            self._discard_rest()
+            self._reject(identity, exc.code, exc.detail, exc)
+        except Exception as exc:  # a bug must cost one message, not the run
+            self._discard_rest()
+            self._reject(identity, "internal", "the learner failed on this message", exc)
+
+    def handle(self, frames: list) -> None:
+        """Handle one message as received on the ROUTER (identity frame first).
+
+        Never raises: a protocol violation is answered with its code, anything else is counted
+        as ``internal``.
+        """
+        identity = bytes(getattr(frames[0], "buffer", frames[0]))
+        try:
+            if len(frames) < 2:
+                raise ProtocolError("bad_frames", "message has no header frame")
+            head = bytes(getattr(frames[1], "buffer", frames[1]))
+            if head[:1] == _MARK:
+                self._step(identity, head, list(frames[2:]))
+            else:
+                self._control(identity, head, list(frames[2:]))
+        except ProtocolError as exc:
+            self._reject(identity, exc.code, exc.detail, exc)
+        except Exception as exc:  # a bug must cost one message, not the run
+            self._reject(identity, "internal", "the learner failed on this message", exc)
+
+    def _rest(self, copy: bool) -> list:
+        """The frames of the current message after the header (at most MAX_FRAMES)."""
+        sock, rest = self.socket, []
+        while sock.getsockopt(_MORE):
+            if len(rest) == MAX_FRAMES:
+                self._discard_rest()
+                raise ProtocolError("bad_frames", f"more than {MAX_FRAMES} frames")
+            rest.append(sock.recv(zmq.NOBLOCK, copy=copy))
+        return rest
+
+    def _discard_rest(self) -> None:
+        sock = self.socket
+        while sock.getsockopt(_MORE):
+            sock.recv(zmq.NOBLOCK, copy=False)
+
+    def _step(self, identity: bytes, head: bytes, rest: list | None) -> None:
+        """Admit a Step into the batcher, or raise (the Error goes to its actor and seq)."""
+        fields = parse_step_head(head)
+        try:
+            self._admit(identity, head, rest, fields)
+        except ProtocolError as exc:
+            exc.address = (fields[4], fields[8])
+            raise
+
+    def _admit(self, identity: bytes, head: bytes, rest: list | None, fields: tuple) -> None:
+        actor_id = fields[4]
+        slot = self.actors.get(actor_id)
+        if slot is None:
+            raise ProtocolError("unknown_actor", f"actor {actor_id} sent a step before Hello")
+        if slot.identity != identity:
+            raise ProtocolError(
+                "not_joined", f"step for actor {actor_id} from a connection that sent no Hello"
+            )
+        if slot.in_flight:
+            raise ProtocolError(
+                "busy", f"actor {actor_id} sent a step before its previous one was answered"
+            )
+        layout = slot.layout
+        seq, n_final, n_episodes = layout.check_head(fields, len(head), slot.next_seq)
+        if rest is None:
+            rest = self._rest(copy=layout.inline)
+        size = len(head) + sum(map(len, rest)) if rest else len(head)
+        if size > self.max_message_bytes:
+            raise ProtocolError("too_large", f"message of {size} bytes > {self.max_message_bytes}")
+        if len(rest) != layout.frame_count(n_final, n_episodes):
+            raise ProtocolError(
+                "bad_frames",
+                f"{len(rest)} array frames, the header declares "
+                f"{layout.frame_count(n_final, n_episodes)}",
+            )
+        obs = b"" if layout.inline else rest[0]
+        final = rest[int(not layout.inline)] if n_final else b""
+        episodes = rest[-1] if n_episodes else b""
+        sizes = len(obs), len(final), len(episodes)
+        layout.check_sizes(*sizes, n_final, n_episodes)
+        slot.next_seq = seq + 1
+        slot.last_seen = self.clock()
+        slot.in_flight = True
+        self.batcher.add((slot, seq, head, obs, final, episodes, n_final), layout.n_envs)
+
+    def _control(self, identity: bytes, head: bytes, rest: list) -> None:
+        if len(rest) + 1 > MAX_FRAMES:
+            raise ProtocolError("bad_frames", f"{len(rest) + 1} frames > {MAX_FRAMES}")
+        size = len(head) + frames_size(rest)
+        if size > self.max_message_bytes:
+            raise ProtocolError("too_large", f"message of {size} bytes > {self.max_message_bytes}")
+        header = decode_header(head)
+        kind = header["kind"]
+        if rest:
+            raise ProtocolError("bad_frames", f"a {kind!r} message has only a header frame")
+        try:
+            if kind == HELLO:
+                self._hello(identity, decode_hello(header), self.clock())
+            elif kind == BYE:
+                self._bye(identity, decode_bye(header))
+            else:
+                raise ProtocolError("bad_kind", f"{kind!r} messages are not sent to the learner")
+        except ProtocolError as exc:
+            exc.address = reply_address(header)
+            raise
+
+    def _reject(self, identity: bytes, code: str, detail: str, exc: Exception) -> None:
+        """Count a refused message and answer it with its Error, addressed to the actor and
+        seq its header named (``exc.address``) where it could be read."""
+        self.stats.bad_messages[code] += 1
+        if code not in self._logged_codes:
+            self._logged_codes.add(code)
+            log.warning(
+                "rejected a message (%s); further %r rejections are only counted",
+                exc,
+                code,
+                exc_info=code == "internal",
+            )
+        actor_id, seq = getattr(exc, "address", (-1, -1))
+        error = Error(code=code, message=detail, actor_id=actor_id, seq=seq)
+        try:
+            self.socket.send_multipart([identity, *encode(error)], copy=False)
+        except zmq.ZMQError as send_error:
+            # The peer is gone: the message is counted above, there is no one to tell.
+            log.debug("could not answer a %r rejection: %s", code, send_error)
+
+    def _hello(self, identity: bytes, hello: Hello, now: float) -> None:
+        if hello.spec != self.spec:
+            raise ProtocolError(
+                "spec_mismatch",
+                f"actor {hello.actor_id} steps envs with {hello.spec}, the learner's model "
+                f"expects {self.spec}; start actors with the learner's env config",
+            )
+        old = self.actors.get(hello.actor_id)
+        if old is not None and old.hello == hello:
+            old.identity = identity  # a repeated Hello of the same run changes nothing
+            old.last_seen = now
+            return
+        # Checked (env ids, rows) before the old run ends: a bad Hello leaves it running.
+        rows = self.registry.join(hello, self, None if old is None else old.rows)
+        if old is not None:
+            # A new run of this actor: its old requests must never be answered or recorded.
+            self._remove(old, release_rows=False)
+        env_ids = np.arange(hello.first_env, hello.first_env + hello.n_envs, dtype=np.int64)
+        slot = ActorSlot(hello, identity, rows, env_ids, last_seen=now, layout=StepLayout(hello))
+        self.actors[hello.actor_id] = slot
+        self.connected_envs += hello.n_envs
+        log.info("actor %d joined (run %s, %d envs)", hello.actor_id, hello.run_id, hello.n_envs)
+        with self._lock:
+            self.consumer.actor_started(slot)
+
+    def _bye(self, identity: bytes, bye: Any) -> None:
+        slot = self.actors.get(bye.actor_id)
+        if slot is None:
+            raise ProtocolError("unknown_actor", f"Bye from actor {bye.actor_id}, not connected")
+        if slot.hello.run_id != bye.run_id:
+            raise ProtocolError("stale_run", f"Bye from run {bye.run_id!r}, not the current one")
+        if slot.identity != identity:
+            raise ProtocolError("not_joined", "Bye from a connection that did not send Hello")
+        self._remove(slot)
+        log.info("actor %d left", bye.actor_id)
+
+    def _remove(self, slot: ActorSlot, *, release_rows: bool = True) -> None:
+        """End an actor's run: its queued request is dropped, the consumer told, rows freed."""
+        if self.actors.get(slot.hello.actor_id) is slot:
+            del self.actors[slot.hello.actor_id]
+            self.connected_envs -= slot.hello.n_envs
+        if slot.in_flight:
+            self.batcher.remove(lambda request: request[0] is slot)
+            slot.in_flight = False
+        with self._lock:
+            self.consumer.actor_left(slot)
+        if release_rows:
+            self.registry.leave(slot.hello.actor_id, self, slot.rows)
 
     def _maybe_evict(self) -> None:
         if not self.silent_timeout_s:
@@ -170,184 +413,64 @@ class Broker:
         ]
         for slot in silent:
             self._remove(slot)
+        ids = [slot.hello.actor_id for slot in silent]
         if silent:
             self.stats.evicted += len(silent)
-            ids = [slot.hello.actor_id for slot in silent]
             log.warning("evicted %d actor(s) silent for > %.1f s: %s", len(ids), timeout_s, ids)
-        return [slot.hello.actor_id for slot in silent]
+        return ids
 
-    def _drain(self, limit: int = 256) -> None:
-        for _ in range(limit):
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            self.stats.messages += 1
-            self.handle(frames)
-
-    def handle(self, frames: list) -> None:
-        """Handle one message as received on the ROUTER (identity frame first).
-
-        Never raises: a protocol violation is answered with its code, anything else is counted
-        as ``internal``.
-        """
-        identity = bytes(getattr(frames[0], "buffer", frames[0]))
-        header: dict = {}
-        try:
-            self._dispatch(identity, frames, header)
-        except ProtocolError as exc:
-            self._reject(identity, header, exc.code, exc.detail, exc)
-        except Exception as exc:  # a bug must cost one message, not the run
-            self._reject(identity, header, "internal", "the learner failed on this message", exc)
-
-    def _dispatch(self, identity: bytes, frames: list, header: dict) -> None:
-        if len(frames) < 2:
-            raise ProtocolError("bad_frames", "message has no header frame")
-        if len(frames) - 1 > MAX_FRAMES:
-            raise ProtocolError("bad_frames", f"{len(frames) - 1} frames > {MAX_FRAMES}")
-        size = frames_size(frames[1:])
-        if size > self.max_message_bytes:
-            raise ProtocolError("too_large", f"message of {size} bytes > {self.max_message_bytes}")
-        header.update(decode_header(frames[1]))
-        kind = header["kind"]
+    def _run_batch(self, requests: list[Request]) -> None:
+        batch = self._assemble(requests)
+        if batch is None:
+            return
+        with self._lock:
+            actions = self.consumer.act(batch)
+        slots = batch.slots
+        replies = encode_replies(
+            [slot.hello.actor_id for slot in slots], batch.seqs, batch.sizes, actions
+        )
+        send, more = self.socket.send, zmq.SNDMORE
         now = self.clock()
-        if kind == STEP:
-            self._step(identity, header, frames[2:], now)
-            return
-        if len(frames) != 2:
-            raise ProtocolError("bad_frames", f"a {kind!r} message has only a header frame")
-        if kind == HELLO:
-            self._hello(identity, decode_hello(header), now)
-        elif kind == BYE:
-            self._bye(identity, decode_bye(header))
-        else:
-            raise ProtocolError("bad_kind", f"{kind!r} messages are not sent to the learner")
-
-    def _reject(
-        self, identity: bytes, header: dict, code: str, detail: str, exc: Exception
-    ) -> None:
-        self.stats.bad_messages[code] += 1
-        if code not in self._logged_codes:
-            self._logged_codes.add(code)
-            log.warning(
-                "rejected a message (%s); further %r rejections are only counted",
-                exc,
-                code,
-                exc_info=code == "internal",
-            )
-        actor_id, seq = reply_address(header)
-        error = Error(code=code, message=detail, actor_id=actor_id, seq=seq)
-        try:
-            self.socket.send_multipart([identity, *encode(error)], copy=False)
-        except zmq.ZMQError as exc:
-            # The peer is gone: the message is counted above, there is no one to tell.
-            log.debug("could not answer a %r rejection: %s", code, exc)
-
-    def _hello(self, identity: bytes, hello: Hello, now: float) -> None:
-        if hello.spec != self.spec:
-            raise ProtocolError(
-                "spec_mismatch",
-                f"actor {hello.actor_id} steps envs with {hello.spec}, the learner's model "
-                f"expects {self.spec}; start actors with the learner's env config",
-            )
-        old = self.actors.get(hello.actor_id)
-        if old is not None and old.hello == hello:
-            old.identity = identity  # a repeated Hello of the same run changes nothing
-            old.last_seen = now
-            return
-        env_ids = np.arange(hello.first_env, hello.first_env + hello.n_envs, dtype=np.int64)
-        self._check_env_ids(hello, env_ids)
-        rows = None
-        if old is not None:
-            # A new run of this actor: its old requests must never be answered or recorded.
-            same_size = old.hello.n_envs == hello.n_envs
-            self._remove(old, release_rows=not same_size)
-            rows = old.rows if same_size else None
-        if rows is None:
-            rows = self.rows.allocate(hello.n_envs)
-            if rows is None:
-                raise ProtocolError(
-                    "too_many_envs",
-                    f"learner serves at most {MAX_TOTAL_ENVS} envs, {self.rows.in_use} in use",
-                )
-        slot = ActorSlot(hello=hello, identity=identity, rows=rows, env_ids=env_ids)
-        slot.last_seen = now
-        self.actors[hello.actor_id] = slot
-        log.info("actor %d joined (run %s, %d envs)", hello.actor_id, hello.run_id, hello.n_envs)
-        self.consumer.actor_started(slot)
-
-    def _check_env_ids(self, hello: Hello, env_ids: np.ndarray) -> None:
-        for other in self.actors.values():
-            if other.hello.actor_id == hello.actor_id:
-                continue
-            lo, hi = int(other.env_ids[0]), int(other.env_ids[-1])
-            if env_ids[0] <= hi and env_ids[-1] >= lo:
-                raise ProtocolError(
-                    "env_id_conflict",
-                    f"actor {hello.actor_id} claims env ids {env_ids[0]}..{env_ids[-1]}, "
-                    f"actor {other.hello.actor_id} already steps {lo}..{hi}; give each actor "
-                    "its own first_env",
-                )
-
-    def _bye(self, identity: bytes, bye: Bye) -> None:
-        slot = self.actors.get(bye.actor_id)
-        if slot is None:
-            raise ProtocolError("unknown_actor", f"Bye from actor {bye.actor_id}, not connected")
-        if slot.hello.run_id != bye.run_id:
-            raise ProtocolError("stale_run", f"Bye from run {bye.run_id!r}, not the current one")
-        if slot.identity != identity:
-            raise ProtocolError("not_joined", "Bye from a connection that did not send Hello")
-        self._remove(slot)
-        log.info("actor %d left", bye.actor_id)
-
-    def _remove(self, slot: ActorSlot, *, release_rows: bool = True) -> None:
-        """End an actor's run: its queued request is dropped, the consumer told, rows freed."""
-        self.actors.pop(slot.hello.actor_id, None)
-        self.batcher.remove(lambda request: request[0] is slot)
-        slot.in_flight = False
-        self.consumer.actor_left(slot)
-        if release_rows:
-            self.rows.release(slot.rows)
-
-    def _step(self, identity: bytes, header: dict, frames: list, now: float) -> None:
-        actor_id = header.get("actor_id")
-        slot = self.actors.get(actor_id) if type(actor_id) is int else None  # bools are not ids
-        if slot is None:
-            raise ProtocolError("unknown_actor", f"actor {actor_id!r} sent a step before Hello")
-        if slot.identity != identity:
-            raise ProtocolError(
-                "not_joined", f"step for actor {actor_id} from a connection that sent no Hello"
-            )
-        if slot.in_flight:
-            raise ProtocolError(
-                "busy", f"actor {actor_id} sent a step before its previous one was answered"
-            )
-        step = decode_step(header, frames, slot.hello)
-        if step.seq != slot.next_seq:
-            raise ProtocolError(
-                "bad_seq", f"actor {actor_id} sent seq {step.seq}, expected {slot.next_seq}"
-            )
-        slot.next_seq += 1
-        slot.last_seen = now
-        slot.in_flight = True
-        self.batcher.add((slot, step), slot.hello.n_envs)
-
-    def _run_batch(self, batch: Batch) -> None:
-        if not batch:
-            return
-        actions = self.consumer.act(batch)
-        offset = 0
-        for slot, step in batch:
-            n = slot.hello.n_envs
-            reply = Actions(slot.hello.actor_id, step.seq, actions[offset : offset + n])
-            self.socket.send_multipart([slot.identity, *encode(reply)], copy=False)
+        for slot, reply in zip(slots, replies, strict=True):
+            send(slot.identity, more)
+            send(reply)
             slot.in_flight = False
-            offset += n
-        now = self.clock()
-        for slot, _ in batch:
             slot.last_seen = now  # its silence counts from our reply
-        self.stats.record_batch(offset, (step for _, step in batch))
-        self.consumer.record(batch)
+        self.stats.record_batch(batch.num_envs, batch.episodes)
+        with self._lock:
+            self.consumer.record(batch)
+
+    def _assemble(self, requests: list[Request]) -> RequestBatch | None:
+        """The batch of ``requests``; those whose arrays fail a check are answered with their
+        Error and left out (their seq may be sent again)."""
+        while requests:
+            slots = [r[0] for r in requests]
+            seqs = [r[1] for r in requests]
+            sizes = [slot.layout.n_envs for slot in slots]
+            decoded = decode_steps(
+                slots[0].layout,
+                sizes,
+                [r[2] for r in requests],
+                [r[3] for r in requests],
+                [r[4] for r in requests],
+                [r[5] for r in requests],
+                [r[6] for r in requests],
+            )
+            if not decoded.errors:
+                return RequestBatch.assemble(
+                    slots, seqs, sizes, decoded.obs, decoded.reward, decoded.terminated,
+                    decoded.truncated, decoded.final_obs, decoded.truncated_index,
+                    decoded.episodes,
+                )  # fmt: skip
+            for i, exc in decoded.errors:
+                slot = slots[i]
+                slot.in_flight = False
+                slot.next_seq = seqs[i]  # as if never received
+                exc.address = (slot.hello.actor_id, seqs[i])
+                self._reject(slot.identity, exc.code, exc.detail, exc)
+            bad = {i for i, _ in decoded.errors}
+            requests = [r for i, r in enumerate(requests) if i not in bad]
+        return None
 
     def close(self) -> None:
         self.batcher.take_all()

@@ -25,6 +25,11 @@ class RowPool:
     def in_use(self) -> int:
         return self.high - len(self._free)
 
+    @property
+    def free(self) -> int:
+        """Rows that can still be handed out."""
+        return self.limit - self.in_use
+
     def allocate(self, n: int) -> np.ndarray | None:
         """``n`` rows, or None when fewer than ``n`` are left."""
         reused = self._free[:n]

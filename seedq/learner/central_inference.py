@@ -5,6 +5,11 @@ requests with the shared model and the agent's selector, then records each reque
 step of that actor's unroll. Completed unrolls go to the agent (``on_unroll``): a bounded
 training queue, a replay. When training falls behind, the agent's sink blocks, the broker stops
 answering, and the actors wait (backpressure, never unbounded memory).
+
+Several broker shards may feed one ``CentralInference`` (each call under their shared lock), so
+it keeps nothing between ``act`` and ``record`` but what it stores on the batch, and it records
+only the *live* run of each actor id: an actor that moved to another shard may still have a
+request of its old run in the old shard's batch, and that one is answered but not recorded.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from seedq.broker.router import ActorSlot, Batch
+from seedq.broker.batch import RequestBatch
+from seedq.broker.router import ActorSlot
 from seedq.core.agent import Agent, Exploration
 from seedq.core.unroll import Unroll
-from seedq.learner.inference import InferenceEngine, InferenceResult
+from seedq.learner.inference import InferenceEngine
 from seedq.learner.unroll_store import StepRecord, UnrollStore
 
 
@@ -33,7 +39,7 @@ class CentralInference:
         self.engine = engine
         self.exploration = exploration
         self.store = UnrollStore(unroll_length, on_unroll, overlap=overlap)
-        self._last: tuple[Batch, np.ndarray, InferenceResult] | None = None
+        self._live: dict[int, ActorSlot] = {}
 
     @classmethod
     def for_agent(cls, engine: InferenceEngine, agent: Agent) -> CentralInference:
@@ -42,59 +48,57 @@ class CentralInference:
         return cls(engine, length, agent.on_unroll, overlap=overlap, exploration=agent.exploration)
 
     def actor_started(self, slot: ActorSlot) -> None:
+        actor_id = slot.hello.actor_id
+        self._live[actor_id] = slot
         self.engine.ensure_rows(int(slot.rows.max()) + 1)
         self.engine.reset_rows(slot.rows)
-        self.store.register(slot.hello.actor_id, slot.env_ids)
+        self.store.register(actor_id, slot.env_ids)
         if self.exploration is not None:
-            self.exploration.actor_started(slot.hello.actor_id, slot.env_ids)
+            self.exploration.actor_started(actor_id, slot.env_ids)
 
     def actor_left(self, slot: ActorSlot) -> None:
-        self.store.drop(slot.hello.actor_id)
+        actor_id = slot.hello.actor_id
+        if self._live.get(actor_id) is not slot:
+            return  # a newer run of this actor (on another shard) has taken over
+        del self._live[actor_id]
+        self.store.drop(actor_id)
         if self.exploration is not None:
-            self.exploration.actor_left(slot.hello.actor_id)
+            self.exploration.actor_left(actor_id)
 
-    def act(self, batch: Batch) -> np.ndarray:
-        steps = [step for _, step in batch]
-        obs = _cat([s.obs for s in steps])
-        # seq 0 carries the reset observation: it starts an episode too.
-        done = _cat([s.terminated | s.truncated | (s.seq == 0) for s in steps])
-        rows = _cat([slot.rows for slot, _ in batch])
-        offsets = np.cumsum([0] + [s.obs.shape[0] for s in steps[:-1]])
-        truncated_index = _cat(
-            [np.flatnonzero(s.truncated) + off for s, off in zip(steps, offsets, strict=True)]
+    def act(self, batch: RequestBatch) -> np.ndarray:
+        epsilon = None
+        if self.exploration is not None:
+            epsilon = np.concatenate(
+                [self.exploration.epsilon(slot.hello.actor_id) for slot in batch.slots]
+            )
+        result = self.engine.infer(
+            batch.obs, batch.done, batch.rows, batch.truncated_index, batch.final_obs, epsilon
         )
-        final_obs = _cat([s.final_obs for s in steps])
-        epsilon = (
-            None
-            if self.exploration is None
-            else _cat([self.exploration.epsilon(slot.hello.actor_id) for slot, _ in batch])
-        )
-        result = self.engine.infer(obs, done, rows, truncated_index, final_obs, epsilon)
-        self._last = (batch, done, result)
+        batch.inference = result
         return result.actions
 
-    def record(self, batch: Batch) -> None:
-        assert self._last is not None and self._last[0] is batch
-        _, done, result = self._last
-        self._last = None
-        offset = 0
-        for slot, step in batch:
-            part = slice(offset, offset + slot.hello.n_envs)
-            offset = part.stop
-            record = StepRecord(
-                obs=step.obs,
-                reward=step.reward,
-                done=done[part],
-                truncated=step.truncated,
-                truncation_value=result.truncation_value[part],
-                action=result.actions[part],
-                behaviour=result.behaviour[part],
-                core_state=tuple(s[part] for s in result.input_state),
+    def record(self, batch: RequestBatch) -> None:
+        result = batch.inference
+        assert result is not None, "record() before act()"
+        live = self._live
+        returns = {e.request: e.episode_returns for e in batch.episodes}
+        for i, slot in enumerate(batch.slots):
+            actor_id = slot.hello.actor_id
+            if live.get(actor_id) is not slot:
+                continue
+            part = batch.part(i)
+            self.store.append(
+                actor_id,
+                StepRecord(
+                    obs=batch.obs[part],
+                    reward=batch.reward[part],
+                    done=batch.done[part],
+                    truncated=batch.truncated[part],
+                    truncation_value=result.truncation_value[part],
+                    action=result.actions[part],
+                    behaviour=result.behaviour[part],
+                    core_state=tuple(s[part] for s in result.input_state),
+                ),
             )
-            if self.exploration is not None:
-                self.exploration.observe_returns(slot.hello.actor_id, step.episode_returns)
-            self.store.append(slot.hello.actor_id, record)
-
-
-def _cat(arrays: list[np.ndarray]) -> np.ndarray:
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+            if self.exploration is not None and i in returns:
+                self.exploration.observe_returns(actor_id, returns[i])

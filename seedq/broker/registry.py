@@ -1,0 +1,93 @@
+"""The learner's actor registry: state rows and env ids of every actor, across broker shards.
+
+Rows index the learner's per-env state (recurrent state, unroll columns); env ids label the
+unrolls. Both are learner-wide, while each broker shard owns its own connections, so the
+shards share one registry (thread-safe). It also knows which shard holds each actor: an actor
+that joins a shard while another shard still holds it (it restarted and was told to dial
+another shard) is *revoked* there, so its old run is dropped as when a new run id replaces it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import Protocol
+
+import numpy as np
+
+from seedq.broker.rows import RowPool
+from seedq.messages import Hello, ProtocolError
+
+MAX_TOTAL_ENVS = 1 << 20
+
+
+class Shard(Protocol):
+    def revoke(self, actor_id: int) -> None:
+        """Drop ``actor_id``'s run soon (thread-safe): it joined another shard."""
+
+
+class ActorRegistry:
+    """Rows (lowest free first) and env-id ranges of the connected actors, and their shard."""
+
+    def __init__(self, limit: int = MAX_TOTAL_ENVS) -> None:
+        self.rows = RowPool(limit)
+        self._lock = threading.Lock()
+        self._starts: list[tuple[int, int, int]] = []  # (first env, last env, actor), sorted
+        self._ranges: dict[int, tuple[int, int, int]] = {}
+        self._owner: dict[int, Shard] = {}
+
+    def join(self, hello: Hello, shard: Shard, old_rows: np.ndarray | None = None) -> np.ndarray:
+        """Rows for a valid Hello on ``shard``; ``old_rows``: those of this actor's run on the
+        same shard that the new run replaces (kept when the size matches, else freed).
+
+        Raises ``env_id_conflict`` or ``too_many_envs`` (and changes nothing then).
+        """
+        first, last = hello.first_env, hello.first_env + hello.n_envs - 1
+        with self._lock:
+            self._check_env_ids(hello.actor_id, first, last)
+            if old_rows is not None and len(old_rows) == hello.n_envs:
+                rows = old_rows
+            else:
+                returned = 0 if old_rows is None else len(old_rows)
+                if self.rows.free + returned < hello.n_envs:
+                    raise ProtocolError(
+                        "too_many_envs",
+                        f"learner serves at most {self.rows.limit} envs, {self.rows.in_use} in use",
+                    )
+                if old_rows is not None:
+                    self.rows.release(old_rows)
+                rows = self.rows.allocate(hello.n_envs)
+            owner = self._owner.get(hello.actor_id)
+            if owner is not None and owner is not shard:
+                owner.revoke(hello.actor_id)
+            self._set_range(hello.actor_id, first, last)
+            self._owner[hello.actor_id] = shard
+            return rows
+
+    def leave(self, actor_id: int, shard: Shard, rows: np.ndarray) -> None:
+        """``actor_id``'s run on ``shard`` ended; its rows are free again."""
+        with self._lock:
+            if self._owner.get(actor_id) is shard:
+                del self._owner[actor_id]
+                self._set_range(actor_id, None, None)
+            self.rows.release(rows)
+
+    def _set_range(self, actor_id: int, first: int | None, last: int | None) -> None:
+        old = self._ranges.pop(actor_id, None)
+        if old is not None:
+            del self._starts[bisect.bisect_left(self._starts, old)]
+        if first is not None:
+            entry = (first, last, actor_id)
+            self._ranges[actor_id] = entry
+            bisect.insort(self._starts, entry)
+
+    def _check_env_ids(self, actor_id: int, first: int, last: int) -> None:
+        # Ranges do not overlap, so only the last one starting at or before `last` can.
+        at = bisect.bisect_right(self._starts, (last, float("inf"), 0))
+        for lo, hi, other in self._starts[max(0, at - 2) : at]:
+            if other != actor_id and first <= hi and last >= lo:
+                raise ProtocolError(
+                    "env_id_conflict",
+                    f"actor {actor_id} claims env ids {first}..{last}, actor {other} already "
+                    f"steps {lo}..{hi}; give each actor its own first_env",
+                )

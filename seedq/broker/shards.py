@@ -1,0 +1,203 @@
+"""``broker.shards=N``: N broker processes, one central inference.
+
+Each shard (:mod:`seedq.broker.shard_process`) owns a ROUTER socket on a port of its own and
+the actors that dial it (actor ``a`` dials shard ``a % N``, as the launcher tells it); it
+receives, checks and batches their Steps and answers them. The :class:`ShardHub`, a thread of
+the learner process, is their central inference: it registers every Hello in the one
+:class:`~seedq.broker.registry.ActorRegistry` (learner-wide rows and env ids), acts for every
+batch with the one model and records it in the one unroll store, and keeps the run's counters.
+
+An actor that restarts on another shard joins there like a new run: the registry revokes it
+on the shard it left (which drops its old run), and the consumer records only its live run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import zmq
+
+from seedq.broker import shard_link as link
+from seedq.broker.registry import ActorRegistry
+from seedq.broker.router import ActorSlot, BatchConsumer
+from seedq.core.stats import RunStats
+from seedq.messages import EnvSpec, ProtocolError, decode_header, decode_hello
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 60.0
+
+# Starts shard ``index``: (index, bind, link endpoint, spec dict, settings, keys_dir) -> a
+# process handle with is_alive(), join(timeout), kill() and exitcode (seedq.launch.shards).
+StartShard = Callable[[int, str, str, dict, dict, str], Any]
+
+
+class _ShardProxy:
+    """A shard as the registry sees it: something to revoke actors on."""
+
+    def __init__(self, index: int, sock: zmq.Socket) -> None:
+        self.index, self.sock = index, sock
+
+    def revoke(self, actor_id: int) -> None:
+        self.sock.send_multipart([link.REVOKE, np.asarray([actor_id], np.int64)])
+
+
+class ShardHub:
+    """Starts the shards, then (``serve``, in the learner's broker thread) answers them.
+
+    Args:
+        binds: one ``tcp://host:port`` per shard (port 0: any free one).
+        settings: the shards' broker settings (max_batch, deadline_ms, silent_timeout_s,
+            max_message_bytes, parent_pid, log_file, ...).
+        start: starts one shard process (the launcher's).
+    """
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        consumer: BatchConsumer,
+        binds: list[str],
+        settings: dict,
+        start: StartShard,
+        *,
+        keys_dir: str = "",
+        stats: RunStats | None = None,
+        registry: ActorRegistry | None = None,
+    ) -> None:
+        self.spec = spec
+        self.consumer = consumer
+        self.stats = stats if stats is not None else RunStats()
+        self.registry = registry if registry is not None else ActorRegistry()
+        self.ctx = zmq.Context()
+        self._dir = tempfile.mkdtemp(prefix="seedq-shards-")
+        self.links: list[zmq.Socket] = []
+        self.proxies: list[_ShardProxy] = []
+        self.procs: list[Any] = []
+        self.slots: dict[tuple[int, int], ActorSlot] = {}
+        self.connected_envs = 0
+        self._obs_dtype = np.dtype(spec.obs_dtype)
+        try:
+            for index, bind in enumerate(binds):
+                sock = self.ctx.socket(zmq.PAIR)
+                sock.setsockopt(zmq.LINGER, 0)
+                endpoint = f"ipc://{os.path.join(self._dir, f'shard-{index}')}"
+                sock.bind(endpoint)
+                self.links.append(sock)
+                self.proxies.append(_ShardProxy(index, sock))
+                self.procs.append(start(index, bind, endpoint, spec.to_dict(), settings, keys_dir))
+            self.endpoints = self._await_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self) -> list[str]:
+        endpoints: list[str | None] = [None] * len(self.links)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while None in endpoints:
+            for index, sock in enumerate(self.links):
+                if endpoints[index] is None and sock.poll(50):
+                    frames = sock.recv_multipart()
+                    if frames[0] != link.READY:
+                        raise RuntimeError(f"broker shard {index} sent {frames[0]!r} first")
+                    endpoints[index] = link.unpack(frames[1])["endpoint"]
+            self._check_processes()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker shards not ready in {READY_TIMEOUT_S:.0f} s")
+        log.info("%d broker shards at %s", len(endpoints), ", ".join(endpoints))
+        return endpoints
+
+    def _check_processes(self) -> None:
+        for index, proc in enumerate(self.procs):
+            if not proc.is_alive():
+                raise RuntimeError(
+                    f"broker shard {index} exited (code {proc.exitcode}); see its log lines "
+                    "above (role broker-shard)"
+                )
+
+    def serve(self, stop: threading.Event) -> None:
+        items = [(sock, zmq.POLLIN) for sock in self.links]
+        next_check = 0.0
+        while not stop.is_set():
+            for sock, _ in zmq.zmq_poll(items, 100):
+                index = self.links.index(sock)
+                while sock.poll(0):
+                    self._handle(index, sock.recv_multipart(copy=False))
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 1.0
+                self._check_processes()
+
+    def _handle(self, shard: int, frames: list) -> None:
+        op = frames[0].bytes
+        if op == link.ACT:
+            self._act(shard, frames)
+        elif op == link.JOIN:
+            self._join(shard, frames)
+        elif op == link.STARTED:
+            hello = decode_hello(decode_header(frames[1]))
+            rows = link.int_array(frames[2]).copy()
+            env_ids = np.arange(hello.first_env, hello.first_env + hello.n_envs, dtype=np.int64)
+            slot = ActorSlot(hello, b"", rows, env_ids)
+            self.slots[(shard, hello.actor_id)] = slot
+            self.connected_envs += hello.n_envs
+            self.consumer.actor_started(slot)
+        elif op == link.LEFT:
+            actor_id = int(link.int_array(frames[1])[0])
+            slot = self.slots.pop((shard, actor_id), None)
+            if slot is not None:
+                self.connected_envs -= slot.hello.n_envs
+                self.consumer.actor_left(slot)
+        elif op == link.RELEASE:
+            actor_id = int(link.int_array(frames[1])[0])
+            self.registry.leave(actor_id, self.proxies[shard], link.int_array(frames[2]).copy())
+        elif op == link.COUNTERS:
+            counts = link.unpack(frames[1])
+            self.stats.messages += counts["messages"]
+            self.stats.evicted += counts["evicted"]
+            for code, n in counts["bad"].items():
+                self.stats.bad_messages[code] += n
+
+    def _join(self, shard: int, frames: list) -> None:
+        hello = decode_hello(decode_header(frames[1]))
+        old = link.int_array(frames[2]).copy() if len(frames[2]) else None
+        try:
+            rows = self.registry.join(hello, self.proxies[shard], old)
+        except ProtocolError as exc:
+            self.links[shard].send_multipart(
+                [link.REFUSED, link.pack({"code": exc.code, "detail": exc.detail})]
+            )
+            return
+        self.links[shard].send_multipart([link.ROWS, np.asarray(rows, np.int64)])
+
+    def _act(self, shard: int, frames: list) -> None:
+        slots = [self.slots[(shard, a)] for a in link.int_array(frames[2]).tolist()]
+        batch = link.decode_batch(frames, slots, self.spec.obs_shape, self._obs_dtype)
+        actions = self.consumer.act(batch)
+        self.links[shard].send_multipart([link.ACTIONS, np.ascontiguousarray(actions)])
+        self.stats.record_batch(batch.num_envs, batch.episodes)
+        self.consumer.record(batch)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        for sock in self.links:
+            try:
+                sock.send_multipart([link.STOP], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        for sock in self.links:
+            sock.close(linger=0)
+        self.ctx.term()
+        shutil.rmtree(self._dir, ignore_errors=True)

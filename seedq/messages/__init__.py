@@ -1,0 +1,78 @@
+"""The seedq wire format: the only package that knows how messages look on the wire.
+
+Every message is a ZeroMQ multipart message whose frame 0 is its header; array frames follow,
+sent without a copy (``send_multipart(copy=False)``) and read back with ``np.frombuffer``.
+
+Kinds:
+- ``hello``   actor -> learner: joins with its env spec (obs shape/dtype, actions, n_envs) and
+              its run id. msgpack header (:mod:`seedq.messages.control`).
+- ``step``    actor -> learner: one batch step of n_envs envs: obs, reward, terminated,
+              truncated, final_obs (rows of the truncated envs only), finished episodes. The
+              request *is* the trajectory: the learner already knows the actions it chose.
+              Fixed binary header (:mod:`seedq.messages.steps`), checked against the Hello.
+- ``actions`` learner -> actor: the actions for a step, same seq. Binary, one frame.
+- ``bye``     actor -> learner: leaving; the learner drops its partial unrolls. msgpack.
+- ``error``   either way: a code and a human message. msgpack.
+
+Decoding validates version, kind, dtypes, shapes and sizes against the actor's ``Hello`` and
+bounds every length before allocating; any violation raises :class:`ProtocolError` carrying a
+short ``code`` from :data:`ERROR_CODES` the broker counts by. Non-finite rewards, episode
+returns and float observations are refused (``non_finite``): one NaN would otherwise poison a
+whole training batch. The broker checks array values once per batch
+(:mod:`seedq.messages.batch`); integer observations (uint8 Atari frames) pay nothing for it.
+
+A peer of protocol 2 (msgpack Step headers) is answered ``bad_version``.
+"""
+
+from seedq.messages.control import (
+    decode_bye,
+    decode_error,
+    decode_header,
+    decode_hello,
+    decode_reply,
+    encode,
+    frames_size,
+    reply_address,
+)
+from seedq.messages.protocol import (
+    ACTION_KINDS,
+    ACTIONS,
+    ALLOWED_DTYPES,
+    BYE,
+    CONTINUOUS,
+    DISCRETE,
+    ERROR,
+    ERROR_CODES,
+    HELLO,
+    KINDS,
+    MAX_ACTIONS,
+    MAX_ENVS,
+    MAX_FRAMES,
+    MAX_HEADER_BYTES,
+    MAX_OBS_DIMS,
+    MAX_OBS_ELEMENTS,
+    MAX_RUN_ID_CHARS,
+    PROTOCOL_VERSION,
+    STEP,
+    Actions,
+    Bye,
+    EnvSpec,
+    Error,
+    Frame,
+    Hello,
+    Message,
+    ProtocolError,
+    Step,
+    run_tag,
+)
+from seedq.messages.steps import BINARY_MARK, StepLayout, decode_actions, decode_step
+
+__all__ = [
+    "ACTIONS", "ACTION_KINDS", "ALLOWED_DTYPES", "BINARY_MARK", "BYE", "CONTINUOUS",
+    "DISCRETE", "ERROR", "ERROR_CODES", "HELLO", "KINDS", "MAX_ACTIONS", "MAX_ENVS",
+    "MAX_FRAMES", "MAX_HEADER_BYTES", "MAX_OBS_DIMS", "MAX_OBS_ELEMENTS", "MAX_RUN_ID_CHARS",
+    "PROTOCOL_VERSION", "STEP", "Actions", "Bye", "EnvSpec", "Error", "Frame", "Hello",
+    "Message", "ProtocolError", "Step", "StepLayout", "decode_actions", "decode_bye",
+    "decode_error", "decode_header", "decode_hello", "decode_reply", "decode_step", "encode",
+    "frames_size", "reply_address", "run_tag",
+]  # fmt: skip

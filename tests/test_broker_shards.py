@@ -1,0 +1,162 @@
+"""broker.shards: broker processes with their own ports, one central inference.
+
+Shard processes are real (spawned as a run spawns them); the learner side is the hub with a
+recording consumer, or a whole SeedRun. Waits poll for a condition with a generous deadline;
+nothing asserts on time.
+"""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+from test_pipeline import columns_by_env, expected_stream, run_pipeline, stitch
+
+from seedq.broker.config import BrokerConfig
+from seedq.broker.router import ActorSlot
+from seedq.broker.shards import ShardHub
+from seedq.launch.shards import start_shard
+from seedq.learner.central_inference import CentralInference
+from seedq.messages import Actions, EnvSpec, Error, Hello, Step, decode_reply, encode
+
+SPEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
+SETTINGS = {"max_batch": 64, "deadline_ms": 1.0, "silent_timeout_s": 30.0,
+            "max_message_bytes": 1 << 20}  # fmt: skip
+
+
+class Recorder:
+    """Central inference's stand-in: action 1 for every env; remembers runs and records."""
+
+    def __init__(self) -> None:
+        self.started, self.left, self.recorded = [], [], []
+
+    def act(self, batch):
+        return np.ones(batch.num_envs, np.int32)
+
+    def record(self, batch):
+        pairs = zip(batch.slots, batch.seqs, strict=True)
+        self.recorded.extend((slot.hello.run_id, seq) for slot, seq in pairs)
+
+    def actor_started(self, slot):
+        self.started.append(slot.hello.run_id)
+
+    def actor_left(self, slot):
+        self.left.append(slot.hello.run_id)
+
+
+@pytest.fixture()
+def hub():
+    recorder = Recorder()
+    hub = ShardHub(SPEC, recorder, ["tcp://127.0.0.1:0"] * 2, SETTINGS, start_shard)
+    stop = threading.Event()
+    thread = threading.Thread(target=hub.serve, args=(stop,), daemon=True)
+    thread.start()
+    ctx = zmq.Context()
+    yield hub, recorder, ctx
+    stop.set()
+    thread.join(timeout=10)
+    hub.close()
+    ctx.destroy(linger=0)
+
+
+def dealer(ctx, endpoint):
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 20_000)
+    sock.connect(endpoint)
+    return sock
+
+
+def step(sock, actor_id, run_id, seq, n=2):
+    obs = np.full((n, 4), seq, np.float32)
+    flags = np.zeros(n, bool)
+    msg = Step(actor_id, run_id, seq, obs, np.zeros(n, np.float32), flags, flags, obs[:0])
+    sock.send_multipart(encode(msg), copy=False)
+    return decode_reply(sock.recv_multipart(), n)
+
+
+def until(condition, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_an_actor_restarting_on_another_shard_is_dropped_on_the_first(hub):
+    hub, recorder, ctx = hub
+    first, second = (dealer(ctx, e) for e in hub.endpoints)
+    first.send_multipart(encode(Hello(5, "run-a", 2, SPEC, first_env=10)))
+    answers = [step(first, 5, "run-a", 0), step(first, 5, "run-a", 1)]
+    second.send_multipart(encode(Hello(5, "run-b", 2, SPEC, first_env=10)))
+    answers.append(step(second, 5, "run-b", 0))
+    until(lambda: recorder.left == ["run-a"], "shard 0 to drop run-a")
+    refused = step(first, 5, "run-a", 2)
+    until(lambda: ("run-b", 0) in recorder.recorded, "run-b's step to be recorded")
+    assert (
+        [type(a) for a in answers],
+        refused.code,
+        recorder.started,
+        recorder.recorded,
+        hub.registry.rows.in_use,
+    ) == (
+        [Actions] * 3,
+        "unknown_actor",
+        ["run-a", "run-b"],
+        [("run-a", 0), ("run-a", 1), ("run-b", 0)],
+        2,
+    )
+
+
+def test_env_ids_are_checked_across_shards(hub):
+    hub, recorder, ctx = hub
+    first, second = (dealer(ctx, e) for e in hub.endpoints)
+    first.send_multipart(encode(Hello(0, "a", 2, SPEC, first_env=0)))
+    step(first, 0, "a", 0)
+    second.send_multipart(encode(Hello(1, "b", 2, SPEC, first_env=1)))
+    reply = decode_reply(second.recv_multipart(), 2)
+    assert (type(reply), reply.code, recorder.started) == (Error, "env_id_conflict", ["a"])
+
+
+class _Engine:
+    """The inference engine's surface central inference uses, without a model."""
+
+    def ensure_rows(self, rows):
+        pass
+
+    def reset_rows(self, rows):
+        pass
+
+
+def test_central_inference_ignores_the_stale_run_of_an_actor_that_moved():
+    consumer = CentralInference(_Engine(), unroll_length=4, on_unroll=lambda unroll: None)
+    old = ActorSlot(Hello(5, "a", 2, SPEC), b"", np.arange(2), np.arange(2))
+    new = ActorSlot(Hello(5, "b", 2, SPEC), b"", np.arange(2, 4), np.arange(2))
+    consumer.actor_started(old)
+    consumer.actor_started(new)  # on another shard, before the first shard dropped `old`
+    consumer.actor_left(old)
+    assert consumer._live[5] is new and 5 in consumer.store._env_ids
+
+
+def test_a_sharded_run_trains_on_exactly_what_each_env_produced(tmp_path):
+    """Two shard processes, actors on both (a % 2), one model and one unroll store."""
+    summary, batches = run_pipeline(
+        tmp_path, truncate=True, broker=BrokerConfig(max_batch=5, deadline_ms=1.0, shards=2)
+    )
+    streams = columns_by_env(batches)
+    for env_id, columns in streams.items():
+        stream = stitch(columns)
+        obs, reward, done = expected_stream(env_id, len(stream["obs"]), stream["action"])
+        np.testing.assert_array_equal(stream["obs"], obs, err_msg=f"env {env_id}")
+        np.testing.assert_array_equal(stream["reward"], reward, err_msg=f"env {env_id}")
+    joined = []
+    for shard in range(2):
+        with open(os.path.join(tmp_path, f"broker-shard-{shard}.log")) as f:
+            joined.append(sorted({int(line.split("actor ")[1].split()[0])
+                                  for line in f if " joined " in line}))  # fmt: skip
+    assert (sorted(streams), joined, summary.env_steps >= 3000) == (
+        list(range(12)),
+        [[0, 2], [1, 3]],
+        True,
+    )
