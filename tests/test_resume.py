@@ -167,14 +167,15 @@ def test_resume_auto_needs_a_fixed_run_dir(tmp_path):
 def test_resume_auto_starts_continues_and_knows_a_finished_run(tmp_path):
     run = [*FAKE, "resume=auto", f"run_dir={tmp_path}"]
     first = run_cli(*run, "total_env_steps=5000")
+    done = json.loads((tmp_path / "summary.json").read_text())["env_steps"]  # 5000 or past it
     again = run_cli(*run, "total_env_steps=5000")
-    longer = run_cli(*run, "total_env_steps=10000")
+    longer = run_cli(*run, f"total_env_steps={done + 5000}")
     summary = json.loads((tmp_path / "summary.json").read_text())
     steps = read_steps(tmp_path / "metrics.csv")
     assert (first.returncode, again.returncode, longer.returncode) == (0, 0, 0), longer.stdout
     assert "no checkpoint in" in first.stdout
     assert "already finished (total_env_steps" in again.stdout
-    assert "resumed at " in longer.stdout and summary["env_steps"] >= 10000
+    assert "resumed at " in longer.stdout and summary["env_steps"] >= done + 5000
     assert steps == sorted(steps) and (tmp_path / ".hydra").is_dir()  # one folder, one curve
 
 
@@ -182,10 +183,11 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(tmp_path):
     run = [*FAKE, "resume=auto", f"run_dir={tmp_path}"]
     # two runs, each ending with a checkpoint: two files however fast the box steps
     assert run_cli(*run, "total_env_steps=10000").returncode == 0
-    assert run_cli(*run, "total_env_steps=20000").returncode == 0
+    done = json.loads((tmp_path / "summary.json").read_text())["env_steps"]
+    assert run_cli(*run, f"total_env_steps={done + 10000}").returncode == 0
     saved = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))
     damage(saved[-1])
-    result = run_cli(*run, "total_env_steps=40000")
+    result = run_cli(*run, f"total_env_steps={done + 20000}")
     previous = int(saved[-2].name[5:-3])
     assert (result.returncode, f"resumed at {previous} env steps" in result.stdout) == (0, True)
     assert f"{saved[-1].name} cannot be read" in result.stdout
