@@ -28,12 +28,12 @@ from ssh_hosts import (
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
+from seedq.launch.remote_actor import remote_script
 from seedq.launch.ssh import (
     HostCheckError,
     SshHost,
     SshLauncher,
     advertise_host,
-    remote_script,
     resolve_host,
 )
 from seedq.schema import ConfigError

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from seedq.launch.remote_actor import remote_script
+from seedq.launch.remote_actor import remote_script, start_fed
 from seedq.launch.ssh import SshHost, resolve_host, ssh_command
 from seedq.schema import ConfigError
 
@@ -104,24 +104,13 @@ class SshLearners:
         cfg = self.cfg
         python = cfg.launcher.python or sys.executable
         master = self.hosts[0].hostname
-        os.makedirs(os.path.join(self.run_dir, "learners"), exist_ok=True)
         for i, host in enumerate(self.hosts):
             argv = torchrun_argv(
                 python, len(self.hosts), i, self.per_host, master, cfg.launcher.learner_port
             )
             script = host_script(cfg, argv, self.overrides, self.run_dir)
-            with open(self.log_path(i), "ab") as out:
-                proc = subprocess.Popen(
-                    ssh_command(cfg.launcher.ssh_args, host.entry, "sh", "-s"),
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            assert proc.stdin is not None
-            proc.stdin.write(script.encode())
-            proc.stdin.flush()
-            self.procs.append(proc)
+            command = ssh_command(cfg.launcher.ssh_args, host.entry, "sh", "-s")
+            self.procs.append(start_fed(command, script, self.log_path(i)))
             log.info("learner %s on %s: %s", self.ranks_of(i), host.entry, shlex.join(argv[:7]))
 
     def wait(self) -> None:

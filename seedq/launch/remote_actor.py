@@ -9,10 +9,13 @@ stops the actor. Its output is the actor's log, streamed into ``RUN_DIR/actors/<
 
 Before anything starts, :func:`check_hosts` runs :mod:`seedq.launch.host_check` through the same
 command on every host at once; :class:`HostFailures` drops a host whose actors keep failing.
+:class:`RemoteLauncher` is what both launchers are to ``ActorPool``: the endpoint actors dial
+and the spawner that counts restarts as failures of a host.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -24,12 +27,17 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from seedq.envs import EnvConfig
 from seedq.launch.actors import SpawnRefused
+from seedq.launch.config import LauncherConfig
 from seedq.launch.remote_keys import actor_script
 from seedq.messages import PROTOCOL_VERSION
 from seedq.schema import ConfigError
+
+if TYPE_CHECKING:
+    from seedq.broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +105,9 @@ def actor_host_script(cmd: list[str], workdir: str, env: dict[str, str], remote_
     )
 
 
-def start_streamed(command: list[str], script: str, log_path: str, link: str) -> subprocess.Popen:
-    """Run ``command`` with ``script`` on its stdin, kept open, and its output in ``log_path``;
-    ``link`` (the actor's ``actor_<i>.log``) points at that file."""
+def start_fed(command: list[str], script: str, log_path: str) -> subprocess.Popen:
+    """Run ``command`` with ``script`` on its stdin, kept open, and its output appended to
+    ``log_path``; closing its stdin is what stops the remote process (its guard's end-of-file)."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
@@ -107,13 +115,20 @@ def start_streamed(command: list[str], script: str, log_path: str, link: str) ->
             stdin=subprocess.PIPE,
             stdout=out,
             stderr=subprocess.STDOUT,
-            # The learner stops actors in order; a Ctrl-C meant for it must not hit them.
+            # The learner stops its remote processes in order; a Ctrl-C meant for it must not
+            # hit them.
             start_new_session=True,
         )
-    # stdin stays open: its end-of-file is what stops the remote actor.
     assert proc.stdin is not None
     proc.stdin.write(script.encode())
     proc.stdin.flush()
+    return proc
+
+
+def start_streamed(command: list[str], script: str, log_path: str, link: str) -> subprocess.Popen:
+    """:func:`start_fed`, and ``link`` (the actor's ``actor_<i>.log``) pointing at
+    ``log_path``."""
+    proc = start_fed(command, script, log_path)
     if os.path.lexists(link):
         os.remove(link)
     os.symlink(os.path.relpath(log_path, os.path.dirname(link)), link)
@@ -152,8 +167,20 @@ def check_host(host: str, command: list[str], script: str, timeout_s: float, pyt
     return f"  {host}: {what}\n{stderr}"
 
 
-def check_hosts(hosts: list[str], check: Callable[[str], str]) -> None:
-    """Run ``check`` on every host at once; raise naming every host that failed."""
+def check_hosts(
+    hosts: list[str],
+    command: Callable[[str], list[str]],
+    cfg: LauncherConfig,
+    env: EnvConfig,
+    python: str,
+) -> None:
+    """Run the host check on every host at once, each through ``command(host)`` (its ``sh -s``)
+    with ``cfg``'s working directory and environment; raise naming every host that failed."""
+    script = remote_script(host_check_argv(python, env), workdir=cfg.workdir, env=cfg.env)
+
+    def check(host: str) -> str:
+        return check_host(host, command(host), script, cfg.check_timeout_s, python)
+
     with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
         failed = [r for r in pool.map(check, hosts) if r]
     if failed:
@@ -190,3 +217,62 @@ class HostFailures:
                 FAILURE_WINDOW_S / 60,
             )
         return host in self.dropped
+
+
+class RemoteLauncher:
+    """``ActorPool``'s side of a launcher whose actors run elsewhere (ssh, slurm).
+
+    A subclass, a dataclass, has ``cfg``, ``run_dir``, ``slots`` (one per actor this learner
+    runs), ``_failures`` and ``_spawned``, and says where actor ``index`` runs
+    (:meth:`place`), the command that starts an ``sh -s`` there (:meth:`command`) and the host
+    actors dial (:meth:`dialled_host`).
+    """
+
+    cfg: LauncherConfig
+    run_dir: str
+    slots: list
+    _failures: HostFailures
+    _spawned: set[int]
+
+    def place(self, index: int) -> tuple[str, str]:
+        """The host of actor ``index`` (as ``HostFailures`` counts it) and the name of its log
+        file under ``RUN_DIR/actors``."""
+        raise NotImplementedError
+
+    def command(self, host: str, name: str) -> list[str]:
+        """The command that runs ``sh -s`` on ``host``, for the job called ``name``."""
+        raise NotImplementedError
+
+    def dialled_host(self, broker: BrokerConfig) -> str:
+        """The address actors dial the broker at."""
+        raise NotImplementedError
+
+    @property
+    def num_actors(self) -> int:
+        return len(self.slots)
+
+    def check(self, hosts: list[str], env: EnvConfig, python: str) -> None:
+        """The host check on every one of ``hosts`` at once; raises naming each that failed."""
+        command = functools.partial(self.command, name="seedq-check")
+        check_hosts(hosts, command, self.cfg, env, python)
+
+    def actor_endpoint(self, broker: BrokerConfig, bound: str) -> str:
+        """The endpoint actors dial, for a broker bound at ``bound`` (tcp://host:port)."""
+        port = bound.rsplit(":", 1)[1]
+        host = self.dialled_host(broker)
+        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+    def spawn(self, index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
+        """``ActorPool``'s spawner: actor ``index`` on its host; a second call for the same
+        index is a restart and counts as a failure of that host."""
+        host, log_name = self.place(index)
+        if index in self._spawned and self._failures.record(host):
+            raise HostDropped(f"actor host {host} was dropped after repeated failures")
+        self._spawned.add(index)
+        cfg = self.cfg
+        return start_streamed(
+            self.command(host, f"seedq-actor-{index}"),
+            actor_host_script(cmd, cfg.workdir, cfg.env, cfg.remote_keys_dir),
+            os.path.join(self.run_dir, "actors", log_name),
+            log_file,
+        )

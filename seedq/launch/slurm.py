@@ -25,16 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
-from seedq.launch.remote_actor import (
-    HostDropped,
-    HostFailures,
-    actor_host_script,
-    check_host,
-    check_hosts,
-    host_check_argv,
-    remote_script,
-    start_streamed,
-)
+from seedq.launch.remote_actor import HostFailures, RemoteLauncher
 from seedq.parallel.ranks import actor_share
 from seedq.schema import ConfigError
 from seedq.security import is_loopback
@@ -173,7 +164,7 @@ def advertise_host(broker_host: str, advertise: str, nodes: list[str], here: str
 
 
 @dataclass
-class SlurmLauncher:
+class SlurmLauncher(RemoteLauncher):
     """The allocation's actor slots, their node checks, and ``ActorPool``'s spawner."""
 
     cfg: LauncherConfig
@@ -222,42 +213,20 @@ class SlurmLauncher:
     def nodes(self) -> list[str]:
         return list(dict.fromkeys(node for node, _ in self.slots))
 
-    @property
-    def num_actors(self) -> int:
-        return len(self.slots)
-
-    def actor_endpoint(self, broker: BrokerConfig, bound: str) -> str:
-        """The endpoint actors dial, for a broker bound at ``bound`` (tcp://host:port)."""
-        port = bound.rsplit(":", 1)[1]
+    def dialled_host(self, broker: BrokerConfig) -> str:
         here = socket.gethostname()
-        host = advertise_host(broker.host, broker.advertise_host, self.nodes, here)
-        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+        return advertise_host(broker.host, broker.advertise_host, self.nodes, here)
 
     def srun(self, node: str, name: str, *command: str) -> list[str]:
         return srun_command(self.allocation.job_id, node, name, self.cfg.srun_args, *command)
 
+    def place(self, index: int) -> tuple[str, str]:
+        node, n = self.slots[index]
+        return node, f"{node}-{n}.log"
+
+    def command(self, host: str, name: str) -> list[str]:
+        return self.srun(host, name, "sh", "-s")
+
     def check_nodes(self, env: EnvConfig, python: str) -> None:
         """The host check as one job step on every actor node at once."""
-        argv = host_check_argv(python, env)
-        script = remote_script(argv, workdir=self.cfg.workdir, env=self.cfg.env)
-
-        def check(node: str) -> str:
-            command = self.srun(node, "seedq-check", "sh", "-s")
-            return check_host(node, command, script, self.cfg.check_timeout_s, python)
-
-        check_hosts(self.nodes, check)
-
-    def spawn(self, index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
-        """``ActorPool``'s spawner: actor ``index`` as a job step on its node; a second call
-        for the same index is a restart and counts as a failure of that node."""
-        node, n = self.slots[index]
-        if index in self._spawned and self._failures.record(node):
-            raise HostDropped(f"node {node} was dropped after repeated failures")
-        self._spawned.add(index)
-        cfg = self.cfg
-        return start_streamed(
-            self.srun(node, f"seedq-actor-{index}", "sh", "-s"),
-            actor_host_script(cmd, cfg.workdir, cfg.env, cfg.remote_keys_dir),
-            os.path.join(self.run_dir, "actors", f"{node}-{n}.log"),
-            log_file,
-        )
+        self.check(self.nodes, env, python)

@@ -13,7 +13,6 @@ its stderr.
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -23,17 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
-from seedq.launch.remote_actor import (
-    HostCheckError,
-    HostDropped,
-    HostFailures,
-    actor_host_script,
-    check_host,
-    check_hosts,
-    host_check_argv,
-    remote_script,
-    start_streamed,
-)
+from seedq.launch.remote_actor import HostCheckError, HostFailures, RemoteLauncher
 from seedq.parallel.ranks import actor_share
 from seedq.schema import ConfigError
 from seedq.security import is_loopback
@@ -109,7 +98,7 @@ def advertise_host(broker_host: str, advertise: str, hosts: list[SshHost]) -> st
 
 
 @dataclass
-class SshLauncher:
+class SshLauncher(RemoteLauncher):
     """Hosts, their checks, and the spawner that ``ActorPool`` calls for each actor."""
 
     cfg: LauncherConfig
@@ -141,48 +130,21 @@ class SshLauncher:
         launcher.check_hosts(cfg.env, cfg.launcher.python or sys.executable)
         return launcher
 
-    def actor_endpoint(self, broker: BrokerConfig, bound: str) -> str:
-        """The endpoint remote actors dial, for a broker bound at ``bound`` (tcp://host:port)."""
-        port = bound.rsplit(":", 1)[1]
-        host = advertise_host(broker.host, broker.advertise_host, self.hosts)
-        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+    def dialled_host(self, broker: BrokerConfig) -> str:
+        return advertise_host(broker.host, broker.advertise_host, self.hosts)
 
-    @property
-    def num_actors(self) -> int:
-        return len(self.slots)
-
-    def host_of(self, index: int) -> tuple[SshHost, int]:
+    def place(self, index: int) -> tuple[str, str]:
         host, n = self.slots[index]
-        return self.hosts[host], n
+        return self.hosts[host].entry, f"{self.hosts[host].label}-{n}.log"
+
+    def command(self, host: str, name: str) -> list[str]:
+        return ssh_command(self.cfg.ssh_args, host, "sh", "-s")
 
     def check_hosts(self, env: EnvConfig, python: str) -> None:
         """Run the host check everywhere at once; raise naming every host that failed."""
-        script = remote_script(
-            host_check_argv(python, env), workdir=self.cfg.workdir, env=self.cfg.env
-        )
-
-        def check(entry: str) -> str:
-            command = ssh_command(self.cfg.ssh_args, entry, "sh", "-s")
-            return check_host(entry, command, script, self.cfg.check_timeout_s, python)
-
         used = sorted({host for host, _ in self.slots})
-        check_hosts([self.hosts[h].entry for h in used], check)
+        self.check([self.hosts[h].entry for h in used], env, python)
 
     def record_failure(self, host: SshHost, now: float | None = None) -> bool:
         """Count one failure of ``host``; True once it is dropped (see :class:`HostFailures`)."""
         return self._failures.record(host.entry, now)
-
-    def spawn(self, index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
-        """``ActorPool``'s spawner: actor ``index`` on its host; a second call for the same
-        index is a restart and counts as a failure of that host."""
-        host, n = self.host_of(index)
-        if index in self._spawned and self.record_failure(host):
-            raise HostDropped(f"actor host {host.entry} was dropped after repeated failures")
-        self._spawned.add(index)
-        cfg = self.cfg
-        return start_streamed(
-            ssh_command(cfg.ssh_args, host.entry, "sh", "-s"),
-            actor_host_script(cmd, cfg.workdir, cfg.env, cfg.remote_keys_dir),
-            os.path.join(self.run_dir, "actors", f"{host.label}-{n}.log"),
-            log_file,
-        )
