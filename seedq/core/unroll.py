@@ -14,7 +14,27 @@ import numpy as np
 
 
 @dataclass
-class Unroll:
+class StepRows:
+    """The per-step fields an unroll is made of: the arrays of :data:`TIME_FIELDS` and the
+    recurrent ``core_state``. An :class:`Unroll` holds T+1 steps of them (its docstring gives
+    the shapes), the learner's ``StepRecord`` one."""
+
+    obs: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    truncated: np.ndarray
+    truncation_value: np.ndarray
+    action: np.ndarray
+    behaviour: np.ndarray
+    core_state: tuple[np.ndarray, ...]
+
+
+# The fields with a time axis (a row per step); core_state has none.
+TIME_FIELDS = tuple(f.name for f in fields(StepRows) if f.name != "core_state")
+
+
+@dataclass
+class Unroll(StepRows):
     """A time-major trajectory of T+1 steps for B env columns.
 
     obs: [T+1, B, *obs_shape]; reward: float32 [T+1, B] (arrived with obs[t]);
@@ -27,14 +47,6 @@ class Unroll:
     env_id: int64 [B] global env ids.
     """
 
-    obs: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray
-    truncated: np.ndarray
-    truncation_value: np.ndarray
-    action: np.ndarray
-    behaviour: np.ndarray
-    core_state: tuple[np.ndarray, ...]
     env_id: np.ndarray
 
     @property
@@ -43,11 +55,7 @@ class Unroll:
 
     def columns(self, start: int, stop: int) -> Unroll:
         """Env columns [start, stop) as a new Unroll (views)."""
-        sliced = {
-            f.name: getattr(self, f.name)[:, start:stop]
-            for f in fields(self)
-            if f.name not in ("core_state", "env_id")
-        }
+        sliced = {name: getattr(self, name)[:, start:stop] for name in TIME_FIELDS}
         return Unroll(
             **sliced,
             core_state=tuple(s[start:stop] for s in self.core_state),
@@ -60,9 +68,7 @@ def concat_unrolls(unrolls: list[Unroll]) -> Unroll:
     if len(unrolls) == 1:
         return unrolls[0]
     joined = {
-        f.name: np.concatenate([getattr(u, f.name) for u in unrolls], axis=1)
-        for f in fields(Unroll)
-        if f.name not in ("core_state", "env_id")
+        name: np.concatenate([getattr(u, name) for u in unrolls], axis=1) for name in TIME_FIELDS
     }
     states = tuple(
         np.concatenate([u.core_state[i] for u in unrolls], axis=0)

@@ -20,35 +20,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seedq.core.unroll import Unroll
+from seedq.core.unroll import TIME_FIELDS, StepRows, Unroll
 
 
 @dataclass
-class StepRecord:
+class StepRecord(StepRows):
     """What the learner knows about one actor's batch step after answering it.
 
     All arrays have leading dim N (the actor's envs); core_state is the state the inference
     used as input for this step (before any reset), each [N, H].
     """
 
-    obs: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray
-    truncated: np.ndarray
-    truncation_value: np.ndarray
-    action: np.ndarray
-    behaviour: np.ndarray
-    core_state: tuple[np.ndarray, ...]
-
-
-_TIME_FIELDS = ("obs", "reward", "done", "truncated", "truncation_value", "action", "behaviour")
-
 
 class _ActorTrack:
     def __init__(self, rows: int, env_id: np.ndarray, first: StepRecord) -> None:
         self.buffers = {
             name: np.empty((rows, *getattr(first, name).shape), getattr(first, name).dtype)
-            for name in _TIME_FIELDS
+            for name in TIME_FIELDS
         }
         # The input state of every row, shifted with the rows: the state before the row that
         # starts the next unroll may have been written one or more unrolls ago (overlap
@@ -94,7 +82,7 @@ class UnrollStore:
             track = _ActorTrack(self.unroll_length + 1, self._env_ids[key], record)
             self._tracks[key] = track
         row = track.cursor
-        for name in _TIME_FIELDS:
+        for name in TIME_FIELDS:
             track.buffers[name][row] = getattr(record, name)
         for buf, state in zip(track.states, record.core_state, strict=True):
             buf[row] = state
