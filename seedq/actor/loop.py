@@ -187,16 +187,7 @@ async def _join_and_step(
     obs = env.reset(seed=seed)
     n = env.num_envs
     tracker = EpisodeTracker(n)
-    step = Step(
-        actor_id=actor_id,
-        run_id=run_id,
-        seq=0,
-        obs=obs,
-        reward=np.zeros(n, np.float32),
-        terminated=np.zeros(n, bool),
-        truncated=np.zeros(n, bool),
-        final_obs=obs[:0],
-    )
+    step = Step.first(hello, obs)
     latencies = stats.latencies
     while not stop.is_set():
         sent = time.perf_counter() if latencies is not None else 0.0
@@ -217,18 +208,7 @@ async def _join_and_step(
 
 def next_step(step: Step, out: StepBatch, returns: list, lengths: list) -> Step:
     """The request that follows ``step``: the env batch's result and the episodes it ended."""
-    return Step(
-        actor_id=step.actor_id,
-        run_id=step.run_id,
-        seq=step.seq + 1,
-        obs=out.obs,
-        reward=out.reward,
-        terminated=out.terminated,
-        truncated=out.truncated,
-        final_obs=out.final_obs,
-        episode_returns=returns,
-        episode_lengths=lengths,
-    )
+    return Step.of_batch(step.actor_id, step.run_id, step.seq + 1, out, returns, lengths)
 
 
 async def _receive_actions(

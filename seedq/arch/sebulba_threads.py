@@ -137,16 +137,7 @@ def step_env_batch(
     n = env.num_envs
     obs = env.reset(seed=seed)
     tracker = EpisodeTracker(n)
-    step = Step(
-        actor_id=hello.actor_id,
-        run_id=hello.run_id,
-        seq=0,
-        obs=obs,
-        reward=np.zeros(n, np.float32),
-        terminated=np.zeros(n, bool),
-        truncated=np.zeros(n, bool),
-        final_obs=obs[:0],
-    )
+    step = Step.first(hello, obs)
     while not stop.is_set():
         actions = desk.submit(slot, step)
         if actions is None:

@@ -164,6 +164,47 @@ class Step:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
 
+    @classmethod
+    def first(cls, hello: Hello, obs: np.ndarray) -> Step:
+        """The request that follows ``hello``: its envs' reset observations ``obs`` as seq 0, with
+        no reward yet and no episode ended."""
+        n = hello.n_envs
+        return cls(
+            actor_id=hello.actor_id,
+            run_id=hello.run_id,
+            seq=0,
+            obs=obs,
+            reward=np.zeros(n, np.float32),
+            terminated=np.zeros(n, bool),
+            truncated=np.zeros(n, bool),
+            final_obs=obs[:0],
+        )
+
+    @classmethod
+    def of_batch(
+        cls,
+        actor_id: int,
+        run_id: str,
+        seq: int,
+        batch: Any,
+        returns: list[float],
+        lengths: list[int],
+    ) -> Step:
+        """The Step of a batch step's arrays: ``batch`` has ``obs``, ``reward``, ``terminated``,
+        ``truncated`` and ``final_obs`` (an env batch's ``StepBatch``, a decoded message)."""
+        return cls(
+            actor_id=actor_id,
+            run_id=run_id,
+            seq=seq,
+            obs=batch.obs,
+            reward=batch.reward,
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            final_obs=batch.final_obs,
+            episode_returns=returns,
+            episode_lengths=lengths,
+        )
+
 
 @dataclass
 class Actions:

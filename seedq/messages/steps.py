@@ -228,18 +228,7 @@ def decode_step(frames: Sequence[Frame], hello: Hello, next_seq: int | None = No
     if decoded.errors:
         raise decoded.errors[0][1]
     returns, lengths = decoded.episodes[0][1:] if decoded.episodes else ([], [])
-    return Step(
-        actor_id=hello.actor_id,
-        run_id=hello.run_id,
-        seq=seq,
-        obs=decoded.obs,
-        reward=decoded.reward,
-        terminated=decoded.terminated,
-        truncated=decoded.truncated,
-        final_obs=decoded.final_obs,
-        episode_returns=returns,
-        episode_lengths=lengths,
-    )
+    return Step.of_batch(hello.actor_id, hello.run_id, seq, decoded, returns, lengths)
 
 
 def decode_actions(frames: Sequence[Frame], n_envs: int, spec: EnvSpec | None = None) -> Actions:
