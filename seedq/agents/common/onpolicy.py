@@ -24,6 +24,7 @@ import torch
 from seedq.agents.common.base import AgentBase
 from seedq.agents.common.batches import BatchAssembler
 from seedq.agents.common.normalize import RewardScaler
+from seedq.agents.common.targets import transition_rewards
 from seedq.agents.common.update import GradientStep, linear_lr
 from seedq.core.agent import RunContext
 from seedq.core.stats import TrainStats
@@ -49,6 +50,24 @@ class OnPolicyLearner:
 
     def train_batch(self, batch: Unroll) -> dict[str, Any]:
         raise NotImplementedError
+
+    def transitions(self, batch: Unroll, done: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rewards and discounts ``[T, B]`` of the T transitions of ``batch`` (``done``: its
+        ``done`` on the device): rewards scaled (``reward_scaling``), clipped and bootstrapped
+        from the truncation values; no discount into an episode's first observation."""
+        cfg, tensor = self.cfg, self.step.tensor
+        reward = batch.reward
+        if self.reward_scaler is not None:
+            reward = self.reward_scaler.scale(reward, batch.done, batch.env_id)
+        rewards = transition_rewards(
+            tensor(reward),
+            tensor(batch.truncated),
+            tensor(batch.truncation_value),
+            first=1,
+            gamma=cfg.gamma,
+            reward_clip=cfg.reward_clip,
+        )
+        return rewards, cfg.gamma * (~done[1:]).to(rewards.dtype)
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}

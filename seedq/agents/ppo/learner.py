@@ -18,7 +18,6 @@ import torch
 from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.onpolicy import OnPolicyLearner
-from seedq.agents.common.targets import transition_rewards
 from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.loss import gae, ppo_loss
@@ -52,24 +51,13 @@ class PPOLearner(OnPolicyLearner):
     @torch.no_grad()
     def targets(self, batch: Unroll) -> dict[str, torch.Tensor]:
         """Old log-probs, old values, advantages and returns, each ``[T, B]``."""
-        cfg, tensor = self.cfg, self.step.tensor
-        reward = batch.reward
-        if self.reward_scaler is not None:
-            reward = self.reward_scaler.scale(reward, batch.done, batch.env_id)
+        tensor = self.step.tensor
         done = tensor(batch.done)
         with self.step.autocast():
             out, _ = self.model(tensor(batch.obs), done, tuple(tensor(s) for s in batch.core_state))
         values = out.value.float()
-        rewards = transition_rewards(
-            tensor(reward),
-            tensor(batch.truncated),
-            tensor(batch.truncation_value),
-            first=1,
-            gamma=cfg.gamma,
-            reward_clip=cfg.reward_clip,
-        )
-        discounts = cfg.gamma * (~done[1:]).to(rewards.dtype)
-        advantages, returns = gae(rewards, discounts, values[:-1], values[-1], cfg.gae_lambda)
+        rewards, discounts = self.transitions(batch, done)
+        advantages, returns = gae(rewards, discounts, values[:-1], values[-1], self.cfg.gae_lambda)
         behaviour = tensor(batch.behaviour)[:-1].float()
         old_log_probs = out.distribution.log_prob(behaviour, tensor(batch.action)[:-1])
         return {

@@ -9,7 +9,6 @@ import torch
 from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.onpolicy import OnPolicyLearner
-from seedq.agents.common.targets import transition_rewards
 from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import vtrace_loss
@@ -63,18 +62,7 @@ class VTraceLearner(OnPolicyLearner):
         with self.step.autocast():
             out, _ = self.model(obs, done, state)
         logits, values = out.logits.float(), out.baseline.float()
-        reward = batch.reward
-        if self.reward_scaler is not None:
-            reward = self.reward_scaler.scale(reward, batch.done, batch.env_id)
-        rewards = transition_rewards(
-            tensor(reward),
-            tensor(batch.truncated),
-            tensor(batch.truncation_value),
-            first=1,
-            gamma=cfg.gamma,
-            reward_clip=cfg.reward_clip,
-        )
-        discounts = cfg.gamma * (~done[1:]).to(rewards.dtype)
+        rewards, discounts = self.transitions(batch, done)
         return vtrace_loss(
             target_logits=logits[:-1],
             behaviour_logits=tensor(batch.behaviour)[:-1],
