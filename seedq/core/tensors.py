@@ -1,6 +1,9 @@
-"""Host arrays to the learner's device: zero-copy on CPU, pinned + non-blocking on CUDA."""
+"""Host arrays to the learner's device (zero-copy on CPU, pinned + non-blocking on CUDA), and
+the autocast a forward pass runs under."""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import torch
@@ -24,3 +27,12 @@ def to_device(
     if pin_memory:
         tensor = tensor.pin_memory()
     return tensor.to(device, non_blocking=True)
+
+
+def amp_autocast(
+    device: torch.device, amp_dtype: torch.dtype | None
+) -> contextlib.AbstractContextManager:
+    """Autocast to ``amp_dtype`` on ``device`` (``hardware.amp``); nothing when it is None."""
+    if amp_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=amp_dtype)

@@ -9,7 +9,6 @@ can bootstrap from its value instead of from the next episode's first observatio
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import NamedTuple
 
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 
 from seedq.core.agent import Selector
-from seedq.core.tensors import to_device
+from seedq.core.tensors import amp_autocast, to_device
 
 
 class InferenceResult(NamedTuple):
@@ -91,11 +90,6 @@ class InferenceEngine:
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         return to_device(array, self.device, self.pin_memory)
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
-
     @torch.no_grad()
     def infer(
         self,
@@ -130,7 +124,7 @@ class InferenceEngine:
             all_obs, all_done, state = _pad_to_bucket(all_obs, all_done, state)
         obs_t = self._to_device(np.ascontiguousarray(all_obs))[None]
         done_t = self._to_device(np.ascontiguousarray(all_done))[None]
-        with self.weights_lock, self._autocast():
+        with self.weights_lock, amp_autocast(self.device, self.amp_dtype):
             out, new_state = self._forward(obs_t, done_t, state)
         eps = None
         if epsilon is not None:

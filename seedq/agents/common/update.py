@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from seedq.core.collective import LearnerCollective
-from seedq.core.tensors import to_device
+from seedq.core.tensors import amp_autocast, to_device
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,7 @@ class GradientStep:
         return to_device(array, self.device, self.pin_memory)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        return amp_autocast(self.device, self.amp_dtype)
 
     def apply(self, loss: torch.Tensor, after_step: Callable[[], None] | None = None) -> float:
         """Backward ``loss`` and step; returns the gradient norm before clipping (NaN: skipped).
