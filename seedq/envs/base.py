@@ -114,6 +114,13 @@ class BatchBase:
         self._seeded = True
         return int(seed) + self.env_offset
 
+    def _final_obs(self, parts: list[np.ndarray]) -> np.ndarray:
+        """``StepBatch.final_obs`` from the last observations of the envs truncated this step,
+        collected in env order: one env's ``[*obs_shape]`` or a block ``[k, *obs_shape]`` each."""
+        if not parts:
+            return self._no_final_obs
+        return np.concatenate([part.reshape(-1, *self.obs_shape) for part in parts])
+
     def _set_continuous(self, low: np.ndarray, high: np.ndarray) -> None:
         """Declare a continuous action space: vectors of ``len(low)`` values in ``[low, high]``."""
         self.action_kind = CONTINUOUS

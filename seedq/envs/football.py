@@ -381,13 +381,7 @@ class FootballBatch(BatchBase):
                 obs[rows] = self._reset_game(g)
             else:
                 obs[rows] = self._layout(raw)
-        return StepBatch(
-            obs,
-            reward,
-            terminated,
-            truncated,
-            np.concatenate(final_obs) if final_obs else self._no_final_obs,
-        )
+        return StepBatch(obs, reward, terminated, truncated, self._final_obs(final_obs))
 
     def close(self) -> None:
         # gfootball's close hands the engine back to a per-process pool for the next env.

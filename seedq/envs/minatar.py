@@ -175,13 +175,7 @@ class MinAtarBatch(BatchBase):
                 env.reset()
                 self._t[i] = 0
             obs[i] = self._observe(env)
-        return StepBatch(
-            obs,
-            reward,
-            terminated,
-            truncated,
-            np.stack(final_obs) if final_obs else self._no_final_obs,
-        )
+        return StepBatch(obs, reward, terminated, truncated, self._final_obs(final_obs))
 
     def close(self) -> None:
         self._envs = []
