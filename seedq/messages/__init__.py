@@ -24,6 +24,7 @@ whole training batch. The broker checks array values once per batch
 A peer of protocol 2 (msgpack Step headers) is answered ``bad_version``.
 """
 
+from seedq.messages import protocol
 from seedq.messages.control import (
     decode_bye,
     decode_error,
@@ -34,45 +35,11 @@ from seedq.messages.control import (
     frames_size,
     reply_address,
 )
-from seedq.messages.protocol import (
-    ACTION_KINDS,
-    ACTIONS,
-    ALLOWED_DTYPES,
-    BYE,
-    CONTINUOUS,
-    DISCRETE,
-    ERROR,
-    ERROR_CODES,
-    HELLO,
-    KINDS,
-    MAX_ACTIONS,
-    MAX_ENVS,
-    MAX_FRAMES,
-    MAX_HEADER_BYTES,
-    MAX_OBS_DIMS,
-    MAX_OBS_ELEMENTS,
-    MAX_RUN_ID_CHARS,
-    PROTOCOL_VERSION,
-    STEP,
-    Actions,
-    Bye,
-    EnvSpec,
-    Error,
-    Frame,
-    Hello,
-    Message,
-    ProtocolError,
-    Step,
-    run_tag,
-)
+from seedq.messages.protocol import *  # noqa: F403 - the types and bounds of protocol.__all__
 from seedq.messages.steps import BINARY_MARK, StepLayout, decode_actions, decode_step
 
 __all__ = [
-    "ACTIONS", "ACTION_KINDS", "ALLOWED_DTYPES", "BINARY_MARK", "BYE", "CONTINUOUS",
-    "DISCRETE", "ERROR", "ERROR_CODES", "HELLO", "KINDS", "MAX_ACTIONS", "MAX_ENVS",
-    "MAX_FRAMES", "MAX_HEADER_BYTES", "MAX_OBS_DIMS", "MAX_OBS_ELEMENTS", "MAX_RUN_ID_CHARS",
-    "PROTOCOL_VERSION", "STEP", "Actions", "Bye", "EnvSpec", "Error", "Frame", "Hello",
-    "Message", "ProtocolError", "Step", "StepLayout", "decode_actions", "decode_bye",
-    "decode_error", "decode_header", "decode_hello", "decode_reply", "decode_step", "encode",
-    "frames_size", "reply_address", "run_tag",
+    *protocol.__all__,
+    "BINARY_MARK", "StepLayout", "decode_actions", "decode_bye", "decode_error", "decode_header",
+    "decode_hello", "decode_reply", "decode_step", "encode", "frames_size", "reply_address",
 ]  # fmt: skip

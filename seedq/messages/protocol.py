@@ -9,6 +9,15 @@ from typing import Any
 
 import numpy as np
 
+# What ``seedq.messages`` re-exports (DTYPE_CODES stays with the binary headers).
+__all__ = [
+    "ACTIONS", "ACTION_KINDS", "ALLOWED_DTYPES", "BYE", "CONTINUOUS", "DISCRETE", "ERROR",
+    "ERROR_CODES", "HELLO", "KINDS", "MAX_ACTIONS", "MAX_ENVS", "MAX_FRAMES", "MAX_HEADER_BYTES",
+    "MAX_OBS_DIMS", "MAX_OBS_ELEMENTS", "MAX_RUN_ID_CHARS", "PROTOCOL_VERSION", "STEP",
+    "Actions", "Bye", "EnvSpec", "Error", "Frame", "Hello", "Message", "ProtocolError", "Step",
+    "run_tag",
+]  # fmt: skip
+
 # 3: Step and Actions travel with a fixed binary header (seedq.messages.steps); Hello, Bye and
 #    Error keep their msgpack header. 2: Hello carries the action space; Actions are int32 [N]
 #    or float32 [N, D] to match it.
