@@ -42,6 +42,7 @@ from seedq.arch.monitor import Monitor, RunSummary
 from seedq.arch.resume import continue_metrics
 from seedq.core.agent import RunContext
 from seedq.core.stats import NonFiniteTraining
+from seedq.exit_status import stop_signals_to
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
 from seedq.learner.checkpoint_writer import CheckpointWriter
@@ -53,10 +54,7 @@ from seedq.parallel.group import LearnerRankLost
 
 log = logging.getLogger(__name__)
 
-# Ctrl-C; SIGTERM from a scheduler, a supervisor or `kill`; SIGUSR1 from Slurm's
-# --signal=B:USR1@90 before a time limit. Each stops the run with a checkpoint first.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-STOPPED = "interrupted"  # the stop reason of a run stopped by one of them
+STOPPED = "interrupted"  # the stop reason of a run stopped by one of exit_status.STOP_SIGNALS
 # Seconds the end of a run waits for its last checkpoint to reach the disk.
 LAST_WRITE_WAIT_S = 600.0
 
@@ -286,15 +284,10 @@ class TrainingRun:
     def run(self) -> RunSummary:
         """Train until a stop condition; SIGINT, SIGTERM and SIGUSR1 stop it the same orderly
         way (stop reason ``interrupted``)."""
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        previous = {}
-        if on_main_thread:
-            previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
-        try:
+        if threading.current_thread() is not threading.main_thread():
             return self._run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_signals_to(self._on_stop_signal):
+            return self._run()
 
     def _on_stop_signal(self, signum: int, frame: object) -> None:
         # Only a flag and the stop event: the loop and the threads wind down themselves, so no

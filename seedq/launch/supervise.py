@@ -36,12 +36,17 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from seedq.exit_status import EXIT_FINISHED, EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
+from seedq.exit_status import (
+    EXIT_FINISHED,
+    EXIT_REFUSED,
+    EXIT_RUN_FAILED,
+    EXIT_STOPPED,
+    stop_signals_to,
+)
 from seedq.schema import check_positive, setting
 
 log = logging.getLogger(__name__)
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 # Command-line keys the supervisor sets for each learner it starts.
 OWN_KEYS = ("supervise", "resume", "run_dir", "hydra.run.dir")
 # Seconds the rest of a dead learner's process group gets between SIGTERM and SIGKILL.
@@ -131,12 +136,8 @@ class Supervisor:
         """Supervise until the learner finishes, is refused or stopped, or dies too often; the
         exit status for the supervisor's own process."""
         _become_subreaper()
-        previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED}
-        try:
+        with stop_signals_to(self._forward):
             return self._loop()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     def _forward(self, signum: int, frame: object) -> None:
         self.signalled.set()
