@@ -99,6 +99,11 @@ def test_a_rank_runs_rank_0_s_config_with_its_own_seed_port_and_device():
     mine = rank_config(cfg, info, cuda_devices=0)
     assert (mine.seed, mine.broker.port, mine.hardware.learners) == (7 + SEED_STRIDE, 5556, 2)
     assert rank_config(cfg, dataclasses.replace(info, rank=0, local_rank=0), 0).seed == 7
+    sharded = compose(["broker.port=5555", "broker.shards=3"])
+    ports = [
+        rank_config(sharded, dataclasses.replace(info, local_rank=r), 0).broker.port for r in (0, 1)
+    ]
+    assert ports == [5555, 5558]  # rank 0's shards take 5555-5557, rank 1's 5558-5560
 
 
 def test_recent_episodes_are_pooled_newest_first_one_rank_after_another():

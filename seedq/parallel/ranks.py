@@ -206,9 +206,10 @@ def rank_device(device: str, local_rank: int, cuda_devices: int) -> str:
 
 
 def rank_config(cfg: Any, info: RankInfo, cuda_devices: int) -> Any:
-    """``cfg`` as rank ``info.rank`` runs it: its device, its seed, its broker port (a fixed
-    port plus the local rank, so ranks on one host do not collide) and ``hardware.learners``
-    set to the group's size."""
+    """``cfg`` as rank ``info.rank`` runs it: its device, its seed, its broker ports (a fixed
+    port plus local rank x ``broker.shards``: each rank's shards take ``broker.shards``
+    consecutive ports, so ranks on one host do not collide) and ``hardware.learners`` set to
+    the group's size."""
     hardware = dataclasses.replace(
         cfg.hardware,
         device=rank_device(cfg.hardware.device, info.local_rank, cuda_devices),
@@ -216,7 +217,7 @@ def rank_config(cfg: Any, info: RankInfo, cuda_devices: int) -> Any:
     )
     broker = cfg.broker
     if broker.port:
-        broker = dataclasses.replace(broker, port=broker.port + info.local_rank)
+        broker = dataclasses.replace(broker, port=broker.port + info.local_rank * broker.shards)
     return dataclasses.replace(
         cfg, hardware=hardware, broker=broker, seed=cfg.seed + info.rank * SEED_STRIDE
     )
