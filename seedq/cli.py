@@ -184,9 +184,8 @@ def _train(cfg: DictConfig) -> float | None:
     from seedq import learner_ranks
     from seedq.arch import ArchUnavailable, run_class
     from seedq.arch.base import STOPPED
-    from seedq.core.stats import NonFiniteTraining
+    from seedq.core.stats import RunFault
     from seedq.envs import EnvError
-    from seedq.launch.actors import ActorFailure
 
     hydra_cfg = HydraConfig.get()
     try:
@@ -211,7 +210,7 @@ def _train(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_REFUSED)
     try:
         summary = run.run()
-    except (ActorFailure, NonFiniteTraining) as exc:
+    except RunFault as exc:
         # The run already saved its last good weights; the user needs the reason, not a trace.
         log.error("run failed: %s (the newest checkpoint is in %s)", exc, run.run_dir)
         sys.exit(EXIT_RUN_FAILED)

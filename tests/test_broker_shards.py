@@ -16,7 +16,7 @@ from test_pipeline import columns_by_env, expected_stream, run_pipeline, stitch
 
 from seedq.broker.config import BrokerConfig
 from seedq.broker.router import ActorSlot
-from seedq.broker.shards import ShardHub
+from seedq.broker.shards import BrokerShardLost, ShardHub
 from seedq.launch.shards import start_shard
 from seedq.learner.central_inference import CentralInference
 from seedq.messages import Actions, EnvSpec, Error, Hello, Step, decode_reply, encode
@@ -107,6 +107,27 @@ def test_an_actor_restarting_on_another_shard_is_dropped_on_the_first(hub):
         [("run-a", 0), ("run-a", 1), ("run-b", 0)],
         2,
     )
+
+
+def test_a_shard_that_dies_stops_the_hub_with_its_name():
+    hub = ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 2, SETTINGS, start_shard)
+    failed = []
+
+    def serve():
+        try:
+            hub.serve(threading.Event())
+        except BrokerShardLost as exc:
+            failed.append(str(exc))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    try:
+        thread.start()
+        hub.procs[1].kill()
+        thread.join(timeout=30)
+    finally:
+        hub.close()
+    assert (thread.is_alive(), len(failed)) == (False, 1)
+    assert failed[0].startswith("broker shard 1 exited")
 
 
 def test_env_ids_are_checked_across_shards(hub):

@@ -41,7 +41,7 @@ from seedq.agents.registry import build_agent
 from seedq.arch.monitor import Monitor, RunSummary
 from seedq.arch.resume import continue_metrics
 from seedq.core.agent import RunContext
-from seedq.core.stats import NonFiniteTraining
+from seedq.core.stats import RunFault
 from seedq.exit_status import stop_signals_to
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
@@ -50,7 +50,6 @@ from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.inference import InferenceEngine
 from seedq.metrics import MetricsWriter
 from seedq.parallel.agreement import this_process
-from seedq.parallel.group import LearnerRankLost
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +269,7 @@ class TrainingRun:
                 prepare_learner_thread(self.cfg.hardware)
                 target(*args)
             except BaseException as exc:  # noqa: BLE001 - reported by the run loop
-                if isinstance(exc, NonFiniteTraining | LearnerRankLost):
+                if isinstance(exc, RunFault):
                     log.error("%s thread stopped: %s", name, exc)  # expected: no traceback
                 else:
                     log.exception("%s thread failed", name)

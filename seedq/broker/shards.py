@@ -28,7 +28,7 @@ import zmq
 from seedq.broker import shard_link as link
 from seedq.broker.registry import ActorRegistry
 from seedq.broker.router import ActorSlot, BatchConsumer
-from seedq.core.stats import RunStats
+from seedq.core.stats import RunFault, RunStats
 from seedq.messages import EnvSpec, ProtocolError, decode_header, decode_hello
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,10 @@ READY_TIMEOUT_S = 60.0
 # Starts shard ``index``: (index, bind, link endpoint, spec dict, settings, keys_dir) -> a
 # process handle with is_alive(), join(timeout), kill() and exitcode (seedq.launch.shards).
 StartShard = Callable[[int, str, str, dict, dict, str], Any]
+
+
+class BrokerShardLost(RunFault):
+    """A broker shard process exited while the run went on."""
 
 
 class _ShardProxy:
@@ -117,9 +121,10 @@ class ShardHub:
     def _check_processes(self) -> None:
         for index, proc in enumerate(self.procs):
             if not proc.is_alive():
-                raise RuntimeError(
-                    f"broker shard {index} exited (code {proc.exitcode}); see its log lines "
-                    "above (role broker-shard)"
+                raise BrokerShardLost(
+                    f"broker shard {index} exited (code {proc.exitcode}); its actors cannot "
+                    "reach the learner. See its log lines (role broker-shard); supervise=true "
+                    "restarts the run from its newest checkpoint"
                 )
 
     def serve(self, stop: threading.Event) -> None:

@@ -17,7 +17,14 @@ from seedq.messages import ERROR_CODES, Step
 MAX_CONSECUTIVE_SKIPS = 100
 
 
-class NonFiniteTraining(RuntimeError):
+class RunFault(RuntimeError):
+    """A fault that ends a run for a known reason (an actor that keeps dying, a lost learner
+    rank or broker shard, training that is no longer finite): the message says it all, so it
+    is reported in one line without a traceback, and the run's last checkpoint stands.
+    ``seedq-train`` exits 3 on it (``supervise=true`` restarts the run from that checkpoint)."""
+
+
+class NonFiniteTraining(RunFault):
     """Training keeps producing NaN or inf losses or gradients; the message says what to try."""
 
 

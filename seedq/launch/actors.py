@@ -21,6 +21,7 @@ import zmq
 
 from seedq.actor.loop import Patience
 from seedq.actor.main import actor_command, run_actor_thread
+from seedq.core.stats import RunFault
 from seedq.envs import EnvConfig
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def spawn_local(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-class ActorFailure(RuntimeError):
+class ActorFailure(RunFault):
     """An actor kept dying; the message names it, its log file and quotes its last lines."""
 
 

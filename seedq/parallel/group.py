@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from seedq.core.stats import RunFault
 from seedq.parallel.ranks import RankInfo
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ EXIT_RANK_LOST = 4
 LOST_EXIT_S = 20.0
 
 
-class LearnerRankLost(RuntimeError):
+class LearnerRankLost(RunFault):
     """Another learner rank stopped answering (it died, or a collective timed out)."""
 
 
