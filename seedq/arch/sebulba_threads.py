@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seedq.actor.loop import EpisodeTracker, next_step
-from seedq.broker.batch import RequestBatch
-from seedq.broker.router import ActorSlot, BatchConsumer
+from seedq.broker.batch import ActorSlot, RequestBatch
+from seedq.broker.router import BatchConsumer
 from seedq.core.stats import RunStats
 from seedq.envs import EnvBatch
 from seedq.messages import EnvSpec, Hello, Step

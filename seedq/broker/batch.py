@@ -10,15 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from seedq.messages import Step
+from seedq.messages import Hello, Step, StepLayout
 from seedq.messages.batch import ObsParts
 
-if TYPE_CHECKING:
-    from seedq.broker.router import ActorSlot
+
+@dataclass(eq=False)
+class ActorSlot:
+    """What the broker knows of one connected actor (one env batch)."""
+
+    hello: Hello
+    identity: bytes
+    rows: np.ndarray  # the learner's state rows of its envs, int64 [N]
+    env_ids: np.ndarray  # global env ids (first_env + i) that label its unrolls, int64 [N]
+    next_seq: int = 0
+    last_seen: float = 0.0  # broker clock at its last valid message or our last reply to it
+    in_flight: bool = False  # a Step of it is queued or being answered
+    layout: StepLayout | None = None  # what its Hello fixed about its Steps
 
 
 class Episodes(NamedTuple):

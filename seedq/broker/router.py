@@ -25,13 +25,12 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import zmq
 
-from seedq.broker.batch import RequestBatch
+from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.broker.batcher import Batcher
 from seedq.broker.registry import ActorRegistry
 from seedq.core.stats import RunStats
@@ -61,20 +60,6 @@ DEFAULT_SILENT_TIMEOUT_S = 30.0
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 _MARK = bytes([BINARY_MARK])
 _MORE = zmq.RCVMORE
-
-
-@dataclass(eq=False)
-class ActorSlot:
-    """What the broker knows of one connected actor (one env batch)."""
-
-    hello: Hello
-    identity: bytes
-    rows: np.ndarray  # the learner's state rows of its envs, int64 [N]
-    env_ids: np.ndarray  # global env ids (first_env + i) that label its unrolls, int64 [N]
-    next_seq: int = 0
-    last_seen: float = 0.0  # broker clock at its last valid message or our last reply to it
-    in_flight: bool = False  # a Step of it is queued or being answered
-    layout: StepLayout | None = None  # what its Hello fixed about its Steps
 
 
 # A queued Step: (slot, seq, header frame, obs, final_obs or b"", episodes or b"", K).

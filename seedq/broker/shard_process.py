@@ -20,9 +20,9 @@ import numpy as np
 import zmq
 
 from seedq.broker import shard_link as link
-from seedq.broker.batch import RequestBatch
+from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.broker.batcher import Batcher
-from seedq.broker.router import ActorSlot, Broker
+from seedq.broker.router import Broker
 from seedq.core.stats import RunStats
 from seedq.messages import EnvSpec, Hello, ProtocolError, encode
 

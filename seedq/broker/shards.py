@@ -26,8 +26,9 @@ import numpy as np
 import zmq
 
 from seedq.broker import shard_link as link
+from seedq.broker.batch import ActorSlot
 from seedq.broker.registry import ActorRegistry
-from seedq.broker.router import ActorSlot, BatchConsumer
+from seedq.broker.router import BatchConsumer
 from seedq.core.stats import RunFault, RunStats
 from seedq.messages import EnvSpec, ProtocolError, decode_header, decode_hello
 

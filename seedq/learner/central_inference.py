@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from seedq.broker.batch import RequestBatch
-from seedq.broker.router import ActorSlot
+from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.core.agent import Agent, Exploration
 from seedq.core.unroll import Unroll
 from seedq.learner.inference import InferenceEngine

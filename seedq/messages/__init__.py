@@ -25,6 +25,7 @@ A peer of protocol 2 (msgpack Step headers) is answered ``bad_version``.
 """
 
 from seedq.messages import protocol
+from seedq.messages.batch import decode_step
 from seedq.messages.control import (
     decode_bye,
     decode_error,
@@ -36,7 +37,7 @@ from seedq.messages.control import (
     reply_address,
 )
 from seedq.messages.protocol import *  # noqa: F403 - the types and bounds of protocol.__all__
-from seedq.messages.steps import BINARY_MARK, StepLayout, decode_actions, decode_step
+from seedq.messages.steps import BINARY_MARK, StepLayout, decode_actions
 
 __all__ = [
     *protocol.__all__,

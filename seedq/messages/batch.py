@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from seedq.messages.protocol import PROTOCOL_VERSION, Frame, ProtocolError
+from seedq.messages.protocol import PROTOCOL_VERSION, Frame, Hello, ProtocolError, Step
 from seedq.messages.steps import (
     ACTIONS_HEAD,
     ACTIONS_KIND,
@@ -24,7 +24,9 @@ from seedq.messages.steps import (
     EPISODE_BYTES,
     STEP_HEAD,
     StepLayout,
+    buffer,
     dtype_code,
+    parse_step_head,
 )
 
 _H = STEP_HEAD.size
@@ -256,3 +258,37 @@ def encode_replies(
         out.append(head + actions[offset : offset + n].tobytes())
         offset += n
     return out
+
+
+def decode_step(frames: Sequence[Frame], hello: Hello, next_seq: int | None = None) -> Step:
+    """Decode and check one whole Step (header frame first) against its actor's Hello.
+
+    The broker checks the same things, split between receiving (the header, the sizes) and
+    :func:`decode_steps` (the values, once per batch); this is the
+    one-message form, for tests and tools. ``next_seq``: the seq expected (None: any).
+    """
+    if not frames:
+        raise ProtocolError("bad_frames", "message has no header frame")
+    head = bytes(buffer(frames[0]))
+    if not head or head[0] != BINARY_MARK:
+        raise ProtocolError("bad_header", "a Step header is binary (first byte 0xC1)")
+    layout = StepLayout(hello)
+    fields = parse_step_head(head)
+    seq = fields[8] if next_seq is None else next_seq
+    seq, n_final, n_episodes = layout.check_head(fields, len(head), seq)
+    rest = list(frames[1:])
+    if len(rest) != layout.frame_count(n_final, n_episodes):
+        raise ProtocolError(
+            "bad_frames",
+            f"expected {layout.frame_count(n_final, n_episodes)} array frames, got {len(rest)}",
+        )
+    obs = b"" if layout.inline else rest[0]
+    final = rest[int(not layout.inline)] if n_final else b""
+    episodes = rest[-1] if n_episodes else b""
+    layout.check_sizes(len(buffer(obs)), len(buffer(final)), len(buffer(episodes)),
+                       n_final, n_episodes)  # fmt: skip
+    decoded = decode_steps(layout, [layout.n_envs], [head], [obs], [final], [episodes], [n_final])
+    if decoded.errors:
+        raise decoded.errors[0][1]
+    returns, lengths = decoded.episodes[0][1:] if decoded.episodes else ([], [])
+    return Step.of_batch(hello.actor_id, hello.run_id, seq, decoded, returns, lengths)

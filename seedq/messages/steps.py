@@ -195,42 +195,6 @@ class StepLayout:
         return (not self.inline) + (n_final > 0) + (n_episodes > 0)
 
 
-def decode_step(frames: Sequence[Frame], hello: Hello, next_seq: int | None = None) -> Step:
-    """Decode and check one whole Step (header frame first) against its actor's Hello.
-
-    The broker checks the same things, split between receiving (the header, the sizes) and
-    :func:`seedq.messages.batch.decode_steps` (the values, once per batch); this is the
-    one-message form, for tests and tools. ``next_seq``: the seq expected (None: any).
-    """
-    from seedq.messages.batch import decode_steps
-
-    if not frames:
-        raise ProtocolError("bad_frames", "message has no header frame")
-    head = bytes(buffer(frames[0]))
-    if not head or head[0] != BINARY_MARK:
-        raise ProtocolError("bad_header", "a Step header is binary (first byte 0xC1)")
-    layout = StepLayout(hello)
-    fields = parse_step_head(head)
-    seq = fields[8] if next_seq is None else next_seq
-    seq, n_final, n_episodes = layout.check_head(fields, len(head), seq)
-    rest = list(frames[1:])
-    if len(rest) != layout.frame_count(n_final, n_episodes):
-        raise ProtocolError(
-            "bad_frames",
-            f"expected {layout.frame_count(n_final, n_episodes)} array frames, got {len(rest)}",
-        )
-    obs = b"" if layout.inline else rest[0]
-    final = rest[int(not layout.inline)] if n_final else b""
-    episodes = rest[-1] if n_episodes else b""
-    layout.check_sizes(len(buffer(obs)), len(buffer(final)), len(buffer(episodes)),
-                       n_final, n_episodes)  # fmt: skip
-    decoded = decode_steps(layout, [layout.n_envs], [head], [obs], [final], [episodes], [n_final])
-    if decoded.errors:
-        raise decoded.errors[0][1]
-    returns, lengths = decoded.episodes[0][1:] if decoded.episodes else ([], [])
-    return Step.of_batch(hello.actor_id, hello.run_id, seq, decoded, returns, lengths)
-
-
 def decode_actions(frames: Sequence[Frame], n_envs: int, spec: EnvSpec | None = None) -> Actions:
     """Decode the reply to an actor of ``n_envs`` envs whose Hello sent ``spec`` (None:
     discrete); continuous actions must be finite float32 ``[N, D]``."""
