@@ -1,13 +1,17 @@
-"""Inject each fault into a real CartPole run and print what it cost.
+"""Inject each fault into a real training run and print what it cost.
 
-    PYTHONPATH=$PWD python scripts/chaos.py --target-return 150
+    PYTHONPATH=$PWD python scripts/chaos.py
+    PYTHONPATH=$PWD python scripts/chaos.py --task "env=gym env.id=Acrobot-v1 stop_at_return=-100"
     PYTHONPATH=$PWD python scripts/chaos.py --only learner-kills --learner-kill-every-s 90
 
 One short run per fault (tcp actors, real processes and sockets); a table row per fault:
 injections, crashes (runs that failed; must be 0), recovered, seconds to recover, whether the
-run still reached its target (CartPole return, or the fake env's step budget), and env steps
+run still reached its target (``--task``'s return, or the fake env's step budget), and env steps
 lost (an upper bound: messages refused or in flight at a kill, times the envs per message).
-The NaN fault runs the fake env (``env.nan_every``): CartPole has no NaN switch.
+The task must take long enough for the faults to land (a kill every 5 s; three fuzz bursts 3 s
+apart): by default V-trace on MinAtar Space Invaders to a return of 20, a minute or two here;
+CartPole is solved in seconds now. The NaN fault runs the fake env (``env.nan_every``): no real
+env has a NaN switch.
 
 ``learner-kills``: ``seedq-train supervise=true`` on a longer task (``--learner-task``: MinAtar
 Space Invaders to a return of 50 by default, several minutes here) with its learner killed
@@ -283,7 +287,9 @@ def full_disk(base: str, common: list[str]) -> list[Row]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--target-return", type=float, default=150.0, help="CartPole runs stop at this return"
+        "--task",
+        default="env=minatar env.id=space_invaders stop_at_return=20",
+        help="the runs' overrides: an env and the return that ends the run",
     )
     parser.add_argument("--max-minutes", type=float, default=4.0, help="cap per run")
     parser.add_argument("--steps", type=int, default=150_000, help="env steps of the fake-env run")
@@ -304,7 +310,7 @@ def main() -> None:
     args = parser.parse_args()
     random.seed(0)
     common = [
-        f"stop_at_return={args.target_return}",
+        *args.task.split(),
         "total_env_steps=1000000000",
         f"max_minutes={args.max_minutes}",
         "log_interval_s=2",
@@ -318,6 +324,8 @@ def main() -> None:
         run_dir = os.path.join(base, re.sub(r"[^a-z0-9]+", "_", name.lower()))
         # A scenario's own value for a key replaces the common one (Hydra refuses duplicates).
         merged = {o.split("=", 1)[0]: o for o in [*common, *overrides]}
+        if "env.kind=fake" in overrides:  # the task's env keys are not the fake env's
+            merged = {k: o for k, o in merged.items() if not k.startswith("env.") or o in overrides}
         faults = in_process(row, run_dir, list(merged.values()), inject)
         count(row, faults)
         rows.append(row)
@@ -345,9 +353,10 @@ def main() -> None:
 
     def count_nan(row: Row, faults: dict) -> None:
         row.injections = row.recovered = faults["non_finite_messages"]
-        row.steps_lost = faults["non_finite_messages"] * 64  # cartpole's actor.envs_per_batch
+        row.steps_lost = faults["non_finite_messages"] * 64  # the fake env's envs per batch
 
     fake = ["env.kind=fake", "env.nan_every=50", f"total_env_steps={args.steps}"]
+    fake += ["env=cartpole", "stop_at_return=null"]  # not the task's env nor its target
     if wanted("nan"):
         scenario("NaN env (fake)", fake, nothing, count_nan)
     if wanted("full-disk"):
