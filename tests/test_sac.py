@@ -313,6 +313,7 @@ def test_checkpoint_resumes_weights_targets_optimizers_and_replay(sac_run, tmp_p
     state = load_checkpoint(path)
     cfg = dataclasses.replace(sac_config(tmp_path), resume=str(path))
     resumed = SeedRun(cfg, str(tmp_path), resume=state)
+    resumed._close_roles()  # built to compare, never run: its socket and context go now
     agent, old = resumed.agent, run.agent
     for a, b in [
         (agent.model, old.model),

@@ -71,18 +71,24 @@ def import_mujoco() -> Any:
 
 
 def _make_mujoco_env(env_id: str, max_episode_steps: int | None) -> Any:
-    """One MuJoCo env; module level so AsyncVectorEnv workers (fresh processes) also route
-    MuJoCo's warnings to logging."""
-    import_mujoco()
+    """One env; module level so AsyncVectorEnv workers (fresh processes) also route MuJoCo's
+    warnings to logging. A Box env without MuJoCo (``Pendulum-v1``) needs no ``mujoco``."""
+    if is_mujoco_id(env_id):
+        import_mujoco()
     return _make_single_env(env_id, max_episode_steps)
 
 
-def check_mujoco_id(env_id: str) -> None:
-    """An EnvError unless ``env_id`` is a gymnasium MuJoCo env (its entry point lives in
+def is_mujoco_id(env_id: str) -> bool:
+    """Whether ``env_id`` is a gymnasium MuJoCo env (its entry point is in
     ``gymnasium.envs.mujoco``)."""
     spec = gym_spec(env_id)
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
-    if not entry.startswith("gymnasium.envs.mujoco"):
+    return entry.startswith("gymnasium.envs.mujoco")
+
+
+def check_mujoco_id(env_id: str) -> None:
+    """An EnvError unless ``env_id`` is a gymnasium MuJoCo env."""
+    if not is_mujoco_id(env_id):
         raise EnvError(
             f"{env_id!r} is not a gymnasium MuJoCo env; use env.kind=gym for it, or a MuJoCo "
             "id such as HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5 or Humanoid-v5"
