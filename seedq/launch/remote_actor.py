@@ -23,6 +23,7 @@ import re
 import shlex
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -219,7 +220,7 @@ class HostFailures:
         return host in self.dropped
 
 
-class RemoteLauncher:
+class RemoteLauncher(ABC):
     """``ActorPool``'s side of a launcher whose actors run elsewhere (ssh, slurm).
 
     A subclass, a dataclass, has ``cfg``, ``run_dir``, ``slots`` (one per actor this learner
@@ -234,18 +235,18 @@ class RemoteLauncher:
     _failures: HostFailures
     _spawned: set[int]
 
+    @abstractmethod
     def place(self, index: int) -> tuple[str, str]:
         """The host of actor ``index`` (as ``HostFailures`` counts it) and the name of its log
         file under ``RUN_DIR/actors``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def command(self, host: str, name: str) -> list[str]:
         """The command that runs ``sh -s`` on ``host``, for the job called ``name``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def dialled_host(self, broker: BrokerConfig) -> str:
         """The address actors dial the broker at."""
-        raise NotImplementedError
 
     @property
     def num_actors(self) -> int:

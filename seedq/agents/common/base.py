@@ -10,6 +10,7 @@ feeding a learner.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -50,7 +51,7 @@ def placement_of(ctx: RunContext) -> Placement:
     return Placement(ctx.device, ctx.weights_lock, ctx.amp_dtype, ctx.pin_memory, ctx.collective)
 
 
-class AgentBase:
+class AgentBase(ABC):
     """Model, selector, learner and metric columns from a run context.
 
     A subclass sets ``name`` and ``columns`` (metric column -> the key of the learner's loss
@@ -88,12 +89,13 @@ class AgentBase:
     # ------------------------------------------------------------ what a subclass supplies
 
     @classmethod
+    @abstractmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool) -> torch.nn.Module:
-        raise NotImplementedError
+        """The algorithm's network for ``spec`` (the same on the learner and in seedq-eval)."""
 
+    @abstractmethod
     def make_learner(self, ctx: RunContext, placement: Placement) -> Any:
         """The algorithm's learner for ``self.model`` (its ``stats`` become the agent's)."""
-        raise NotImplementedError
 
     def extra_metrics(self) -> dict[str, Any]:
         """The values of the columns mapped to None in ``columns``."""

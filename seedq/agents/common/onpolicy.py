@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -31,7 +32,7 @@ from seedq.core.stats import TrainStats
 from seedq.core.unroll import Unroll
 
 
-class OnPolicyLearner:
+class OnPolicyLearner(ABC):
     """Owns the optimizer (through ``step``), the reward scaler and the learning-rate schedule;
     subclasses implement ``train_batch(batch)``."""
 
@@ -48,8 +49,9 @@ class OnPolicyLearner:
         if self.cfg.lr_schedule == "linear":
             linear_lr(self.optimizer, self.cfg.lr, env_steps, self.total_env_steps)
 
+    @abstractmethod
     def train_batch(self, batch: Unroll) -> dict[str, Any]:
-        raise NotImplementedError
+        """One collected batch's updates; the stats of its metrics row."""
 
     def transitions(self, batch: Unroll, done: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rewards and discounts ``[T, B]`` of the T transitions of ``batch`` (``done``: its
