@@ -324,7 +324,7 @@ def main() -> None:
         run_dir = os.path.join(base, re.sub(r"[^a-z0-9]+", "_", name.lower()))
         # A scenario's own value for a key replaces the common one (Hydra refuses duplicates).
         merged = {o.split("=", 1)[0]: o for o in [*common, *overrides]}
-        if "env.kind=fake" in overrides:  # the task's env keys are not the fake env's
+        if "env=fake" in overrides:  # the task's env keys are not the fake env's
             merged = {k: o for k, o in merged.items() if not k.startswith("env.") or o in overrides}
         faults = in_process(row, run_dir, list(merged.values()), inject)
         count(row, faults)
@@ -355,8 +355,10 @@ def main() -> None:
         row.injections = row.recovered = faults["non_finite_messages"]
         row.steps_lost = faults["non_finite_messages"] * 64  # the fake env's envs per batch
 
-    fake = ["env.kind=fake", "env.nan_every=50", f"total_env_steps={args.steps}"]
-    fake += ["env=cartpole", "stop_at_return=null"]  # not the task's env nor its target
+    fake = ["env=fake", "env.nan_every=50", f"total_env_steps={args.steps}"]
+    # Not the task's target; CartPole's batches (tuning/vtrace_cartpole.yaml), which steps_lost
+    # counts in.
+    fake += ["stop_at_return=null", "actor.envs_per_batch=64", "broker.max_batch=256"]
     if wanted("nan"):
         scenario("NaN env (fake)", fake, nothing, count_nan)
     if wanted("full-disk"):

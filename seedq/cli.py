@@ -15,10 +15,13 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
+from seedq.envs.section import foreign_key
 from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
 from seedq.launch.sharing import fit_to_share
 from seedq.learner.checkpoint import (
@@ -66,7 +69,11 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
         else:
             OmegaConf.update(saved, key, override.value(), merge=False)
     saved.resume = str(path)
-    typed = OmegaConf.merge(OmegaConf.structured(schema_for(saved.algorithm.name)), saved)
+    schema = schema_for(saved.algorithm.name, saved.env.get("kind", "cartpole"))
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(schema), saved)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"resuming {path}: {str(exc).splitlines()[0]}") from None
     return to_config(typed), state
 
 
@@ -245,18 +252,65 @@ def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
 
 
 def print_keys(argv: list[str]) -> None:
-    """``seedq-train --keys [algorithm] [prefix]``: every config key, its default and help."""
+    """``seedq-train --keys [algorithm] [env=<kind>] [prefix]``: every config key of that
+    algorithm and env family, its default and help."""
     from seedq.agents.registry import agent_names
+    from seedq.envs.registry import BACKENDS
     from seedq.schema import describe
 
     algorithm = next((a for a in argv if a in agent_names()), "vtrace")
-    prefixes = [a for a in argv if a not in agent_names()]
-    print(f"seedq-train keys (defaults of the dataclasses, algorithm={algorithm}; the env,")
-    print("hardware and tuning YAML groups may set others: seedq-train --cfg job shows a run's)")
-    for doc in describe(schema_for(algorithm)):
+    kinds = [a.removeprefix("env=") for a in argv if a.startswith("env=")]
+    kind = kinds[-1] if kinds else default_env()
+    if kind not in BACKENDS:
+        print(f"seedq-train --keys: env={kind} is not a kind; choose one of {list(BACKENDS)}")
+        sys.exit(EXIT_REFUSED)
+    prefixes = [a for a in argv if a not in agent_names() and not a.startswith("env=")]
+    print(f"seedq-train keys (defaults of the dataclasses, algorithm={algorithm}, env={kind}; the")
+    print(
+        "env, hardware and tuning YAML groups may set others: seedq-train --cfg job shows a run's)"
+    )
+    print("env=<kind>, each with keys of its own: " + ", ".join(BACKENDS))
+    for doc in describe(schema_for(algorithm, kind)):
         if prefixes and not any(doc.key.startswith(p) for p in prefixes):
             continue
         print(f"  {doc.key} = {doc.default!r}\n      {doc.help}")
+
+
+def default_env() -> str:
+    """The ``env`` group's choice in ``conf/config.yaml``'s defaults list."""
+    from pathlib import Path
+
+    defaults = OmegaConf.load(Path(__file__).parent / "conf" / "config.yaml").defaults
+    return next(str(d["env"]) for d in defaults if isinstance(d, DictConfig) and "env" in d)
+
+
+def foreign_env_key(argv: list[str]) -> str | None:
+    """The refusal of the first ``env.<key>=`` on the command line that belongs to another env
+    family than the one ``env=<kind>`` (or the default) chooses; None if there is none.
+
+    Checked before Hydra composes (which would refuse the key too, but with a trace of its own
+    and exit 1); every kind of a sweep (``-m env=atari,minatar``) must have the key.
+    """
+    parser = OverridesParser.create()
+    choices, keys = [], []
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue  # Hydra reports it
+        key = override.key_or_group
+        if key == "env" and override.package is None:
+            sweep = override.is_sweep_override()
+            choices += list(override.sweep_string_iterator()) if sweep else [override.value()]
+        elif key.startswith("env."):
+            keys.append(key.split(".")[1])
+    for kind in choices or [default_env()]:
+        for key in keys:
+            if refusal := foreign_key(key, str(kind)):
+                return refusal
+    return None
 
 
 def with_hydra_dir(argv: list[str]) -> list[str]:
@@ -272,6 +326,9 @@ def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         print_keys(sys.argv[2:])
         return
+    if refusal := foreign_env_key(sys.argv[1:]):
+        print(f"seedq-train: {refusal}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
     sys.argv[1:] = with_hydra_dir(sys.argv[1:])
     _train()
 

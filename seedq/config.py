@@ -2,7 +2,9 @@
 
 Hydra composes the YAML groups (``algorithm``, ``env``, ``hardware``, ``launcher``, ``arch``,
 ``logger``) on top of these dataclasses, registered in a ConfigStore as ``seedq_schema`` so
-that a wrong type fails at composition time.
+that a wrong type fails at composition time. The ``env`` section is typed by its family: each
+``conf/env/<kind>.yaml`` starts from ``env_<kind>_schema``, the kind's config dataclass, so an
+``env=atari`` run holds and accepts Atari's keys only.
 :func:`validate` runs before any process starts: each section's own checks, then the checks
 that span sections. Every field has one default (its dataclass) and a help text
 (``seedq-train --keys`` lists them).
@@ -14,14 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from seedq.actor.config import ActorConfig, validate_actor
 from seedq.agents.config import AlgorithmConfig
 from seedq.agents.registry import AGENTS, agent_names, config_class
 from seedq.arch.config import ArchConfig, validate_arch
 from seedq.broker.config import BrokerConfig, validate_broker
-from seedq.envs.config import EnvConfig, validate_env
+from seedq.envs.config import EnvConfig
+from seedq.envs.registry import BACKENDS
+from seedq.envs.section import config_class as env_config_class
+from seedq.envs.section import validate_env
 from seedq.launch.config import LauncherConfig, validate_launcher
 from seedq.launch.supervise import SupervisorConfig, validate_supervisor
 from seedq.learner.config import (
@@ -47,7 +52,9 @@ class SeedqConfig:
     algorithm: AlgorithmConfig = setting(
         MISSING, "the algorithm group: algorithm=vtrace|r2d2|ppo|sac"
     )
-    env: EnvConfig = setting(help="the environment", factory=EnvConfig)
+    env: EnvConfig = setting(
+        help="the environment: env=<kind> picks its family's keys (seedq/envs)", factory=EnvConfig
+    )
     hardware: HardwareConfig = setting(help="where the learner computes", factory=HardwareConfig)
     launcher: LauncherConfig = setting(help="how the roles are started", factory=LauncherConfig)
     arch: ArchConfig = setting(
@@ -93,20 +100,27 @@ def register_configs() -> None:
     # needs no YAML file (its dataclass holds every default).
     for name in agent_names():
         cs.store(group="algorithm", name=name, node=config_class(name))
+    # Each env kind's config dataclass, which conf/env/<kind>.yaml names first in its defaults
+    # list: merged into seedq_schema's env section (typed EnvConfig, the base of every family),
+    # it makes that section the family's. Stored outside the env group, so no *_schema option
+    # shows among the groups' choices in seedq-train --help.
+    for kind, backend in BACKENDS.items():
+        cs.store(name=f"env_{kind}_schema", node=backend.config)
     # The other groups' YAML files need no schema of their own: seedq_schema types every
-    # section they merge into, so a wrong type still fails at composition (and no *_schema
-    # option shows among the groups' choices in seedq-train --help).
+    # section they merge into, so a wrong type still fails at composition.
 
 
-def schema_for(algorithm: str) -> SeedqConfig:
-    """The typed default config of one algorithm (tests and ``seedq-train --keys`` use it)."""
-    return SeedqConfig(algorithm=config_class(algorithm)())
+def schema_for(algorithm: str, env: str = "cartpole") -> SeedqConfig:
+    """The typed default config of one algorithm on one env kind (tests and ``seedq-train
+    --keys`` use it)."""
+    return SeedqConfig(algorithm=config_class(algorithm)(), env=env_config_class(env)())
 
 
 def validate(cfg: Any) -> None:
     """Check ranges and choices of a composed config (a SeedqConfig or DictConfig of one)."""
     choice("algorithm.name", cfg.algorithm.name, list(AGENTS))
-    validate_env(cfg.env, cfg.actor)
+    env = cfg.env if isinstance(cfg.env, EnvConfig) else OmegaConf.to_object(cfg.env)
+    validate_env(env, cfg.actor)
     validate_hardware(cfg.hardware)
     validate_actor(cfg.actor)
     validate_broker(cfg.broker)

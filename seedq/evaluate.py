@@ -35,9 +35,18 @@ import torch
 import yaml
 
 from seedq.agents.registry import agent_class
-from seedq.envs import EnvConfig, EnvError, make_env_batch, minatar, procgen, rows_per_env
+from seedq.envs import (
+    EnvConfig,
+    EnvError,
+    env_config,
+    make_env_batch,
+    minatar,
+    procgen,
+    rows_per_env,
+)
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
 
 MODES = ("sample", "greedy")
@@ -224,12 +233,10 @@ def evaluate(
     path = find_checkpoint(checkpoint)
     policy = load_policy(str(path), mode=mode, epsilon=epsilon, seed=seed)
     try:
-        env_cfg = EnvConfig(**{**policy.config["env"], **(env_overrides or {})})
-    except TypeError:
+        env_cfg = env_config({**policy.config["env"], **(env_overrides or {})})
+    except ConfigError as exc:
         allowed = sorted(policy.config["env"])
-        raise EnvError(
-            f"env overrides {sorted(env_overrides or {})}: keys are env.<one of {allowed}>"
-        ) from None
+        raise EnvError(f"{exc}; keys are env.<one of {allowed}>") from None
     if env_overrides:
         probe = make_env_batch(env_cfg, rows_per_env(env_cfg), seed=seed)
         shape = tuple(probe.obs_shape)

@@ -14,7 +14,7 @@ from seedq.config import register_configs
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 # A fake-env run that needs no download and steps fast; tests add their own budget.
-FAKE = ["env.kind=fake", "actor.envs_per_batch=8", "log_interval_s=0.5"]
+FAKE = ["env=fake", "actor.envs_per_batch=8", "log_interval_s=0.5"]
 
 register_configs()
 

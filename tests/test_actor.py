@@ -8,7 +8,7 @@ import zmq
 import zmq.asyncio
 
 from seedq.actor.loop import ActorError, EpisodeTracker, Patience, run_env_batch
-from seedq.envs import EnvConfig, make_env_batch
+from seedq.envs import FakeConfig, make_env_batch
 
 
 def test_episode_tracker_reports_raw_returns_and_lengths_of_ended_episodes():
@@ -26,7 +26,7 @@ def test_episode_tracker_starts_over_after_an_episode_ends():
 
 
 def test_actor_without_a_learner_stops_with_a_clear_error():
-    env = make_env_batch(EnvConfig(kind="fake", obs_shape=[4]), 2, seed=0)
+    env = make_env_batch(FakeConfig(obs_shape=[4]), 2, seed=0)
 
     async def main():
         ctx = zmq.asyncio.Context()

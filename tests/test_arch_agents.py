@@ -57,7 +57,7 @@ ALGORITHM = {
         "algorithm.eval_batches=0",
     ],
     "sac": [
-        "env.kind=fake",
+        "env=fake",
         "env.obs_shape=[3]",
         "env.continuous_actions=true",
         "env.num_actions=2",

@@ -19,7 +19,16 @@ from hydra import compose, initialize_config_dir
 import seedq
 from seedq.cli import to_config
 from seedq.config import ConfigError, register_configs
-from seedq.envs import EnvBatch, EnvConfig, EnvError, StepBatch, make_env_batch
+from seedq.envs import (
+    EnvBatch,
+    EnvError,
+    GymConfig,
+    MinAtarConfig,
+    MujocoConfig,
+    ProcgenConfig,
+    StepBatch,
+    make_env_batch,
+)
 from seedq.envs.minatar import GAMES, MINATAR_MAX_EPISODE_STEPS, minatar_game
 from seedq.envs.mujoco import MujocoBatch
 from seedq.envs.procgen import ProcgenBatch, procgen_game
@@ -74,7 +83,7 @@ def test_minatar_ids() -> None:
 @pytest.mark.parametrize("game", GAMES)
 def test_minatar_games(game: str) -> None:
     """Channels-first 0/255 frames, the minimal action set, episodes that end."""
-    env = make_env_batch(EnvConfig(kind="minatar", id=game), 4, seed=0)
+    env = make_env_batch(MinAtarConfig(id=game), 4, seed=0)
     first, outs = _rollout(env, 300)
     channels = {"asterix": 4, "breakout": 4, "freeway": 7, "seaquest": 10, "space_invaders": 6}
     actions = {"asterix": 5, "breakout": 3, "freeway": 3, "seaquest": 6, "space_invaders": 4}
@@ -95,7 +104,7 @@ def test_minatar_games(game: str) -> None:
 
 @needs_minatar
 def test_minatar_time_limit_truncates_with_final_obs() -> None:
-    cfg = EnvConfig(kind="minatar", id="freeway", max_episode_steps=7)
+    cfg = MinAtarConfig(id="freeway", max_episode_steps=7)
     env = make_env_batch(cfg, 3, seed=1)
     obs = env.reset()
     for step in range(1, 15):
@@ -110,13 +119,13 @@ def test_minatar_time_limit_truncates_with_final_obs() -> None:
             np.testing.assert_array_equal(out.obs[:, 0], obs[:, 0])
     assert (
         MINATAR_MAX_EPISODE_STEPS
-        == make_env_batch(EnvConfig(kind="minatar", id="breakout"), 1, seed=0).max_episode_steps
+        == make_env_batch(MinAtarConfig(id="breakout"), 1, seed=0).max_episode_steps
     )
 
 
 @needs_minatar
 def test_minatar_seeds_reproduce() -> None:
-    cfg = EnvConfig(kind="minatar", id="asterix")
+    cfg = MinAtarConfig(id="asterix")
     a = [o.obs for o in _rollout(make_env_batch(cfg, 2, seed=3), 50)[1]]
     b = [o.obs for o in _rollout(make_env_batch(cfg, 2, seed=3), 50)[1]]
     c = [o.obs for o in _rollout(make_env_batch(cfg, 2, seed=4), 50)[1]]
@@ -126,7 +135,7 @@ def test_minatar_seeds_reproduce() -> None:
 
 @needs_minatar
 def test_minatar_full_action_space_and_no_ramping() -> None:
-    cfg = EnvConfig(kind="minatar", id="breakout", full_action_space=True, difficulty_ramping=False)
+    cfg = MinAtarConfig(id="breakout", full_action_space=True, difficulty_ramping=False)
     env = make_env_batch(cfg, 2, seed=0)
     assert env.num_actions == 6
     with pytest.raises(EnvError, match=r"\[0, 6\)"):
@@ -140,7 +149,7 @@ def test_minatar_frames_fit_the_auto_torso() -> None:
 
     from seedq.agents.vtrace.network import ActorCriticNet
 
-    env = make_env_batch(EnvConfig(kind="minatar", id="seaquest"), 2, seed=0)
+    env = make_env_batch(MinAtarConfig(id="seaquest"), 2, seed=0)
     net = ActorCriticNet(env.obs_shape, env.num_actions)
     assert net.torso_name == "minatar"
     obs = torch.as_tensor(env.reset())[None]
@@ -234,7 +243,7 @@ def test_procgen_ids_and_config_checks() -> None:
     with pytest.raises(EnvError, match="procgen-mirror"):
         if _installed("procgen"):
             raise EnvError("procgen-mirror (installed here)")
-        make_env_batch(EnvConfig(kind="procgen", id="coinrun"), 1, seed=0)
+        make_env_batch(ProcgenConfig(id="coinrun"), 1, seed=0)
 
 
 def test_procgen_adapter_on_a_fake_gym3_env() -> None:
@@ -294,14 +303,14 @@ def test_procgen_unseeded_resets_follow_the_construction_seed() -> None:
 def test_procgen_config_errors_name_the_key(override: dict, key: str) -> None:
     from seedq.envs import validate_env
 
-    env = EnvConfig(**{"kind": "procgen", "id": "coinrun", **override})
+    env = ProcgenConfig(**{"id": "coinrun", **override})
     with pytest.raises(ConfigError, match=key):
         validate_env(env, SimpleNamespace(envs_per_batch=8))
 
 
 @needs_procgen
 def test_procgen_coinrun() -> None:
-    cfg = EnvConfig(kind="procgen", id="coinrun", distribution_mode="easy", num_levels=10)
+    cfg = ProcgenConfig(id="coinrun", distribution_mode="easy", num_levels=10)
     env = make_env_batch(cfg, 4, seed=0)
     try:
         first, outs = _rollout(env, 300)
@@ -345,7 +354,7 @@ def test_box_action_batch_on_pendulum() -> None:
 @needs_mujoco
 def test_mujoco_rejects_non_mujoco_ids() -> None:
     with pytest.raises(EnvError, match="not a gymnasium MuJoCo env"):
-        make_env_batch(EnvConfig(kind="mujoco", id="Pendulum-v1"), 1, seed=0)
+        make_env_batch(MujocoConfig(id="Pendulum-v1"), 1, seed=0)
 
 
 @needs_mujoco
@@ -353,7 +362,7 @@ def test_mujoco_rejects_non_mujoco_ids() -> None:
     ("env_id", "obs", "act"), [("HalfCheetah-v5", 17, 6), ("Hopper-v5", 11, 3)]
 )
 def test_mujoco_envs(env_id: str, obs: int, act: int) -> None:
-    cfg = EnvConfig(kind="mujoco", id=env_id, max_episode_steps=50)
+    cfg = MujocoConfig(id=env_id, max_episode_steps=50)
     env = make_env_batch(cfg, 2, seed=0)
     try:
         assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((obs,), np.float32, act)
@@ -378,7 +387,7 @@ def test_mujoco_envs(env_id: str, obs: int, act: int) -> None:
 
 @needs_mujoco
 def test_mujoco_seeds_reproduce() -> None:
-    cfg = EnvConfig(kind="mujoco", id="Hopper-v5")
+    cfg = MujocoConfig(id="Hopper-v5")
     a = make_env_batch(cfg, 2, seed=5)
     b = make_env_batch(cfg, 2, seed=5)
     np.testing.assert_array_equal(a.reset(), b.reset())
@@ -393,7 +402,7 @@ def test_mujoco_seeds_reproduce() -> None:
 
 @needs_box2d
 def test_gym_lunar_lander() -> None:
-    env = make_env_batch(EnvConfig(kind="gym", id="LunarLander-v3"), 2, seed=0)
+    env = make_env_batch(GymConfig(id="LunarLander-v3"), 2, seed=0)
     try:
         first, outs = _rollout(env, 300)
         assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((8,), np.float32, 4)
@@ -410,9 +419,9 @@ def test_gym_lunar_lander() -> None:
 @pytest.mark.parametrize(
     ("group", "expected"),
     [
-        ("minatar", ("minatar", "breakout", 0.1, "auto")),
-        ("procgen", ("procgen", "coinrun", 0.25, "impala")),
-        ("mujoco", ("mujoco", "HalfCheetah-v5", 0.25, "auto")),
+        ("minatar", ("minatar", "breakout", MinAtarConfig, "auto")),
+        ("procgen", ("procgen", "coinrun", ProcgenConfig, "impala")),
+        ("mujoco", ("mujoco", "HalfCheetah-v5", MujocoConfig, "auto")),
     ],
 )
 def test_env_groups_compose(group: str, expected: tuple) -> None:
@@ -423,6 +432,4 @@ def test_env_groups_compose(group: str, expected: tuple) -> None:
         cfg = compose(config_name="config", overrides=["run_dir=/tmp/seedq-test", f"env={group}"])
     config = to_config(cfg)
     env = config.env
-    assert (env.kind, env.id, env.repeat_action_probability, config.algorithm.model.torso) == (
-        expected
-    )
+    assert (env.kind, env.id, type(env), config.algorithm.model.torso) == expected

@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seedq.envs import EnvBatch, EnvConfig, EnvError, StepBatch, make_env_batch
+from seedq.envs import (
+    AtariConfig,
+    EnvBatch,
+    EnvConfig,
+    EnvError,
+    FakeConfig,
+    GymConfig,
+    StepBatch,
+    make_env_batch,
+)
 from seedq.envs.base import env_spec_of
 from seedq.envs.fake import FakeEnvBatch
 from seedq.envs.gym import CartPoleNativeBatch, GymVectorBatch, obs_transform
@@ -32,7 +41,7 @@ def _balance(obs: np.ndarray) -> np.ndarray:
 
 
 def test_fake_reset_encoding() -> None:
-    cfg = EnvConfig(kind="fake", obs_shape=[2, 3], obs_dtype="float32", num_actions=3)
+    cfg = FakeConfig(obs_shape=[2, 3], obs_dtype="float32", num_actions=3)
     env = make_env_batch(cfg, 5, seed=0, env_offset=10)
     assert isinstance(env, FakeEnvBatch) and isinstance(env, EnvBatch)
     assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((2, 3), np.float32, 3)
@@ -49,8 +58,7 @@ def test_fake_reset_encoding() -> None:
 def test_fake_episodes(truncate: bool) -> None:
     """Lengths L + (global id) % 3; terminated or truncated ends; final_obs rows in order."""
     n, length = 5, 3
-    cfg = EnvConfig(
-        kind="fake",
+    cfg = FakeConfig(
         obs_shape=[4],
         obs_dtype="int32",
         episode_length=length,
@@ -93,8 +101,8 @@ def test_fake_episodes(truncate: bool) -> None:
 
 def test_fake_errors() -> None:
     with pytest.raises(EnvError, match="at least 3"):
-        make_env_batch(EnvConfig(kind="fake", obs_shape=[2]), 2, seed=0)
-    env = make_env_batch(EnvConfig(kind="fake", num_actions=2), 3, seed=0)
+        make_env_batch(FakeConfig(obs_shape=[2]), 2, seed=0)
+    env = make_env_batch(FakeConfig(num_actions=2), 3, seed=0)
     env.reset()
     with pytest.raises(EnvError, match="shape"):
         env.step(np.zeros(2, np.int64))
@@ -107,9 +115,7 @@ def test_fake_errors() -> None:
 def test_fake_long_run_counts_steps_and_episodes() -> None:
     """After S steps env g is at step S % L_g of episode S // L_g, each end truncated once."""
     n, length, steps = 64, 5, 300
-    env = make_env_batch(
-        EnvConfig(kind="fake", episode_length=length, truncate_episodes=True), n, seed=0
-    )
+    env = make_env_batch(FakeConfig(episode_length=length, truncate_episodes=True), n, seed=0)
     env.reset()
     truncations = 0
     for _ in range(steps):
@@ -128,7 +134,7 @@ def test_cartpole_native_truncation_matches_reference() -> None:
     import gymnasium as gym
 
     n, limit = 3, 5
-    env = make_env_batch(EnvConfig(kind="cartpole", max_episode_steps=limit), n, seed=3)
+    env = make_env_batch(EnvConfig(max_episode_steps=limit), n, seed=3)
     assert isinstance(env, CartPoleNativeBatch)
     # The unmodified next-step env, same seed and actions, shows the last obs of each episode.
     ref = gym.make_vec(
@@ -158,7 +164,7 @@ def test_cartpole_native_truncation_matches_reference() -> None:
 
 
 def test_cartpole_v1_truncates_at_500() -> None:
-    env = make_env_batch(EnvConfig(kind="cartpole"), 4, seed=0)
+    env = make_env_batch(EnvConfig(), 4, seed=0)
     obs = env.reset()
     for step in range(1, 501):
         out = env.step(_balance(obs))
@@ -172,7 +178,7 @@ def test_cartpole_v1_truncates_at_500() -> None:
 
 
 def test_cartpole_terminated_gives_reset_obs() -> None:
-    env = make_env_batch(EnvConfig(kind="cartpole"), 2, seed=1)
+    env = make_env_batch(EnvConfig(), 2, seed=1)
     env.reset()
     for _ in range(100):
         out = env.step(np.ones(2, np.int64))  # always push right: the pole falls quickly
@@ -190,7 +196,7 @@ def test_cartpole_terminated_gives_reset_obs() -> None:
 
 
 def test_cartpole_seeding() -> None:
-    cfg = EnvConfig(kind="cartpole")
+    cfg = EnvConfig()
     a = make_env_batch(cfg, 2, seed=5).reset()
     b = make_env_batch(cfg, 2, seed=5).reset()
     c = make_env_batch(cfg, 2, seed=5, env_offset=2).reset()
@@ -199,7 +205,7 @@ def test_cartpole_seeding() -> None:
 
 
 def test_cartpole_kind_falls_back_to_sync() -> None:
-    env = make_env_batch(EnvConfig(kind="cartpole", id="Acrobot-v1"), 2, seed=0)
+    env = make_env_batch(EnvConfig(id="Acrobot-v1"), 2, seed=0)
     assert isinstance(env, GymVectorBatch)
     env.close()
 
@@ -211,7 +217,7 @@ def test_cartpole_kind_falls_back_to_sync() -> None:
     ("env_id", "vectorization"), [("Acrobot-v1", "sync"), ("MountainCar-v0", "async")]
 )
 def test_gym_truncation(env_id: str, vectorization: str) -> None:
-    cfg = EnvConfig(kind="gym", id=env_id, vectorization=vectorization, max_episode_steps=3)
+    cfg = GymConfig(id=env_id, vectorization=vectorization, max_episode_steps=3)
     env = make_env_batch(cfg, 2, seed=0)
     try:
         assert env.obs_dtype == np.float32 and len(env.obs_shape) == 1
@@ -231,7 +237,7 @@ def test_gym_truncation(env_id: str, vectorization: str) -> None:
 
 
 def test_gym_discrete_observations_are_bool_one_hots() -> None:
-    env = make_env_batch(EnvConfig(kind="gym", id="FrozenLake-v1"), 2, seed=0)
+    env = make_env_batch(GymConfig(id="FrozenLake-v1"), 2, seed=0)
     obs = env.reset()
     # bool: the models read indicators as 0/1 and never standardise them (RunningNorm).
     assert env.obs_shape == (16,) and obs.dtype == np.bool_
@@ -257,7 +263,7 @@ def test_image_observations_become_channels_first() -> None:
 
 
 def test_gym_box_actions_are_continuous_and_clipped_to_bounds() -> None:
-    env = make_env_batch(EnvConfig(kind="gym", id="Pendulum-v1"), 2, seed=0)
+    env = make_env_batch(GymConfig(id="Pendulum-v1"), 2, seed=0)
     try:
         spec = env_spec_of(env)
         assert (spec.action_kind, spec.num_actions) == ("continuous", 1)
@@ -275,7 +281,7 @@ def test_gym_box_actions_are_continuous_and_clipped_to_bounds() -> None:
 
 
 def test_fake_continuous_actions_show_in_the_next_obs() -> None:
-    cfg = EnvConfig(kind="fake", obs_shape=[4], num_actions=2, continuous_actions=True)
+    cfg = FakeConfig(obs_shape=[4], num_actions=2, continuous_actions=True)
     env = make_env_batch(cfg, 3, seed=0)
     assert env_spec_of(env).action_low == (-1.0, -1.0)
     env.reset()
@@ -285,7 +291,7 @@ def test_fake_continuous_actions_show_in_the_next_obs() -> None:
 
 def test_gym_unknown_id() -> None:
     with pytest.raises(EnvError, match=r"NoSuchEnv-v0.*pprint_registry"):
-        make_env_batch(EnvConfig(kind="gym", id="NoSuchEnv-v0"), 2, seed=0)
+        make_env_batch(GymConfig(id="NoSuchEnv-v0"), 2, seed=0)
 
 
 # ---------------------------------------------------------------------------------- atari
@@ -293,7 +299,7 @@ def test_gym_unknown_id() -> None:
 
 def test_atari_pong() -> None:
     pytest.importorskip("ale_py")
-    env = make_env_batch(EnvConfig(kind="atari", id="ALE/Pong-v5"), 4, seed=0)
+    env = make_env_batch(AtariConfig(id="ALE/Pong-v5"), 4, seed=0)
     try:
         assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((4, 84, 84), np.uint8, 6)
         obs = env.reset()
@@ -309,7 +315,7 @@ def test_atari_pong() -> None:
 
 def test_atari_truncation_final_obs() -> None:
     pytest.importorskip("ale_py")
-    cfg = EnvConfig(kind="atari", id="ALE/Pong-v5", max_episode_steps=5, noop_max=0)
+    cfg = AtariConfig(id="ALE/Pong-v5", max_episode_steps=5, noop_max=0)
     env = make_env_batch(cfg, 2, seed=0)
     try:
         obs = env.reset()
@@ -331,15 +337,13 @@ def test_atari_truncation_final_obs() -> None:
 def test_atari_unknown_game() -> None:
     pytest.importorskip("ale_py")
     with pytest.raises(EnvError, match=r"NotAGame.*get_all_rom_ids"):
-        make_env_batch(EnvConfig(kind="atari", id="ALE/NotAGame-v5"), 2, seed=0)
+        make_env_batch(AtariConfig(id="ALE/NotAGame-v5"), 2, seed=0)
 
 
 def test_atari_episodic_life_continues_the_game() -> None:
     """A life loss reports terminated but the game goes on (DeepMind), not a full reset."""
     pytest.importorskip("ale_py")
-    cfg = EnvConfig(
-        kind="atari", id="ALE/Breakout-v5", episodic_life=True, repeat_action_probability=0.0
-    )
+    cfg = AtariConfig(id="ALE/Breakout-v5", episodic_life=True, repeat_action_probability=0.0)
     env = make_env_batch(cfg, 2, seed=0)
     try:
         obs = env.reset()
@@ -360,4 +364,4 @@ def test_atari_episodic_life_continues_the_game() -> None:
 def test_atari_rejects_non_atari_id() -> None:
     pytest.importorskip("ale_py")
     with pytest.raises(EnvError, match="not an Atari id"):
-        make_env_batch(EnvConfig(kind="atari", id="CartPole-v1"), 2, seed=0)
+        make_env_batch(AtariConfig(id="CartPole-v1"), 2, seed=0)

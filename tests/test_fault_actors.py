@@ -97,7 +97,7 @@ def test_a_stopped_actor_is_evicted_and_rejoins_when_continued(tmp_path):
 
 def test_a_batch_too_large_for_a_message_is_refused_before_start(tmp_path):
     result = run_cli(
-        "env.kind=fake",
+        "env=fake",
         "env.obs_shape=[256,256]",
         "actor.envs_per_batch=64",
         "broker.max_message_bytes=1000000",

@@ -8,7 +8,7 @@ import pytest
 from fault_helpers import wait_for
 
 from seedq.bench.fuzz import fuzz_messages
-from seedq.envs import EnvConfig
+from seedq.envs import FakeConfig
 from seedq.launch.actors import ActorFailure, ActorPool, RestartPolicy, SpawnRefused
 
 
@@ -26,7 +26,7 @@ def crashing_spawn(started: list[list[str]]):
 def pool(tmp_path, spawn, policy: RestartPolicy) -> ActorPool:
     return ActorPool(
         endpoint="tcp://127.0.0.1:9",
-        env=EnvConfig(kind="fake"),
+        env=FakeConfig(),
         num_actors=1,
         batches_per_actor=2,
         envs_per_batch=4,

@@ -19,7 +19,15 @@ from hydra import compose, initialize_config_dir
 import seedq
 from seedq.cli import to_config
 from seedq.config import ConfigError, register_configs
-from seedq.envs import KINDS, EnvConfig, EnvError, football, make_env_batch, rows_per_env
+from seedq.envs import (
+    KINDS,
+    EnvConfig,
+    EnvError,
+    FootballConfig,
+    football,
+    make_env_batch,
+    rows_per_env,
+)
 from seedq.envs.football import INSTALL_HINT, FootballBatch, check_scenario
 from seedq.messages import EnvSpec
 
@@ -106,7 +114,7 @@ def fake_batch(
 ) -> tuple[FootballBatch, list[FakeFootballEnv]]:
     """A batch of one fake game per entry of ``goals`` (the step it scores on, or None), each
     filling ``controlled_players`` rows."""
-    env_cfg = EnvConfig(**{"kind": "football", "frame_stack": 1, **cfg})  # as conf/env/football
+    env_cfg = FootballConfig(**{"frame_stack": 1, **cfg})  # as conf/env/football
     made: list[FakeFootballEnv] = []
 
     def make_env(engine_seed: int) -> FakeFootballEnv:
@@ -292,7 +300,7 @@ def test_each_game_seeds_its_engine_from_the_global_id_of_its_first_row():
 
 
 def test_a_batch_that_does_not_split_into_games_is_refused():
-    cfg = EnvConfig(kind="football", frame_stack=1, controlled_players=3)
+    cfg = FootballConfig(frame_stack=1, controlled_players=3)
     with pytest.raises(EnvError, match=r"env.controlled_players=3.*actor.envs_per_batch"):
         FootballBatch(cfg, 4, 0, make_env=lambda seed: FakeFootballEnv(seed, players=3))
 
@@ -304,8 +312,8 @@ def test_more_players_than_the_scenario_has_names_the_key_and_the_limit():
 
 def test_rows_per_env_is_the_controlled_players_for_football_only():
     rows = [
-        rows_per_env(EnvConfig(kind="football", controlled_players=3)),
-        rows_per_env(EnvConfig(kind="cartpole", controlled_players=3)),
+        rows_per_env(FootballConfig(controlled_players=3)),
+        rows_per_env(EnvConfig()),
     ]
     assert rows == [3, 1]
 
@@ -346,7 +354,7 @@ def test_eval_acts_for_every_player_and_reports_the_mean_of_their_returns(monkey
     monkeypatch.setattr(evaluate, "make_env_batch", make_fake_batch)
     model = build_network((115,), 19, ModelConfig(hidden_sizes=[8]), channels_last=False)
     policy = evaluate.Policy(model, {"algorithm": {"name": "vtrace"}})
-    cfg = EnvConfig(kind="football", frame_stack=1, controlled_players=3)
+    cfg = FootballConfig(frame_stack=1, controlled_players=3)
     returns = [total for total, _ in evaluate._env_batch_episodes(policy, cfg, 2, 0, False)]
     # Players are paid 0, 0.1, 0.2 a step plus the goal on step 2: returns 1, 1.2, 1.4.
     assert (returns, [len(a) for a in games[0].actions]) == (pytest.approx([1.2, 1.2]), [3] * 4)
@@ -450,7 +458,7 @@ def test_missing_gfootball_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "gfootball", None)
     monkeypatch.setitem(sys.modules, "gfootball.env", None)
     with pytest.raises(EnvError) as info:
-        make_env_batch(EnvConfig(kind="football"), 1, seed=0)
+        make_env_batch(FootballConfig(), 1, seed=0)
     assert str(info.value) == INSTALL_HINT
 
 
@@ -487,8 +495,7 @@ def _needs_gfootball() -> None:
 )
 def test_real_academy_episodes_end_and_restart(representation, frame_stack, shape):
     _needs_gfootball()
-    cfg = EnvConfig(
-        kind="football",
+    cfg = FootballConfig(
         scenario="academy_empty_goal_close",
         representation=representation,
         frame_stack=frame_stack,
@@ -510,7 +517,7 @@ def test_real_academy_episodes_end_and_restart(representation, frame_stack, shap
 def test_real_clock_end_is_a_truncation_with_the_last_observation():
     _needs_gfootball()
     # Nobody moves in academy_run_to_score while the player idles: only the clock ends it.
-    cfg = EnvConfig(kind="football", scenario="academy_run_to_score", frame_stack=1)
+    cfg = FootballConfig(scenario="academy_run_to_score", frame_stack=1)
     with make_env_batch(cfg, 1, seed=0) as env:
         env.reset()
         outs = [env.step(np.zeros(1, dtype=np.int64)) for _ in range(401)]
@@ -522,12 +529,12 @@ def test_real_clock_end_is_a_truncation_with_the_last_observation():
 def test_real_unknown_scenario_lists_gfootball_scenarios():
     _needs_gfootball()
     with pytest.raises(EnvError, match="academy_3_vs_1_with_keeper"):
-        make_env_batch(EnvConfig(kind="football", scenario="academy_3_vs_1"), 1, seed=0)
+        make_env_batch(FootballConfig(scenario="academy_3_vs_1"), 1, seed=0)
 
 
 def test_real_scenarios_limit_the_controlled_players():
     _needs_gfootball()
-    cfg = EnvConfig(kind="football", scenario="academy_empty_goal_close", controlled_players=3)
+    cfg = FootballConfig(scenario="academy_empty_goal_close", controlled_players=3)
     # academy_3_vs_1_with_keeper: keeper and three attackers, all controllable.
     assert football.controllable_players("academy_3_vs_1_with_keeper") == 4
     with pytest.raises(EnvError, match=r"env.controlled_players=3 .*use at most 2"):
@@ -536,8 +543,7 @@ def test_real_scenarios_limit_the_controlled_players():
 
 def test_real_three_controlled_players_are_rows_of_one_game():
     _needs_gfootball()
-    cfg = EnvConfig(
-        kind="football",
+    cfg = FootballConfig(
         scenario="academy_3_vs_1_with_keeper",
         rewards="scoring,checkpoints",
         frame_stack=1,

@@ -29,7 +29,7 @@ from seedq.agents.vtrace.network import AgentOutput
 from seedq.config import SeedqConfig
 from seedq.core.agent import RunContext
 from seedq.core.unroll import Unroll
-from seedq.envs import EnvConfig
+from seedq.envs import FakeConfig
 from seedq.messages import EnvSpec
 
 CPU = torch.device("cpu")
@@ -391,7 +391,7 @@ def test_r2d2_train_step_returns_the_priorities_of_its_td_errors():
 
 
 def r2d2_agent(cfg: R2D2Config) -> R2D2Agent:
-    run = SeedqConfig(env=EnvConfig(kind="fake", obs_shape=[OBS], num_actions=ACTIONS))
+    run = SeedqConfig(env=FakeConfig(obs_shape=[OBS], num_actions=ACTIONS))
     run.algorithm = cfg
     spec = EnvSpec((OBS,), "float32", ACTIONS)
     return R2D2Agent(RunContext(run, spec, CPU, threading.Lock(), threading.Event()))

@@ -21,7 +21,7 @@ from seedq.agents.vtrace.network import AgentOutput
 from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.config import SeedqConfig
-from seedq.envs import EnvConfig
+from seedq.envs import FakeConfig
 
 EPISODE_LENGTH = 4
 UNROLL = 5
@@ -55,8 +55,7 @@ def run_pipeline(
 ):
     cfg = SeedqConfig(
         run_dir=str(tmp_path),
-        env=EnvConfig(
-            kind="fake",
+        env=FakeConfig(
             obs_shape=[4],
             episode_length=EPISODE_LENGTH,
             truncate_episodes=truncate,

@@ -21,7 +21,7 @@ from seedq.agents.ppo.loss import gae, ppo_loss
 from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.config import SeedqConfig
-from seedq.envs import EnvConfig
+from seedq.envs import FakeConfig
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
 
@@ -189,9 +189,7 @@ def test_reward_scaler_divides_by_the_std_of_discounted_returns():
 def test_continuous_fake_env_through_the_real_wire(tmp_path):
     cfg = SeedqConfig(
         run_dir=str(tmp_path),
-        env=EnvConfig(
-            kind="fake", obs_shape=[4], num_actions=2, continuous_actions=True, episode_length=5
-        ),
+        env=FakeConfig(obs_shape=[4], num_actions=2, continuous_actions=True, episode_length=5),
         actor=ActorConfig(num_actors=1, envs_per_batch=3, batches_per_actor=2, transport="inproc"),
         broker=BrokerConfig(max_batch=6, deadline_ms=1.0),
         algorithm=PPOConfig(unroll_length=4, batch_size=6, minibatches=2, epochs=1),

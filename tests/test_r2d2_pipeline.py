@@ -17,7 +17,7 @@ from seedq.agents.r2d2.sequences import check_replay_fits, replay_fields
 from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.config import ConfigError, SeedqConfig
-from seedq.envs import EnvConfig
+from seedq.envs import FakeConfig
 from seedq.messages import EnvSpec
 
 BURN_IN, LENGTH = 2, 4
@@ -39,7 +39,7 @@ def r2d2_config(tmp_path, **overrides):
     alg.update(overrides)
     return SeedqConfig(
         run_dir=str(tmp_path),
-        env=EnvConfig(kind="fake", obs_shape=[4], episode_length=5, num_actions=3),
+        env=FakeConfig(obs_shape=[4], episode_length=5, num_actions=3),
         actor=ActorConfig(num_actors=2, envs_per_batch=3, batches_per_actor=2, transport="inproc"),
         broker=BrokerConfig(max_batch=5, deadline_ms=1.0),
         algorithm=R2D2Config(**alg),

@@ -26,7 +26,7 @@ from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
 from seedq.cli import to_config
 from seedq.config import ConfigError, SeedqConfig, register_configs
-from seedq.envs import EnvConfig
+from seedq.envs import FakeConfig
 from seedq.evaluate import load_policy
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 from seedq.learner.config import CheckpointConfig
@@ -245,9 +245,7 @@ def sac_config(tmp_path, **overrides) -> SeedqConfig:
     )
     return SeedqConfig(
         run_dir=str(tmp_path),
-        env=EnvConfig(
-            kind="fake", obs_shape=[4], num_actions=2, continuous_actions=True, episode_length=5
-        ),
+        env=FakeConfig(obs_shape=[4], num_actions=2, continuous_actions=True, episode_length=5),
         actor=ActorConfig(num_actors=1, envs_per_batch=3, batches_per_actor=2, transport="inproc"),
         broker=BrokerConfig(max_batch=6, deadline_ms=1.0),
         algorithm=SACConfig(**{**alg, **overrides}),

@@ -18,7 +18,7 @@ from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.network import AgentOutput
 from seedq.arch.sebulba import SebulbaRun, sebulba_layout
 from seedq.config import ConfigError, SeedqConfig
-from seedq.envs import EnvConfig
+from seedq.envs import FakeConfig
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 
 EPISODE_LENGTH = 4
@@ -59,8 +59,7 @@ class StepValueNet(torch.nn.Module):
 def vtrace_config(tmp_path, *, truncate=False, **overrides):
     cfg = SeedqConfig(
         run_dir=str(tmp_path),
-        env=EnvConfig(
-            kind="fake",
+        env=FakeConfig(
             obs_shape=[4],
             episode_length=EPISODE_LENGTH,
             truncate_episodes=truncate,

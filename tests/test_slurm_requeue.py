@@ -29,7 +29,7 @@ def submit(tmp_path: Path, *overrides: str) -> tuple[str, Path]:
     result = subprocess.run(
         ["sbatch", "--parsable", "-N1", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=10"]
         + [f"--output={tmp_path}/job.out", SCRIPT]
-        + [f"+launcher.env={{SEEDQ_TEST_RUN:'{run_dir}'}}", "env.kind=fake"]
+        + [f"+launcher.env={{SEEDQ_TEST_RUN:'{run_dir}'}}", "env=fake"]
         + ["actor.envs_per_batch=8", "log_interval_s=0.5", "checkpoint.every_minutes=0.02"]
         # The script binds 0.0.0.0 for a real cluster; here everything stays on loopback.
         + ["broker.host=127.0.0.1", "security.curve=true", f"security.keys_dir={keys}"]

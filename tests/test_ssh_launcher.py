@@ -193,7 +193,7 @@ def test_a_supervised_learner_killed_mid_run_comes_back_with_new_remote_actors(t
         run_dir,
         hosts,
         "supervise=true",
-        "env.kind=fake",
+        "env=fake",
         "actor.envs_per_batch=8",
         "log_interval_s=0.5",
         "total_env_steps=100000",

@@ -23,7 +23,7 @@ from seedq.actor.loop import (
     install_event_loop_policy,
     run_env_batch,
 )
-from seedq.envs import EnvConfig, EnvError, make_env_batch
+from seedq.envs import EnvConfig, EnvError, env_config, make_env_batch
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
 from seedq.security import client_options
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     patience = Patience(args.reply_timeout_s, args.learner_lost_s, args.max_rejoins)
     raise_open_file_limit()
     try:
-        env_cfg = EnvConfig(**json.loads(args.env_config))
+        env_cfg = env_config(json.loads(args.env_config))
         actor_ids = [int(x) for x in args.actor_ids.split(",")]
         curve_client = client_options(args.keys_dir) if args.keys_dir else None
     except (TypeError, ValueError) as exc:

@@ -77,7 +77,7 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
 
 def frames_per_step(cfg: SeedqConfig) -> int:
     """Emulator frames per agent step (Atari's frame skip; 1 elsewhere)."""
-    return cfg.env.frame_skip if cfg.env.kind == "atari" else 1
+    return cfg.env.frames_per_step()
 
 
 def machine() -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from seedq.bench.common import compose, frames_per_step, print_json, print_table, split_args
-from seedq.envs import EnvConfig
+from seedq.envs import env_config
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0}
 
@@ -32,7 +32,7 @@ def step_batches(
     """Step ``num_batches`` env batches round-robin for ``seconds`` after a warm-up."""
     from seedq.envs import make_env_batch
 
-    cfg = EnvConfig(**env_cfg)
+    cfg = env_config(env_cfg)
     envs = [
         make_env_batch(cfg, envs_per_batch, seed=seed + 1000 * b, env_offset=b * envs_per_batch)
         for b in range(first_batch, first_batch + num_batches)

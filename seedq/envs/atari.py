@@ -11,20 +11,66 @@ import difflib
 import logging
 import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done
+from seedq.envs.config import EnvConfig, kind_setting
 from seedq.envs.gym import import_gymnasium
-
-if TYPE_CHECKING:
-    from seedq.envs.config import EnvConfig
+from seedq.schema import check_positive, in_unit_interval, positive, setting
 
 logger = logging.getLogger(__name__)
 
 # DeepMind's limit: 30 minutes of play at 60 Hz.
 ATARI_MAX_EPISODE_FRAMES = 108_000
+
+
+@dataclass
+class AtariConfig(EnvConfig):
+    """``env=atari``: the game and DeepMind's preprocessing, done by ale_py in C++."""
+
+    kind: str = kind_setting("atari")
+    id: str = setting(
+        "ALE/Pong-v5", "An Atari id like ALE/Pong-v5, or a ROM name like pong; names the run."
+    )
+    max_episode_steps: int | None = setting(
+        None,
+        "Truncate episodes after this many agent steps (> 0); null keeps "
+        f"{ATARI_MAX_EPISODE_FRAMES} frames (30 minutes of play).",
+    )
+    frame_skip: int = setting(
+        4, "Emulator frames per agent step, max-pooled over the last two (> 0)."
+    )
+    frame_stack: int = setting(4, "Frames stacked into one observation (> 0).")
+    screen_size: int = setting(
+        84, "Observed frames are resized to screen_size x screen_size pixels (> 0)."
+    )
+    grayscale: bool = setting(True, "Grey frames (true) or RGB, 3 channels each (false).")
+    noop_max: int = setting(
+        30, "Up to this many random no-op actions after each reset (>= 0; 0: none)."
+    )
+    episodic_life: bool = setting(
+        False,
+        "A life loss reports terminated while the game goes on; only game over resets "
+        "(DeepMind's semantics).",
+    )
+    repeat_action_probability: float = setting(
+        0.25, "Sticky actions: the chance the previous action repeats, in [0, 1]."
+    )
+    full_action_space: bool = setting(
+        False, "All 18 ALE actions (true) or only the game's minimal set (false)."
+    )
+
+    def check(self) -> None:
+        super().check()
+        check_positive(self, "env", ["frame_skip", "frame_stack", "screen_size"])
+        positive("env.noop_max", self.noop_max, zero_ok=True)
+        in_unit_interval("env.repeat_action_probability", self.repeat_action_probability)
+
+    def frames_per_step(self) -> int:
+        return int(self.frame_skip)
 
 
 def _atari_game(env_id: str) -> str:
@@ -110,7 +156,7 @@ class AtariBatch(BatchBase):
     """
 
     def __init__(
-        self, cfg: EnvConfig, num_envs: int, seed: int | None, env_offset: int = 0
+        self, cfg: AtariConfig, num_envs: int, seed: int | None, env_offset: int = 0
     ) -> None:
         game = _atari_game(cfg.id)
         _atari_rom_path(game)

@@ -6,14 +6,48 @@ order, paired with the right action; nothing is random and nothing needs install
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch
+from seedq.envs.config import EnvConfig, kind_setting
+from seedq.schema import check_positive, positive, setting
 
-if TYPE_CHECKING:
-    from seedq.envs.config import EnvConfig
+
+@dataclass
+class FakeConfig(EnvConfig):
+    """``env=fake``: the observation and action layout, episode ends and injected faults."""
+
+    kind: str = kind_setting("fake")
+    id: str = setting("fake", "Names the run directory; the fake env has one layout, set below.")
+    obs_shape: list[int] = setting(
+        help="Observation shape; at least 3 elements (env id, step, episode).",
+        factory=lambda: [4],
+    )
+    obs_dtype: str = setting("float32", "Observation numpy dtype, e.g. float32 or uint8.")
+    num_actions: int = setting(
+        2, "Size of the discrete action space, or length of the continuous one (> 0)."
+    )
+    continuous_actions: bool = setting(
+        False, "Actions are float vectors of num_actions values in [-1, 1]."
+    )
+    episode_length: int = setting(
+        10, "Steps per episode of env 0; env g runs episode_length + g % 3 (> 0)."
+    )
+    truncate_episodes: bool = setting(
+        False, "Episodes end truncated (true, with a final observation) or terminated."
+    )
+    nan_every: int = setting(
+        0,
+        "Every nan_every-th step of a batch gives env 0 a NaN reward and, for float "
+        "observations, a NaN observation (fault-injection tests; 0: never).",
+    )
+
+    def check(self) -> None:
+        super().check()
+        check_positive(self, "env", ["num_actions", "episode_length"])
+        positive("env.nan_every", self.nan_every, zero_ok=True)
 
 
 class FakeEnvBatch(BatchBase):
@@ -134,7 +168,7 @@ class FakeEnvBatch(BatchBase):
         pass
 
 
-def make_fake(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> FakeEnvBatch:
+def make_fake(cfg: FakeConfig, num_envs: int, seed: int, env_offset: int) -> FakeEnvBatch:
     """The registry's factory: ``obs_shape``, ``obs_dtype``, ``num_actions``, ``episode_length``,
     ``truncate_episodes`` and ``nan_every`` of ``cfg`` (``seed`` is unused: nothing is random)."""
     return FakeEnvBatch(

@@ -45,14 +45,14 @@ import logging
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch
-
-if TYPE_CHECKING:
-    from seedq.envs.config import EnvConfig
+from seedq.envs.config import EnvConfig, kind_setting
+from seedq.schema import setting
 
 logger = logging.getLogger(__name__)
 
@@ -157,38 +157,82 @@ def check_controlled_players(scenario: str, controlled_players: int, available: 
         )
 
 
-def football_rows_per_env(cfg: EnvConfig) -> int:
-    """Rows one game fills: one per controlled player."""
-    return int(cfg.controlled_players)
+@dataclass
+class FootballConfig(EnvConfig):
+    """``env=football``: the scenario, observation, reward and the players the agent controls."""
 
+    kind: str = kind_setting("football")
+    id: str = setting(
+        "academy_empty_goal_close",
+        "Names the run directory and the logs; env=football sets it to env.scenario.",
+    )
+    max_episode_steps: int | None = setting(
+        None,
+        "Truncate episodes after this many agent steps (> 0); null keeps the scenario's clock.",
+    )
+    scenario: str = setting(
+        "academy_empty_goal_close",
+        "The gfootball scenario, e.g. academy_3_vs_1_with_keeper or 11_vs_11_easy_stochastic.",
+    )
+    representation: str = setting(
+        "simple115v2",
+        f"Observation, one of {list(REPRESENTATIONS)}: simple115v2 and simple115 are float32 "
+        "[115 * frame_stack] vectors (MLP), extracted the 72x96 super mini-map, uint8 "
+        "[4 * frame_stack, 72, 96] (CNN).",
+    )
+    rewards: str = setting(
+        "scoring",
+        f"Reward, one of {list(REWARDS)}: goals, plus each player's own rewards for carrying "
+        "the ball towards the goal with checkpoints.",
+    )
+    frame_stack: int = setting(
+        4,
+        f"One of {list(FRAME_STACKS)}: gfootball stacks the last 4 observations or none "
+        "(env=football sets 1).",
+    )
+    controlled_players: int = setting(
+        1,
+        f"Left players the agent controls in each game, 1-{MAX_CONTROLLED_PLAYERS} (at most "
+        "the scenario's); each is one env, so actor.envs_per_batch must be a multiple of it.",
+    )
 
-def check_football_config(cfg: EnvConfig) -> None:
-    """The football values the backend supports; config validation runs these too.
+    rows_key: ClassVar[str] = "controlled_players"
 
-    The scenario, and how many of its players the agent may control, are checked against
-    gfootball when the env is built (:func:`check_scenario`, :func:`check_controlled_players`).
-    """
-    if cfg.representation not in REPRESENTATIONS:
-        raise EnvError(
-            f"env.representation={cfg.representation!r} is not allowed; choose one of "
-            f"{list(REPRESENTATIONS)}"
-        )
-    if cfg.rewards not in REWARDS:
-        raise EnvError(f"env.rewards={cfg.rewards!r} is not allowed; choose one of {list(REWARDS)}")
-    if cfg.frame_stack not in FRAME_STACKS:
-        raise EnvError(
-            f"env.frame_stack={cfg.frame_stack!r} is not allowed with env=football; choose "
-            f"{' or '.join(map(str, FRAME_STACKS))} (gfootball stacks the last 4 observations "
-            "or none)"
-        )
-    if not 1 <= cfg.controlled_players <= MAX_CONTROLLED_PLAYERS:
-        raise EnvError(
-            f"env.controlled_players={cfg.controlled_players!r} is out of range; it must be in "
-            f"[1, {MAX_CONTROLLED_PLAYERS}] (left players of one team; the scenario may have "
-            "fewer)"
-        )
-    if not cfg.scenario:
-        raise EnvError("env.scenario is empty; name a gfootball scenario, e.g. academy_corner")
+    def rows_per_env(self) -> int:
+        """Rows one game fills: one per controlled player."""
+        return int(self.controlled_players)
+
+    def check(self) -> None:
+        """The football values the backend supports.
+
+        The scenario, and how many of its players the agent may control, are checked against
+        gfootball when the env is built (:func:`check_scenario`,
+        :func:`check_controlled_players`).
+        """
+        super().check()
+        if self.representation not in REPRESENTATIONS:
+            raise EnvError(
+                f"env.representation={self.representation!r} is not allowed; choose one of "
+                f"{list(REPRESENTATIONS)}"
+            )
+        if self.rewards not in REWARDS:
+            raise EnvError(
+                f"env.rewards={self.rewards!r} is not allowed; choose one of {list(REWARDS)}"
+            )
+        if self.frame_stack not in FRAME_STACKS:
+            raise EnvError(
+                f"env.frame_stack={self.frame_stack!r} is not allowed with env=football; choose "
+                f"{' or '.join(map(str, FRAME_STACKS))} (gfootball stacks the last 4 "
+                "observations or none)"
+            )
+        if not 1 <= self.controlled_players <= MAX_CONTROLLED_PLAYERS:
+            raise EnvError(
+                f"env.controlled_players={self.controlled_players!r} is out of range; it must be "
+                f"in [1, {MAX_CONTROLLED_PLAYERS}] (left players of one team; the scenario may "
+                "have fewer)"
+            )
+        if not self.scenario:
+            raise EnvError("env.scenario is empty; name a gfootball scenario, e.g. academy_corner")
 
 
 def observation_spec(representation: str, frame_stack: int) -> tuple[tuple[int, ...], np.dtype]:
@@ -200,7 +244,7 @@ def observation_spec(representation: str, frame_stack: int) -> tuple[tuple[int, 
     return (planes * frame_stack, height, width), dtype
 
 
-def create_football_env(cfg: EnvConfig, engine_seed: int) -> Any:
+def create_football_env(cfg: FootballConfig, engine_seed: int) -> Any:
     """One gfootball env (old gym API) for ``cfg``, its engine seeded with ``engine_seed``."""
     football_env = import_gfootball()
     with warnings.catch_warnings():
@@ -270,14 +314,14 @@ class FootballBatch(BatchBase):
 
     def __init__(
         self,
-        cfg: EnvConfig,
+        cfg: FootballConfig,
         num_envs: int,
         seed: int | None,
         env_offset: int = 0,
         make_env: Callable[[int], Any] | None = None,
     ) -> None:
-        check_football_config(cfg)
-        players = football_rows_per_env(cfg)
+        cfg.check()
+        players = cfg.rows_per_env()
         if num_envs % players:
             raise EnvError(
                 f"a football batch of {num_envs} envs (actor.envs_per_batch) cannot be split into "

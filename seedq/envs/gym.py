@@ -18,21 +18,40 @@ import functools
 import logging
 import multiprocessing
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seedq.envs.base import BatchBase, EnvBatch, EnvError, StepBatch, split_done
+from seedq.envs.config import EnvConfig, kind_setting
+from seedq.envs.mujoco_import import import_mujoco
+from seedq.schema import choice, setting
 
 if TYPE_CHECKING:
     import gymnasium
-
-    from seedq.envs.config import EnvConfig
 
 logger = logging.getLogger(__name__)
 
 # env.vectorization: "sync" steps the envs in the actor process, "async" in subprocesses.
 VECTORIZATIONS = ("sync", "async")
+
+
+@dataclass
+class GymConfig(EnvConfig):
+    """``env=gym``: any gymnasium id, and how its envs are vectorised (``env=cartpole`` is the
+    base :class:`EnvConfig`: its native vector env has nothing to choose)."""
+
+    kind: str = kind_setting("gym")
+    vectorization: str = setting(
+        "sync",
+        f"How envs are vectorised, one of {list(VECTORIZATIONS)}: sync steps them in the actor "
+        "process, async in one subprocess each.",
+    )
+
+    def check(self) -> None:
+        super().check()
+        choice("env.vectorization", self.vectorization, VECTORIZATIONS)
 
 
 def import_gymnasium() -> Any:
@@ -70,9 +89,7 @@ def _make_single_env(env_id: str, max_episode_steps: int | None) -> Any:
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
     if entry.startswith("gymnasium.envs.mujoco"):
         # A MuJoCo id through env=gym: MuJoCo's default warning handler would append to
-        # MUJOCO_LOG.TXT in the working directory; seedq.envs.mujoco routes it to the log.
-        from seedq.envs.mujoco import import_mujoco
-
+        # MUJOCO_LOG.TXT in the working directory; import_mujoco routes it to the log.
         import_mujoco()
     return gym.make(env_id, max_episode_steps=max_episode_steps)
 
@@ -322,7 +339,7 @@ def make_cartpole(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> 
     return GymVectorBatch(cfg.id, num_envs, seed, env_offset, "sync", cfg.max_episode_steps)
 
 
-def make_gym(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> GymVectorBatch:
+def make_gym(cfg: GymConfig, num_envs: int, seed: int, env_offset: int) -> GymVectorBatch:
     """``env.kind=gym``: ``cfg.id`` vectorised as ``cfg.vectorization`` says."""
     return GymVectorBatch(
         cfg.id, num_envs, seed, env_offset, cfg.vectorization, cfg.max_episode_steps

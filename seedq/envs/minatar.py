@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch
-
-if TYPE_CHECKING:
-    from seedq.envs.config import EnvConfig
+from seedq.envs.config import EnvConfig, kind_setting
+from seedq.schema import in_unit_interval, setting
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +78,36 @@ def rgb_frame(obs: np.ndarray, scale: int = 32) -> np.ndarray:
     return np.kron(image, np.ones((scale, scale, 1), dtype=np.uint8))
 
 
-def check_minatar_config(cfg: EnvConfig) -> None:
-    """Config validation: the id must name a MinAtar game (no import needed)."""
-    minatar_game(cfg.id)
+@dataclass
+class MinAtarConfig(EnvConfig):
+    """``env=minatar``: the game, sticky actions, difficulty ramping and the action set."""
+
+    kind: str = kind_setting("minatar")
+    id: str = setting(
+        "breakout", f"A MinAtar game, one of {list(GAMES)} (or MinAtar/Breakout-v1); names the run."
+    )
+    max_episode_steps: int | None = setting(
+        None,
+        "Truncate episodes after this many agent steps (> 0); null keeps "
+        f"{MINATAR_MAX_EPISODE_STEPS} steps.",
+    )
+    repeat_action_probability: float = setting(
+        0.25,
+        "Sticky actions: the chance the previous action repeats, in [0, 1] (env=minatar sets "
+        "MinAtar's 0.1).",
+    )
+    full_action_space: bool = setting(
+        False, "All 6 actions (true) or only the game's minimal set (false)."
+    )
+    difficulty_ramping: bool = setting(
+        True, "Games speed up as an episode goes on (MinAtar's default)."
+    )
+
+    def check(self) -> None:
+        """The id must name a MinAtar game (no import needed)."""
+        super().check()
+        in_unit_interval("env.repeat_action_probability", self.repeat_action_probability)
+        minatar_game(self.id)
 
 
 class MinAtarBatch(BatchBase):
@@ -181,7 +208,7 @@ class MinAtarBatch(BatchBase):
         self._envs = []
 
 
-def make_minatar(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> MinAtarBatch:
+def make_minatar(cfg: MinAtarConfig, num_envs: int, seed: int, env_offset: int) -> MinAtarBatch:
     """``env.kind=minatar``: ``cfg.id`` with the sticky-action, ramping, action-set and time-limit
     keys of ``cfg``."""
     return MinAtarBatch(

@@ -14,9 +14,9 @@ samples outside them; the learner keeps the unclipped sample it computed log-pro
 of).
 
 Rendering. ``seedq-eval video=true`` renders MuJoCo offscreen through OpenGL. Without a display
-there is no GLFW window, so this module sets ``MUJOCO_GL=egl`` (GPU or Mesa's EGL) before
-MuJoCo is first imported unless ``MUJOCO_GL`` is set already; ``MUJOCO_GL=osmesa`` (software,
-needs libosmesa6) is the fallback where EGL is missing. Training never renders.
+there is no GLFW window, so ``seedq.envs.mujoco_import`` sets ``MUJOCO_GL=egl`` (GPU or Mesa's
+EGL) before MuJoCo is first imported unless ``MUJOCO_GL`` is set already; ``MUJOCO_GL=osmesa``
+(software, needs libosmesa6) is the fallback where EGL is missing. Training never renders.
 
 gymnasium's MuJoCo envs need the ``mujoco`` package (``pip install 'seedq[mujoco]'``); it and
 gymnasium are imported when an env is built, not with this module.
@@ -24,50 +24,31 @@ gymnasium are imported when an env is built, not with this module.
 
 from __future__ import annotations
 
-import logging
-import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from seedq.envs.base import EnvError
-from seedq.envs.gym import GymVectorBatch, _make_single_env, gym_spec
-
-if TYPE_CHECKING:
-    from seedq.envs.config import EnvConfig
-
-logger = logging.getLogger(__name__)
+from seedq.envs.config import kind_setting
+from seedq.envs.gym import GymConfig, GymVectorBatch, _make_single_env, gym_spec
+from seedq.envs.mujoco_import import import_mujoco
+from seedq.schema import setting
 
 CONTINUOUS = "continuous"  # the action_kind of Box action spaces (seedq.messages' name)
-INSTALL_HINT = "env.kind=mujoco needs MuJoCo; run: pip install 'seedq[mujoco]'"
 
 
-def use_headless_gl() -> None:
-    """Pick EGL for MuJoCo's offscreen rendering when no display is set (before ``import
-    mujoco``, which reads ``MUJOCO_GL`` once)."""
-    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
-        os.environ["MUJOCO_GL"] = "egl"
+@dataclass
+class MujocoConfig(GymConfig):
+    """``env=mujoco``: a gymnasium MuJoCo id, vectorised as ``env=gym`` vectorises its ids."""
 
-
-_warned: set[str] = set()
-
-
-def _log_mujoco_warning(message: str) -> None:
-    # MuJoCo's default handler prints and appends to MUJOCO_LOG.TXT in the working directory,
-    # once per env built (MuJoCo 4 warns that gymnasium's models use settotalmass).
-    if message not in _warned:
-        _warned.add(message)
-        logger.warning("MuJoCo: %s", message)
-
-
-def import_mujoco() -> Any:
-    """The ``mujoco`` module (its warnings routed to logging, once each), or an EnvError with
-    the install line."""
-    use_headless_gl()
-    try:
-        import mujoco
-    except ImportError as exc:
-        raise EnvError(INSTALL_HINT) from exc
-    mujoco.set_mju_user_warning(_log_mujoco_warning)
-    return mujoco
+    kind: str = kind_setting("mujoco")
+    id: str = setting(
+        "HalfCheetah-v5", "A gymnasium MuJoCo id like HalfCheetah-v5 or Hopper-v5; names the run."
+    )
+    max_episode_steps: int | None = setting(
+        None,
+        "Truncate episodes after this many agent steps (> 0); null keeps the id's own limit "
+        "(1000 steps).",
+    )
 
 
 def _make_mujoco_env(env_id: str, max_episode_steps: int | None) -> Any:
@@ -117,7 +98,7 @@ class MujocoBatch(GymVectorBatch):
         self.action_shape = (self.num_actions,)
 
 
-def make_mujoco(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> MujocoBatch:
+def make_mujoco(cfg: MujocoConfig, num_envs: int, seed: int, env_offset: int) -> MujocoBatch:
     """``env.kind=mujoco``: the MuJoCo id ``cfg.id``, vectorised as ``cfg.vectorization`` says."""
     import_mujoco()
     check_mujoco_id(cfg.id)

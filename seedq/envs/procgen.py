@@ -37,14 +37,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch
-
-if TYPE_CHECKING:
-    from seedq.envs.config import EnvConfig
+from seedq.envs.config import EnvConfig, kind_setting
+from seedq.schema import setting
 
 logger = logging.getLogger(__name__)
 
@@ -91,24 +91,41 @@ def rgb_frame(obs: np.ndarray, scale: int = 4) -> np.ndarray:
     return np.kron(obs.transpose(1, 2, 0), np.ones((scale, scale, 1), dtype=obs.dtype))
 
 
-def check_procgen_config(cfg: EnvConfig) -> None:
-    """Config validation: a known game and mode, level counts >= 0, no seedq time limit."""
-    procgen_game(cfg.id)
-    if cfg.distribution_mode not in DISTRIBUTION_MODES:
-        raise EnvError(
-            f"env.distribution_mode={cfg.distribution_mode!r} is not allowed; choose one of "
-            f"{list(DISTRIBUTION_MODES)}"
-        )
-    if cfg.num_levels < 0 or cfg.start_level < 0:
-        raise EnvError(
-            f"env.num_levels={cfg.num_levels} and env.start_level={cfg.start_level} must be "
-            ">= 0 (num_levels=0: unlimited levels)"
-        )
-    if cfg.max_episode_steps is not None:
-        raise EnvError(
-            "env.max_episode_steps must be null for env.kind=procgen: procgen's vector env "
-            "cannot reset one env, so each game keeps its own timeout"
-        )
+@dataclass
+class ProcgenConfig(EnvConfig):
+    """``env=procgen``: the game, its level distribution and which levels are played."""
+
+    kind: str = kind_setting("procgen")
+    id: str = setting("coinrun", "A Procgen game like coinrun or starpilot; names the run.")
+    max_episode_steps: int | None = setting(
+        None, "Must be null: procgen's vector env cannot reset one env, so each game keeps its own."
+    )
+    distribution_mode: str = setting(
+        "hard", f"The level distribution, one of {list(DISTRIBUTION_MODES)}."
+    )
+    num_levels: int = setting(
+        0, "Distinct levels to play (>= 0; 0: unlimited), e.g. 200 to test generalisation."
+    )
+    start_level: int = setting(0, "Seed of the first level (>= 0).")
+
+    def check(self) -> None:
+        """A known game and mode, level counts >= 0, no seedq time limit."""
+        procgen_game(self.id)
+        if self.distribution_mode not in DISTRIBUTION_MODES:
+            raise EnvError(
+                f"env.distribution_mode={self.distribution_mode!r} is not allowed; choose one of "
+                f"{list(DISTRIBUTION_MODES)}"
+            )
+        if self.num_levels < 0 or self.start_level < 0:
+            raise EnvError(
+                f"env.num_levels={self.num_levels} and env.start_level={self.start_level} must "
+                "be >= 0 (num_levels=0: unlimited levels)"
+            )
+        if self.max_episode_steps is not None:
+            raise EnvError(
+                "env.max_episode_steps must be null for env.kind=procgen: procgen's vector env "
+                "cannot reset one env, so each game keeps its own timeout"
+            )
 
 
 def import_procgen_env() -> Callable[..., Any]:
@@ -239,9 +256,9 @@ class ProcgenBatch(BatchBase):
             self._env = None
 
 
-def make_procgen(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> ProcgenBatch:
+def make_procgen(cfg: ProcgenConfig, num_envs: int, seed: int, env_offset: int) -> ProcgenBatch:
     """``env.kind=procgen``: game ``cfg.id`` with ``cfg``'s distribution mode and levels."""
-    check_procgen_config(cfg)
+    cfg.check()
     return ProcgenBatch(
         cfg.id,
         num_envs,

@@ -1,76 +1,70 @@
-"""The env kinds seedq can build: ``env.kind`` name -> backend.
+"""The env kinds seedq can build: ``env.kind`` name -> (backend, config of its family).
 
-Adding a kind is one module in ``seedq/envs/`` (an :class:`~seedq.envs.base.EnvBatch` and a
-factory) plus one line in :data:`BACKENDS`; config validation, ``seedq-train``, ``seedq-eval``
-and ``seedq-bench`` pick it up from here. The backend modules import their optional packages
-(gymnasium, ale_py, gfootball, minatar, procgen, mujoco) only when an env is built, so importing
-this module stays cheap for actor processes.
+Adding a kind is one module in ``seedq/envs/`` (an :class:`~seedq.envs.base.EnvBatch`, a
+factory and, if the kind has keys of its own, a config dataclass subclassing
+:class:`~seedq.envs.config.EnvConfig`) plus one line in :data:`BACKENDS`; config validation, the
+``env`` Hydra group (a ``conf/env/<kind>.yaml`` naming ``env_<kind>_schema``), ``seedq-train``,
+``seedq-eval`` and ``seedq-bench`` pick it up from here. The backend modules import their
+optional packages (gymnasium, ale_py, gfootball, minatar, procgen, mujoco) only when an env is
+built, so importing this module stays cheap for actor processes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from seedq.envs import atari, fake, football, gym, minatar, mujoco, procgen
 from seedq.envs.base import EnvBatch, EnvError, env_spec_of
+from seedq.envs.config import EnvConfig
 from seedq.messages import EnvSpec
-
-if TYPE_CHECKING:
-    from seedq.envs.config import EnvConfig
-
-
-def _one_row(cfg: EnvConfig) -> int:
-    return 1
 
 
 @dataclass(frozen=True)
 class EnvBackend:
-    """How to build one env kind.
+    """How to build one env kind, and the config of its family.
 
     Attributes:
         summary: one line for ``env.kind``'s help text.
         make: ``make(cfg, num_envs, seed, env_offset)`` builds the batch (see
             :func:`make_env_batch`).
-        rows_per_env: rows of a batch that one environment fills (1 unless one env acts for
-            several agents).
-        rows_key: the ``env`` key that sets ``rows_per_env``, named when ``actor.envs_per_batch``
-            is not a multiple of it.
-        check: raises an :class:`EnvError` naming the key for values this backend cannot
-            take; run by config validation before any process starts. ``None``: no checks.
+        config: the family's config dataclass (the ``env`` section of a run of this kind):
+            :class:`EnvConfig` or a subclass holding the family's own keys, their help and
+            their checks (``check``, ``rows_per_env``).
     """
 
     summary: str
     make: Callable[[EnvConfig, int, int, int], EnvBatch]
-    rows_per_env: Callable[[EnvConfig], int] = _one_row
-    rows_key: str = ""
-    check: Callable[[EnvConfig], None] | None = None
+    config: type[EnvConfig] = EnvConfig
 
 
 BACKENDS: dict[str, EnvBackend] = {
     "cartpole": EnvBackend("gymnasium's native CartPole vector env", gym.make_cartpole),
-    "gym": EnvBackend("any gymnasium id, vectorised in Python", gym.make_gym),
-    "atari": EnvBackend("ale_py's C++ AtariVectorEnv", atari.AtariBatch),
+    "gym": EnvBackend("any gymnasium id, vectorised in Python", gym.make_gym, gym.GymConfig),
+    "atari": EnvBackend("ale_py's C++ AtariVectorEnv", atari.AtariBatch, atari.AtariConfig),
     "football": EnvBackend(
         "Google Research Football, one row per controlled player",
         football.FootballBatch,
-        football.football_rows_per_env,
-        "controlled_players",
-        football.check_football_config,
+        football.FootballConfig,
     ),
     "minatar": EnvBackend(
         "MinAtar's 10x10 Atari-like games, fast on a CPU",
         minatar.make_minatar,
-        check=minatar.check_minatar_config,
+        minatar.MinAtarConfig,
     ),
     "procgen": EnvBackend(
         "OpenAI Procgen games through procgen's C++ vector env",
         procgen.make_procgen,
-        check=procgen.check_procgen_config,
+        procgen.ProcgenConfig,
     ),
-    "mujoco": EnvBackend("gymnasium's MuJoCo tasks, continuous (Box) actions", mujoco.make_mujoco),
-    "fake": EnvBackend("observations encode (env id, step) for tests", fake.make_fake),
+    "mujoco": EnvBackend(
+        "gymnasium's MuJoCo tasks, continuous (Box) actions",
+        mujoco.make_mujoco,
+        mujoco.MujocoConfig,
+    ),
+    "fake": EnvBackend(
+        "observations encode (env id, step) for tests", fake.make_fake, fake.FakeConfig
+    ),
 }
 KINDS = tuple(BACKENDS)
 
@@ -84,12 +78,10 @@ def backend(kind: str) -> EnvBackend:
 
 
 def rows_per_env(cfg: EnvConfig) -> int:
-    """Rows of an :class:`EnvBatch` that one environment of ``cfg`` fills.
-
-    ``env.controlled_players`` for football (one row per controlled player of a game), 1 for
-    the other kinds. A batch of this kind holds a multiple of it.
-    """
-    return backend(cfg.kind).rows_per_env(cfg)
+    """Rows of an :class:`EnvBatch` that one environment of ``cfg`` fills (its family's
+    ``rows_per_env``: football's controlled players, 1 for the others). A batch of this kind
+    holds a multiple of it."""
+    return cfg.rows_per_env()
 
 
 def make_env_batch(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int = 0) -> EnvBatch:

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import seedq
-    from seedq.envs import EnvConfig, make_env_batch
+    from seedq.envs import env_config, make_env_batch
     from seedq.messages import PROTOCOL_VERSION
 
     if PROTOCOL_VERSION != args.protocol:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    env = make_env_batch(EnvConfig(**json.loads(args.env_config)), 1, seed=0)
+    env = make_env_batch(env_config(json.loads(args.env_config)), 1, seed=0)
     env.close()
     print(
         json.dumps(

@@ -27,6 +27,9 @@ from typing import Any, BinaryIO
 import torch
 from omegaconf import OmegaConf
 
+from seedq.envs.section import saved_env_section
+from seedq.schema import ConfigError
+
 log = logging.getLogger(__name__)
 
 FORMAT = 2
@@ -240,6 +243,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} has checkpoint format {found!r}; this seedq reads format {FORMAT}"
         )
+    config = state.get("config")
+    if isinstance(config, dict) and isinstance(config.get("env"), dict):
+        # Checkpoints written before each env family had its own config hold every family's
+        # keys; a resumed run and seedq-eval see the run's family's alone.
+        try:
+            config["env"] = saved_env_section(config["env"])
+        except ConfigError as exc:
+            # Not a CheckpointError: an older checkpoint of the run would be refused alike.
+            raise ConfigError(f"{path} cannot be used: {exc}") from None
     return state
 
 

@@ -1,0 +1,160 @@
+"""The ``env`` section of a run's config: one family's keys, checked, refused or mapped.
+
+``env.kind`` names the family and :data:`~seedq.envs.registry.BACKENDS` its config class. Here
+the section is checked before any process starts (:func:`validate_env`), a key of another
+family is refused with one line naming the family that has it (:func:`foreign_key`), a plain
+mapping (an actor's ``--env-config``, ``seedq-eval``'s) becomes the family's dataclass
+(:func:`env_config`), and the flat section that checkpoints held before the families had their
+own configs is mapped onto the family's (:func:`saved_env_section`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from seedq.envs.base import EnvError
+from seedq.envs.config import EnvConfig
+from seedq.envs.registry import BACKENDS, KINDS
+from seedq.schema import ConfigError, choice
+
+# The flat section's keys and their defaults, as checkpoints saved them before each family had
+# its own config. A saved key of another family that still holds this value was never chosen,
+# so it is dropped; frozen here, so that a family's later defaults do not change the mapping.
+FLAT_DEFAULTS: dict[str, Any] = {
+    "frame_skip": 4,
+    "frame_stack": 4,
+    "screen_size": 84,
+    "grayscale": True,
+    "noop_max": 30,
+    "episodic_life": False,
+    "repeat_action_probability": 0.25,
+    "full_action_space": False,
+    "vectorization": "sync",
+    "difficulty_ramping": True,
+    "distribution_mode": "hard",
+    "num_levels": 0,
+    "start_level": 0,
+    "scenario": "academy_empty_goal_close",
+    "representation": "simple115v2",
+    "rewards": "scoring",
+    "controlled_players": 1,
+    "obs_shape": [4],
+    "obs_dtype": "float32",
+    "num_actions": 2,
+    "continuous_actions": False,
+    "episode_length": 10,
+    "truncate_episodes": False,
+    "nan_every": 0,
+}
+
+
+def config_class(kind: str) -> type[EnvConfig]:
+    """The config dataclass of ``env.kind=kind``'s family."""
+    choice("env.kind", kind, KINDS)
+    return BACKENDS[kind].config
+
+
+def family_keys(kind: str) -> list[str]:
+    """The keys of ``env.kind=kind``'s section, in their order."""
+    return [f.name for f in dataclasses.fields(config_class(kind))]
+
+
+def kind_of(config: type[EnvConfig]) -> str:
+    """The kind whose family config is ``config`` (the base class is cartpole's)."""
+    return next(kind for kind, b in BACKENDS.items() if b.config is config)
+
+
+def families_with(key: str) -> list[str]:
+    """The kinds whose section has ``key``."""
+    return [kind for kind in KINDS if key in family_keys(kind)]
+
+
+def foreign_key(key: str, kind: str) -> str | None:
+    """The one-line refusal of ``env.<key>`` in a run of ``env=<kind>``, or None.
+
+    None when the key is the family's, or no family's (a typo is Hydra's to report, with the
+    keys it knows), or ``kind`` is not a registered kind.
+    """
+    if kind not in KINDS or key in family_keys(kind):
+        return None
+    owners = families_with(key)
+    if not owners:
+        return None
+    return (
+        f"env.{key} is a{'n' if owners[0][0] in 'aeiou' else ''} {' and '.join(owners)} key; "
+        f"this run is env={kind} (its keys: seedq-train --keys env={kind})"
+    )
+
+
+def env_config(section: Mapping[str, Any]) -> EnvConfig:
+    """The family dataclass of a plain ``env`` section (``kind`` picks the family).
+
+    Raises:
+        ConfigError: an unknown kind, or a key the family does not have (naming its family).
+    """
+    kind = section.get("kind", "cartpole")
+    config = config_class(kind)
+    for key in section:
+        if key not in family_keys(kind):
+            raise ConfigError(foreign_key(key, kind) or f"env.{key} is not an env key")
+    return config(**section)
+
+
+def saved_env_section(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved ``env`` section mapped onto its family's keys.
+
+    Checkpoints of a seedq before the env families saved every family's keys. A key of
+    another family that holds the flat default (:data:`FLAT_DEFAULTS`) is dropped; one set to
+    anything else was ignored by that run, and is refused rather than silently lost.
+
+    Raises:
+        ConfigError: one line naming the key, its value and the family it belongs to.
+    """
+    kind = section.get("kind", "cartpole")
+    if kind not in KINDS:
+        raise ConfigError(f"its env.kind={kind!r} is not a kind of this seedq ({list(KINDS)})")
+    own = family_keys(kind)
+    mapped = {}
+    for key, value in section.items():
+        if key in own:
+            mapped[key] = value
+        elif key not in FLAT_DEFAULTS:
+            raise ConfigError(f"its env section holds {key}={value!r}, which is no env key")
+        elif value != FLAT_DEFAULTS[key]:
+            raise ConfigError(
+                f"its env section sets {key}={value!r}, a {' and '.join(families_with(key))} "
+                f"key, on an env.kind={kind} run (which ignored it); env={kind} has no such key"
+            )
+    return mapped
+
+
+def validate_env(env: EnvConfig | Mapping[str, Any], actor: Any) -> None:
+    """Check the ``env`` section (its family's dataclass, or a mapping of one) and the actor
+    batch size.
+
+    Raises:
+        ConfigError: naming the bad key and what is allowed; the family's own checks included.
+    """
+    if not isinstance(env, EnvConfig):
+        env = env_config(env)
+    kind = env.kind
+    config = config_class(kind)
+    if type(env) is not config:
+        raise ConfigError(
+            f"env.kind={kind} comes with env={kind}, which brings that family's keys; this run "
+            f"is env={kind_of(type(env))}"
+        )
+    try:
+        env.check()
+    except EnvError as exc:
+        raise ConfigError(str(exc)) from None
+    rows = env.rows_per_env()
+    if actor.envs_per_batch % rows:
+        raise ConfigError(
+            f"actor.envs_per_batch={actor.envs_per_batch} is not a multiple of "
+            f"env.{env.rows_key}={rows}: each env.kind={kind} environment fills {rows} "
+            f"rows of an actor batch; make actor.envs_per_batch a multiple of "
+            f"env.{env.rows_key}"
+        )

@@ -1,0 +1,245 @@
+"""Each env family owns its typed config: env=<kind> holds, shows and accepts its keys only;
+a key of another family is refused at start; checkpoints of the flat section still load."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import run_cli
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+import seedq
+from seedq.cli import foreign_env_key, print_keys, resumed_config, to_config
+from seedq.config import ConfigError, register_configs
+from seedq.envs import (
+    BACKENDS,
+    AtariConfig,
+    EnvConfig,
+    FakeConfig,
+    GymConfig,
+    config_class,
+    family_keys,
+    foreign_key,
+    saved_env_section,
+    validate_env,
+)
+from seedq.envs.section import FLAT_DEFAULTS
+from seedq.learner.checkpoint import load_checkpoint, plain_config, save_checkpoint
+
+CONF_DIR = Path(seedq.__file__).parent / "conf"
+# Every group option of env (conf/env/<kind>.yaml) is named by its kind.
+ENV_OPTIONS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
+
+register_configs()
+
+
+def compose_config(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=["run_dir=/tmp/seedq-test", *overrides])
+
+
+# --------------------------------------------------------------- composition per family
+
+
+def test_every_kind_has_an_env_group_option():
+    assert ENV_OPTIONS == sorted(BACKENDS)
+
+
+@pytest.mark.parametrize("kind", ENV_OPTIONS)
+def test_env_option_composes_its_familys_config_and_nothing_else(kind):
+    cfg = compose_config(f"env={kind}")
+    env = cfg.env
+    assert (OmegaConf.get_type(env), list(env), env.kind) == (
+        config_class(kind),
+        family_keys(kind),
+        kind,
+    )
+
+
+def test_the_yaml_of_a_family_still_sets_its_values_over_the_dataclass():
+    minatar = to_config(compose_config("env=minatar")).env
+    football = to_config(compose_config("env=football", "env.scenario=academy_corner")).env
+    assert (minatar.repeat_action_probability, football.frame_stack, football.id) == (
+        0.1,
+        1,
+        "academy_corner",
+    )
+
+
+def test_a_wrong_type_of_a_family_key_fails_at_composition():
+    with pytest.raises(ConfigCompositionException):
+        compose_config("env=atari", "env.frame_skip=abc")
+
+
+def test_a_family_key_is_checked_by_its_family():
+    with pytest.raises(ConfigError, match=r"env\.frame_skip=0 is out of range"):
+        to_config(compose_config("env=atari", "env.frame_skip=0"))
+
+
+def test_a_kind_without_its_family_config_is_refused_naming_the_option():
+    with pytest.raises(
+        ConfigError, match="env.kind=gym comes with env=gym.*this run is env=cartpole"
+    ):
+        to_config(compose_config("env.kind=gym"))
+
+
+def test_the_shared_keys_sit_in_the_base_and_every_family_starts_with_them():
+    shared = [f.name for f in dataclasses.fields(EnvConfig)]
+    assert shared == ["kind", "id", "max_episode_steps"]
+    assert all(family_keys(kind)[:3] == shared for kind in BACKENDS)
+
+
+# --------------------------------------------------------------- a key of another family
+
+
+def test_a_key_of_another_family_names_the_family_that_has_it():
+    assert foreign_key("scenario", "atari") == (
+        "env.scenario is a football key; this run is env=atari "
+        "(its keys: seedq-train --keys env=atari)"
+    )
+    assert foreign_key("vectorization", "cartpole").startswith(
+        "env.vectorization is a gym and mujoco key; this run is env=cartpole"
+    )
+    # The family's own keys, and keys no family has (Hydra names those), are not foreign.
+    assert (foreign_key("frame_skip", "atari"), foreign_key("frmae_skip", "atari")) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "family"),
+    [
+        (["env=atari", "env.scenario=11_vs_11_stochastic"], "a football key"),
+        (["env.frame_skip=2"], "an atari key; this run is env=cartpole"),
+        (["-m", "env=atari,minatar", "env.frame_skip=2"], "this run is env=minatar"),
+        (["env=minatar", "+env.nan_every=3"], "a fake key"),
+    ],
+)
+def test_the_command_line_is_checked_against_the_chosen_family(argv, family):
+    assert family in foreign_env_key(argv)
+
+
+def test_the_command_line_with_the_familys_own_keys_passes():
+    assert foreign_env_key(["env=atari", "env.frame_skip=2", "--cfg", "job", "seed=3"]) is None
+
+
+def test_seedq_train_refuses_a_key_of_another_family_with_exit_2_and_one_line(tmp_path):
+    result = run_cli("env=atari", "env.scenario=11_vs_11_stochastic", f"run_dir={tmp_path}")
+    assert (result.returncode, result.stdout.strip().splitlines()) == (
+        2,
+        [
+            "seedq-train: env.scenario is a football key; this run is env=atari "
+            "(its keys: seedq-train --keys env=atari)"
+        ],
+    )
+
+
+# --------------------------------------------------------------- what a user is shown
+
+
+def env_keys_in(yaml_text: str) -> list[str]:
+    """The keys of the ``env:`` section of ``--cfg job``'s YAML."""
+    return list(yaml.safe_load(yaml_text)["env"])
+
+
+def test_cfg_job_shows_the_familys_keys_only():
+    result = run_cli("env=atari", "--cfg", "job")
+    assert (result.returncode, env_keys_in(result.stdout)) == (0, family_keys("atari"))
+
+
+def listed_keys(out: str) -> set[str]:
+    return set(re.findall(r"^  (\S+) = ", out, flags=re.M))
+
+
+def test_keys_show_the_chosen_familys_env_keys_only(capsys):
+    print_keys(["env=atari", "env."])
+    atari = listed_keys(capsys.readouterr().out)
+    print_keys(["env."])
+    cartpole = listed_keys(capsys.readouterr().out)
+    assert (atari, cartpole) == (
+        {f"env.{k}" for k in family_keys("atari")},
+        {"env.kind", "env.id", "env.max_episode_steps"},
+    )
+
+
+# --------------------------------------------------------------- checkpoints of the flat section
+
+
+def flat_section(**values) -> dict:
+    """An env section as checkpoints saved it before each family had its own config."""
+    shared = {"kind": "cartpole", "id": "CartPole-v1", "max_episode_steps": None}
+    return {**shared, **FLAT_DEFAULTS, **values}
+
+
+def test_a_flat_section_keeps_its_familys_keys_and_drops_the_others_defaults():
+    saved = flat_section(kind="minatar", id="breakout", repeat_action_probability=0.1)
+    assert saved_env_section(saved) == {
+        "kind": "minatar",
+        "id": "breakout",
+        "max_episode_steps": None,
+        "repeat_action_probability": 0.1,
+        "full_action_space": False,
+        "difficulty_ramping": True,
+    }
+
+
+def test_a_flat_section_with_another_familys_key_set_is_refused_in_one_line():
+    saved = flat_section(kind="atari", id="ALE/Pong-v5", scenario="11_vs_11_stochastic")
+    with pytest.raises(ConfigError) as info:
+        saved_env_section(saved)
+    assert str(info.value) == (
+        "its env section sets scenario='11_vs_11_stochastic', a football key, on an "
+        "env.kind=atari run (which ignored it); env=atari has no such key"
+    )
+
+
+def old_checkpoint(run_dir: Path, **env) -> Path:
+    """A checkpoint of an Atari run as a seedq before the env families wrote it."""
+    config = plain_config(to_config(compose_config("env=atari", f"run_dir={run_dir}")))
+    config["env"] = flat_section(**{"kind": "atari", "id": "ALE/Breakout-v5", **env})
+    state = {"config": config, "env_steps": 100, "updates": 1, "model": {}}
+    return Path(save_checkpoint(str(run_dir), state, keep=1))
+
+
+def test_a_checkpoint_of_the_flat_section_loads_and_resumes_as_its_family(tmp_path):
+    path = old_checkpoint(tmp_path, frame_skip=3)
+    assert set(load_checkpoint(path)["config"]["env"]) == set(family_keys("atari"))
+    resume = f"resume={tmp_path}"
+    config, _ = resumed_config(compose_config(resume), [resume, "max_minutes=1"])
+    assert (type(config.env), config.env.id, config.env.frame_skip, config.max_minutes) == (
+        AtariConfig,
+        "ALE/Breakout-v5",
+        3,
+        1,
+    )
+
+
+def test_a_checkpoint_that_set_another_familys_key_is_refused_naming_the_file(tmp_path):
+    path = old_checkpoint(tmp_path, scenario="11_vs_11_stochastic")
+    with pytest.raises(
+        ConfigError, match=rf"^{path} cannot be used: its env section sets scenario"
+    ):
+        load_checkpoint(path)
+
+
+# --------------------------------------------------------------- typed sections from mappings
+
+
+def test_an_actors_env_section_becomes_its_familys_dataclass():
+    from seedq.envs import env_config
+
+    assert env_config({"kind": "gym", "id": "Acrobot-v1", "vectorization": "async"}) == GymConfig(
+        id="Acrobot-v1", vectorization="async"
+    )
+    with pytest.raises(ConfigError, match="env.frame_skip is an atari key; this run is env=fake"):
+        env_config({"kind": "fake", "frame_skip": 2})
+
+
+def test_validate_env_takes_the_dataclass_or_a_mapping_of_one():
+    actor = type("Actor", (), {"envs_per_batch": 8})()
+    validate_env(FakeConfig(), actor)
+    validate_env({"kind": "fake", "nan_every": 0}, actor)
+    with pytest.raises(ConfigError, match=r"env\.nan_every=-1"):
+        validate_env({"kind": "fake", "nan_every": -1}, actor)
