@@ -1,5 +1,6 @@
-"""The package structure: no two of seedq's packages import each other, directly or around a
-circle, counting every import (top level, inside functions, under TYPE_CHECKING)."""
+"""The package structure: no two of seedq's packages import each other, and no two of its
+modules either, directly or around a circle, counting every import (top level, inside
+functions, under TYPE_CHECKING)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,42 @@ def import_graph() -> dict[str, dict[str, str]]:
     return graph
 
 
+def module_name(path: Path) -> str:
+    """``seedq/envs/atari.py`` -> ``seedq.envs.atari``; a package's ``__init__.py`` is the
+    package."""
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> dict[str, dict[str, str]]:
+    """{module: {imported seedq module: the file that imports it}} over every import statement.
+
+    ``from a.b import c`` imports the module ``a.b.c`` when there is one, else ``a.b`` (the
+    package's ``__init__``, which is run); the parent packages an import runs on the way are
+    not counted.
+    """
+    modules = {module_name(path): path for path in ROOT.rglob("*.py")}
+    graph: dict[str, dict[str, str]] = collections.defaultdict(dict)
+    for src, path in modules.items():
+        package = src if path.name == "__init__.py" else src.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{anchor}.{base}" if base else anchor
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+                targets = [t if t in modules else base for t in targets]
+            else:
+                continue
+            for target in targets:
+                if target in modules and target != src:
+                    graph[src].setdefault(target, str(path.relative_to(ROOT.parent)))
+    return graph
+
+
 def find_cycle(graph: dict[str, dict[str, str]]) -> list[str] | None:
     state: dict[str, int] = {}
 
@@ -63,6 +100,22 @@ def test_no_import_circle_between_seedqs_packages():
     pairs = zip(cycle, cycle[1:], strict=False) if cycle else []
     where = [f"{a} -> {b} ({graph[a][b]})" for a, b in pairs]
     assert cycle is None, "import circle: " + "; ".join(where)
+
+
+def test_no_import_circle_between_seedqs_modules():
+    graph = module_graph()
+    cycle = find_cycle(graph)
+    pairs = zip(cycle, cycle[1:], strict=False) if cycle else []
+    where = [f"{a} -> {b} ({graph[a][b]})" for a, b in pairs]
+    assert cycle is None, "import circle: " + "; ".join(where)
+
+
+def test_the_module_graph_sees_imports_inside_functions_and_under_type_checking():
+    graph = module_graph()
+    # seedq/__init__.py imports seedq.evaluate inside __getattr__; seedq/envs/gym.py imports
+    # gymnasium only under TYPE_CHECKING, and seedq.envs.mujoco_import at the top.
+    assert "seedq.evaluate" in graph["seedq"]
+    assert "seedq.envs.mujoco_import" in graph["seedq.envs.gym"]
 
 
 def test_the_protocol_types_sit_below_the_learner_runtime_and_the_agents():
