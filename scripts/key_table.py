@@ -1,5 +1,7 @@
 """Print the table of config keys, generated from the dataclass defaults and help.
 
+The keys every run has, then each env family's (``env=<kind>``), then each algorithm's.
+
 ``python scripts/key_table.py`` prints the Markdown; ``--update docs/config-keys.md`` replaces
 the block between the ``<!-- keys:begin -->`` and ``<!-- keys:end -->`` markers of that docs
 page. ``tests/test_docs.py`` checks that the page's block is what this prints, so a changed
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from seedq.agents.registry import agent_names
 from seedq.config import schema_for
+from seedq.envs.registry import BACKENDS
 from seedq.schema import describe
 
 BEGIN, END = "<!-- keys:begin -->", "<!-- keys:end -->"
@@ -38,11 +41,17 @@ def _rows(docs) -> list[str]:  # noqa: ANN001 - KeyDoc iterable
 
 
 def key_table() -> str:
-    """Markdown: the keys every run has, then each algorithm's ``algorithm.*`` keys."""
+    """Markdown: the keys every run has, each env family's ``env.*`` keys, then each
+    algorithm's ``algorithm.*`` keys."""
     header = ["| key | default | meaning |", "|---|---|---|"]
     names = agent_names()
-    common = [d for d in describe(schema_for(names[0])) if not d.key.startswith("algorithm.")]
+    common = [
+        d for d in describe(schema_for(names[0])) if not d.key.startswith(("algorithm.", "env."))
+    ]
     lines = ["Every run:", "", *header, *_rows(common)]
+    for kind, backend in BACKENDS.items():
+        env = [d for d in describe(schema_for(names[0], kind)) if d.key.startswith("env.")]
+        lines += ["", f"`env={kind}`, {backend.summary}:", "", *header, *_rows(env)]
     for name in names:
         own = [d for d in describe(schema_for(name)) if d.key.startswith("algorithm.")]
         lines += ["", f"`algorithm={name}`:", "", *header, *_rows(own)]

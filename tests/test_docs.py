@@ -26,6 +26,12 @@ def test_key_table_lists_every_algorithm_s_keys():
     assert ("`algorithm.unroll_length`" in table, "`algorithm.burn_in`" in table) == (True, True)
 
 
+def test_key_table_lists_each_env_familys_keys_under_its_option_only():
+    table = key_table.key_table()
+    atari = table.split("`env=atari`")[1].split("\n\n`")[0]
+    assert ("`env.frame_skip`" in atari, "`env.scenario`" in atari) == (True, False)
+
+
 def test_readme_is_short_and_opens_with_the_two_commands_ci_runs():
     blocks = re.findall(r"```bash\n(.*?)\n```", README, flags=re.S)
     ci = (ROOT / ".ci" / "run").read_text().splitlines()[-1]
