@@ -94,8 +94,8 @@ def _atari_game(env_id: str) -> str:
     game = spec.kwargs.get("game") if spec is not None else None
     if spec is not None and game is None:
         raise EnvError(
-            f"{env_id!r} is not an Atari id; use env.kind=gym (or cartpole) for it, or an "
-            "Atari id like 'ALE/Pong-v5' with env.kind=atari"
+            f"{env_id!r} is not an Atari id; use env=gym (or cartpole) for it, or an "
+            "Atari id like 'ALE/Pong-v5' with env=atari"
         )
     if game is None:
         ale_ids = [i for i in gym.registry if i.startswith("ALE/")]

@@ -71,7 +71,7 @@ def check_mujoco_id(env_id: str) -> None:
     """An EnvError unless ``env_id`` is a gymnasium MuJoCo env."""
     if not is_mujoco_id(env_id):
         raise EnvError(
-            f"{env_id!r} is not a gymnasium MuJoCo env; use env.kind=gym for it, or a MuJoCo "
+            f"{env_id!r} is not a gymnasium MuJoCo env; use env=gym for it, or a MuJoCo "
             "id such as HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5 or Humanoid-v5"
         )
 
