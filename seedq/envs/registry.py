@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from seedq.envs import atari, fake, football, gym, minatar, mujoco, procgen
+from seedq.envs import atari, catch, fake, football, gym, minatar, mujoco, procgen
 from seedq.envs.base import EnvBatch, EnvError, env_spec_of
 from seedq.messages import EnvSpec
 
@@ -70,6 +70,7 @@ BACKENDS: dict[str, EnvBackend] = {
         check=procgen.check_procgen_config,
     ),
     "mujoco": EnvBackend("gymnasium's MuJoCo tasks, continuous (Box) actions", mujoco.make_mujoco),
+    "catch": EnvBackend("bsuite's Catch as faint objects on a textured frame", catch.make_catch),
     "fake": EnvBackend("observations encode (env id, step) for tests", fake.make_fake),
 }
 KINDS = tuple(BACKENDS)
