@@ -199,7 +199,7 @@ async def _join_and_step(
         if latencies is not None:
             latencies.append(time.perf_counter() - sent)
         out = env.step(actions)
-        returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
+        returns, lengths = tracker.update(out.reward, out.episode_over)
         stats.env_steps += n
         stats.episodes += len(returns)
         step = next_step(step, out, returns, lengths)

@@ -148,6 +148,7 @@ class AtariBatch(BatchBase):
         except (ValueError, RuntimeError, AssertionError) as exc:
             raise EnvError(f"cannot build AtariVectorEnv for {cfg.id!r} ({game}): {exc}") from exc
         self._env = env
+        self._episodic_life = bool(cfg.episodic_life)
         self._grayscale = bool(cfg.grayscale)
         stack, size = int(cfg.frame_stack), int(cfg.screen_size)
         channels = stack if self._grayscale else 3 * stack
@@ -182,7 +183,8 @@ class AtariBatch(BatchBase):
         return np.ascontiguousarray(obs.transpose(0, 1, 4, 2, 3)).reshape(b, stack * c, h, w)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        obs, _ = self._env.reset(seed=self._reset_seed(seed))
+        obs, info = self._env.reset(seed=self._reset_seed(seed))
+        self._episode_frames = np.asarray(info["episode_frame_number"]).copy()
         return self._layout(obs)
 
     def step(self, actions: np.ndarray) -> StepBatch:
@@ -194,8 +196,20 @@ class AtariBatch(BatchBase):
             final_obs = self._layout(info["final_obs"][truncated])
         else:
             final_obs = self._no_final_obs
+        game_over = None
+        if self._episodic_life:
+            # A lost life terminates without a reset; a game over resets the env in this same
+            # step, which starts its frame count again (the no-ops and FIRE of the reset).
+            frames = np.asarray(info["episode_frame_number"])
+            game_over = (terminated | truncated) & (frames < self._episode_frames)
+            self._episode_frames = frames.copy()
         return StepBatch(
-            self._layout(obs), reward.astype(np.float32), terminated, truncated, final_obs
+            self._layout(obs),
+            reward.astype(np.float32),
+            terminated,
+            truncated,
+            final_obs,
+            game_over,
         )
 
     def close(self) -> None:
