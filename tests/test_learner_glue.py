@@ -24,13 +24,15 @@ from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
 from seedq.agents.r2d2.network import build_network as build_q_network
 from seedq.agents.vtrace.config import VTraceConfig
+from seedq.agents.vtrace.config import validate as validate_vtrace
 from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.agents.vtrace.network import AgentOutput
 from seedq.config import SeedqConfig
 from seedq.core.agent import RunContext
-from seedq.core.unroll import Unroll
+from seedq.core.unroll import Unroll, take_columns
 from seedq.envs import EnvConfig
 from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
 
 CPU = torch.device("cpu")
 OBS, ACTIONS = 3, 3
@@ -225,6 +227,46 @@ def test_vtrace_train_step_takes_an_adam_step_along_the_reference_gradient():
     for name, param in model.named_parameters():
         torch.testing.assert_close(param.grad, references[name].grad, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(param, references[name], msg=name)
+
+
+def test_vtrace_minibatch_epochs_step_the_reference_on_each_column_share_in_turn():
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    cfg.epochs, cfg.minibatches = 2, 2
+    learner = vtrace_learner(model, cfg)
+    reference = copy.deepcopy(model)
+    optimizer = torch.optim.Adam(reference.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+    expected_splits = [
+        np.array_split(p, 2)
+        for p in (np.random.default_rng(0).permutation(batch.num_columns) for _ in range(2))
+    ]
+
+    learner.train_batch(batch)
+
+    for split in expected_splits:
+        for cols in split:
+            optimizer.zero_grad()
+            reference_vtrace_loss(reference, take_columns(batch, cols), cfg)[0].backward()
+            optimizer.step()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param, dict(reference.named_parameters())[name], msg=name)
+
+
+def test_vtrace_reward_scaler_sees_a_batch_once_whatever_the_passes_over_it():
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    cfg.reward_scaling, cfg.epochs, cfg.minibatches = True, 3, 2
+    learner = vtrace_learner(model, cfg)
+    once = RewardScaler(cfg.gamma)
+    once.scale(batch.reward, batch.done, batch.env_id)
+
+    learner.train_batch(batch)
+
+    assert learner.reward_scaler.state_dict() == once.state_dict()
+
+
+def test_vtrace_refuses_more_minibatches_than_env_columns():
+    cfg = VTraceConfig(batch_size=4, minibatches=5)
+    with pytest.raises(ConfigError, match="algorithm.minibatches=5 exceeds"):
+        validate_vtrace(cfg, None)
 
 
 # --- R2D2 ----------------------------------------------------------------------------------------
