@@ -14,8 +14,14 @@ import pytest
 import torch
 from test_training import train
 
+from seedq.actor.config import ActorConfig
 from seedq.agents.common.models import RecurrentBody
 from seedq.agents.common.normalize import update_obs_norm
+from seedq.agents.vtrace.config import VTraceConfig
+from seedq.arch.seed import SeedRun
+from seedq.broker.config import BrokerConfig
+from seedq.config import SeedqConfig
+from seedq.envs import EnvConfig
 from seedq.envs.catch import CELL, COLUMNS, CONTRAST, ROWS, CatchBatch, _background
 
 RANDOM_CATCH_RETURN = -0.6
@@ -83,3 +89,36 @@ def test_an_untrained_frame_normaliser_scales_pixels_to_the_unit_interval():
     body = RecurrentBody((1, 8, 8), 3, torso="minatar", obs_norm=True, channels_last=False)
     frames = torch.arange(64, dtype=torch.uint8).reshape(1, 1, 8, 8) * 4
     torch.testing.assert_close(body.obs_norm(frames), frames.float() / 255.0)
+
+
+def test_training_rows_pair_each_frame_with_the_action_the_next_frame_shows(tmp_path):
+    """Catch through inproc actors, broker and learner: in every unroll a training batch holds,
+    row t's action is the one that moved the paddle between frame t and frame t + 1."""
+    cfg = SeedqConfig(
+        run_dir=str(tmp_path),
+        env=EnvConfig(kind="catch", id="Catch"),
+        actor=ActorConfig(num_actors=2, envs_per_batch=3, batches_per_actor=2, transport="inproc"),
+        broker=BrokerConfig(max_batch=5, deadline_ms=1.0),
+        algorithm=VTraceConfig(unroll_length=7, batch_size=4),
+        total_env_steps=1500,
+        log_interval_s=0.2,
+        max_minutes=2,
+    )
+    batches = []
+    run = SeedRun(cfg, str(tmp_path))
+    train_batch = run.agent.learner.train_batch
+    run.agent.learner.train_batch = lambda batch: (batches.append(batch), train_batch(batch))[1]
+    run.run()
+
+    checked, wrong = 0, []
+    for batch in batches:
+        for t in range(batch.obs.shape[0] - 1):
+            for b in range(batch.obs.shape[1]):
+                if batch.done[t + 1, b]:
+                    continue  # a new episode: the paddle starts in the middle
+                before, after = paddle_column(batch.obs[t, b]), paddle_column(batch.obs[t + 1, b])
+                moved = int(np.clip(before + int(batch.action[t, b]) - 1, 0, COLUMNS - 1))
+                checked += 1
+                if moved != after:
+                    wrong.append((t, b))
+    assert (checked > 500, wrong) == (True, [])

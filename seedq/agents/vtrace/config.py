@@ -33,6 +33,12 @@ class VTraceConfig(AlgorithmConfig):
     minibatches: int = setting(
         1, "updates per pass, each on a share of the batch's env columns (<= batch_size)"
     )
+    clip_eps: float | None = setting(
+        None,
+        "null: IMPALA's policy gradient; else PPO's clipped surrogate on the V-trace "
+        "advantages with this clip of pi/mu (Sample Factory's APPO), for epochs > 1",
+    )
+    normalize_advantages: bool = setting(False, "standardise the advantages per minibatch")
     train_queue_batches: int = setting(
         2, "bounded queue of ready training batches: small keeps the data fresh"
     )
@@ -73,6 +79,8 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
         "algorithm",
         ["unroll_length", "epochs", "minibatches", "train_queue_batches", "indicator_lr_scale"],
     )
+    if alg.clip_eps is not None and not alg.clip_eps > 0:
+        raise ConfigError(f"algorithm.clip_eps={alg.clip_eps} must be > 0, or null for none")
     if alg.minibatches > alg.batch_size:
         raise ConfigError(
             f"algorithm.minibatches={alg.minibatches} exceeds the batch's "

@@ -81,6 +81,8 @@ class VTraceLearner(OnPolicyLearner):
             clip_rho_threshold=cfg.clip_rho_threshold,
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
+            clip_eps=cfg.clip_eps,
+            normalize_advantages=cfg.normalize_advantages,
         )
 
     def _column_sets(self, columns: int) -> list[np.ndarray]:
