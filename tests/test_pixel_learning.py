@@ -27,12 +27,18 @@ from seedq.envs.catch import CELL, COLUMNS, CONTRAST, ROWS, CatchBatch, _backgro
 RANDOM_CATCH_RETURN = -0.6
 
 
-@pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
+# PPO pauses acting through each update: 512 transitions a batch (not 2,048) keep a CI box's
+# pauses short.
+SETTINGS = {"vtrace": [], "ppo": ["algorithm.batch_size=16"]}
+
+
+@pytest.mark.parametrize("algorithm", list(SETTINGS))
 def test_pixel_catch_is_solved_through_actors_broker_and_learner(tmp_path, algorithm):
     summary = train(
         tmp_path,
         "env=catch",
         f"algorithm={algorithm}",
+        *SETTINGS[algorithm],
         "stop_at_return=0.8",
         "total_env_steps=150000",
         "max_minutes=4",

@@ -32,9 +32,11 @@ class ActorConfig:
         1.0, "delay before restarting a crashed actor; doubles with each crash in the window"
     )
     reply_timeout_s: float = setting(
-        60.0,
-        "an actor that got no reply to a request for this long exits (the learner is gone or "
-        "unreachable)",
+        600.0,
+        "an actor that got no reply to a request for this long exits (a learner that is "
+        "connected but hung; a dead one is caught by learner_lost_s). Long, because an "
+        "on-policy learner that pauses acting (PPO) answers no one while it trains: on a busy "
+        "CPU an update of 2,048 frames x 4 epochs took over a minute",
     )
     learner_lost_s: float = setting(
         5.0,

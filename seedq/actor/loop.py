@@ -80,7 +80,7 @@ RECOVERABLE_CODES = frozenset(
 class Patience:
     """How long an env batch waits for the learner and how often it rejoins (``actor`` config)."""
 
-    reply_timeout_s: float = 60.0
+    reply_timeout_s: float = 600.0
     learner_lost_s: float = 5.0
     max_rejoins: int = 10
 
