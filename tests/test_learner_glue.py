@@ -457,8 +457,11 @@ def test_r2d2_agent_writes_the_new_priorities_back_into_the_replay():
     agent.learner.train_step = one_step
     agent.train(lambda: 0)
     indices, priorities = trained[0]
+    # The float32 priorities are raised to alpha in float64 by the replay, in float32 here.
     np.testing.assert_allclose(
-        agent.replay.tree.get(indices), np.maximum(priorities, 1e-6) ** cfg.priority_exponent
+        agent.replay.tree.get(indices),
+        np.maximum(priorities, 1e-6) ** cfg.priority_exponent,
+        rtol=1e-6,
     )
 
 
@@ -500,7 +503,7 @@ def test_a_skipped_vtrace_update_leaves_the_observation_statistics_alone():
     stats = vtrace_learner(model, cfg).train_batch(batch)
 
     assert stats == {"skipped": True}
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # untouched
 
 
 def test_r2d2_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
