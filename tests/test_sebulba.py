@@ -19,6 +19,7 @@ from seedq.agents.vtrace.network import AgentOutput
 from seedq.arch.sebulba import SebulbaRun, sebulba_layout
 from seedq.config import ConfigError, SeedqConfig
 from seedq.envs import EnvConfig
+from seedq.launch.sizing import sized
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 
 EPISODE_LENGTH = 4
@@ -253,10 +254,10 @@ def test_a_failing_env_stops_the_run_with_its_error(tmp_path):
 
 
 def test_layout_defaults_and_refusals():
-    cfg = SeedqConfig(run_dir="x", algorithm=VTraceConfig())
-    assert sebulba_layout(cfg) == (2, 32)
-    with pytest.raises(ConfigError, match="arch.sebulba.threads=0"):
-        sebulba_layout(with_layout(cfg, threads=0))
+    cfg = sized(SeedqConfig(run_dir="x", algorithm=VTraceConfig()), cores=16)
+    assert sebulba_layout(cfg) == (14, 32)
+    with pytest.raises(ConfigError, match="arch.sebulba.threads=-1"):
+        sebulba_layout(with_layout(cfg, threads=-1))
 
 
 def test_cartpole_vtrace_learns_in_a_short_run(tmp_path):

@@ -30,6 +30,7 @@ from seedq.arch.base import TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.core.stats import RunStats
 from seedq.envs import EnvBatch, env_spec, make_env_batch, rows_per_env
+from seedq.launch.sizing import sized
 from seedq.learner.device import prepare_learner_process
 from seedq.schema import ConfigError
 
@@ -76,7 +77,7 @@ class SebulbaRun(TrainingRun):
     def __init__(self, cfg: Any, run_dir: str, *, resume: dict | None = None) -> None:
         """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
         super().__init__()
-        self.cfg = cfg
+        self.cfg = cfg = sized(cfg)
         self.run_dir = run_dir
         self.threads_n, self.envs_per_thread = sebulba_layout(cfg)
         self.layout = layout_config(cfg, self.threads_n, self.envs_per_thread)
