@@ -109,7 +109,8 @@ def test_gpu_group_uses_pinned_memory_on_cuda():
         ("broker.max_batch=0", "broker.max_batch"),
         ("hardware.device=tpu", "hardware.device"),
         ("hardware.amp=int8", "hardware.amp"),
-        ("actor.num_actors=0", "actor.num_actors"),
+        ("actor.num_actors=-1", "actor.num_actors"),
+        ("env.num_threads=-2", "env.num_threads"),
     ],
 )
 def test_bad_value_fails_naming_the_key(override, key):
@@ -147,7 +148,7 @@ def test_a_joblib_sweep_counts_its_jobs_as_joblib_does():
 
 
 def test_runs_at_once_cap_actor_processes_and_threads_but_keep_the_env_batches():
-    cfg = compose_config("hardware.num_threads=0")
+    cfg = compose_config("hardware.num_threads=0", "actor.num_actors=2")
     changed = fit_to_share(cfg, ["hardware.num_threads=0"], {"n_jobs": 2}, cores=2)
     assert changed == {"actor.num_actors": 1, "actor.batches_per_actor": 4}
     assert (cfg.actor.num_actors, cfg.actor.batches_per_actor) == (1, 4)  # 4 env batches still
@@ -155,15 +156,16 @@ def test_runs_at_once_cap_actor_processes_and_threads_but_keep_the_env_batches()
 
 
 def test_runs_at_once_sizes_nothing_for_one_run_or_when_set_to_one():
-    cfg = compose_config()
+    cfg = compose_config("actor.num_actors=2")
     assert fit_to_share(cfg, [], None, cores=2) == {}
     assert fit_to_share(cfg, [], {"n_jobs": 2}, cores=2) != {}
-    cfg = compose_config("hardware.runs_at_once=1")
+    cfg = compose_config("hardware.runs_at_once=1", "actor.num_actors=2")
     assert fit_to_share(cfg, ["hardware.runs_at_once=1"], {"n_jobs": 4}, cores=2) == {}
     assert cfg.actor.num_actors == 2
 
 
 def test_a_share_of_cores_caps_the_torch_threads_a_hardware_preset_sets():
-    cfg = compose_config("hardware=gpu", "hardware.runs_at_once=4")  # gpu.yaml: 4 threads
+    # gpu.yaml: 4 threads
+    cfg = compose_config("hardware=gpu", "hardware.runs_at_once=4", "actor.num_actors=2")
     changed = fit_to_share(cfg, ["hardware=gpu", "hardware.runs_at_once=4"], cores=8)
     assert changed == {"hardware.num_threads": 2}  # 2 actors already fit in 2 cores

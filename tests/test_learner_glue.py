@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from test_vtrace import _recursive_reference
 
+from seedq.actor.config import ActorConfig
 from seedq.agents.common.normalize import RewardScaler
 from seedq.agents.common.replay import SampledSequences
 from seedq.agents.common.update import Placement
@@ -433,7 +434,10 @@ def test_r2d2_train_step_returns_the_priorities_of_its_td_errors():
 
 
 def r2d2_agent(cfg: R2D2Config) -> R2D2Agent:
-    run = SeedqConfig(env=EnvConfig(kind="fake", obs_shape=[OBS], num_actions=ACTIONS))
+    run = SeedqConfig(
+        env=EnvConfig(kind="fake", obs_shape=[OBS], num_actions=ACTIONS),
+        actor=ActorConfig(num_actors=2),
+    )
     run.algorithm = cfg
     spec = EnvSpec((OBS,), "float32", ACTIONS)
     return R2D2Agent(RunContext(run, spec, CPU, threading.Lock(), threading.Event()))

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done
+from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done, vector_env_threads
 from seedq.envs.gym import import_gymnasium
 
 if TYPE_CHECKING:
@@ -84,14 +83,6 @@ def _atari_rom_path(game: str) -> Any:
     return path
 
 
-def _default_num_threads(num_envs: int) -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))  # respects taskset / container CPU sets
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(num_envs, cpus))
-
-
 class AtariBatch(BatchBase):
     """ale_py's C++ ``AtariVectorEnv`` with DeepMind preprocessing and SameStep autoreset.
 
@@ -121,7 +112,7 @@ class AtariBatch(BatchBase):
             max_frames = int(cfg.max_episode_steps) * int(cfg.frame_skip)
         else:
             max_frames = ATARI_MAX_EPISODE_FRAMES
-        num_threads = _default_num_threads(num_envs)
+        num_threads = vector_env_threads(cfg.num_threads, num_envs)
         try:
             env = AtariVectorEnv(
                 game,

@@ -211,3 +211,16 @@ def split_done(terminated: np.ndarray, truncated: np.ndarray) -> tuple[np.ndarra
     terminated = np.asarray(terminated, dtype=bool)
     truncated = np.asarray(truncated, dtype=bool) & ~terminated
     return terminated, truncated
+
+
+def vector_env_threads(requested: int, num_envs: int) -> int:
+    """Threads a vector env with a C++ worker pool (atari, procgen) steps its ``num_envs`` with.
+
+    ``requested`` is ``env.num_threads``: set, or sized at start so that every env thread of
+    the run together matches the cores (``seedq.launch.sizing``); 0 (an actor on another host,
+    a tool building one env batch) takes one per core this process may use. Never more than
+    the envs, which a thread each would already cover.
+    """
+    from seedq.cores import usable_cores
+
+    return max(1, min(num_envs, requested or usable_cores()))

@@ -73,6 +73,13 @@ class EnvConfig:
         f"gym, mujoco: how envs are vectorised, one of {list(VECTORIZATIONS)}: sync steps them "
         "in the actor process, async in one subprocess each.",
     )
+    num_threads: int = setting(
+        0,
+        "atari, procgen: C++ threads each vector env steps its envs with (>= 0); 0: sized at "
+        "start so that the env threads of all actors (or Sebulba's env threads) together match "
+        "the cores left after the learner's (logged), or one per core on an actor host of the "
+        "ssh or slurm launcher.",
+    )
     difficulty_ramping: bool = setting(
         True, "minatar: games speed up as an episode goes on (MinAtar's default)."
     )
@@ -142,6 +149,7 @@ def validate_env(env: Any, actor: Any) -> None:
         env, "env", ["frame_skip", "frame_stack", "screen_size", "num_actions", "episode_length"]
     )
     positive("env.noop_max", env.noop_max, zero_ok=True)
+    positive("env.num_threads", env.num_threads, zero_ok=True)
     positive("env.nan_every", env.nan_every, zero_ok=True)
     in_unit_interval("env.repeat_action_probability", env.repeat_action_probability)
     if env.max_episode_steps is not None:

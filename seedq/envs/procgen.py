@@ -34,14 +34,13 @@ import contextlib
 import difflib
 import io
 import logging
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seedq.envs.base import BatchBase, EnvError, StepBatch
+from seedq.envs.base import BatchBase, EnvError, StepBatch, vector_env_threads
 
 if TYPE_CHECKING:
     from seedq.envs.config import EnvConfig
@@ -132,18 +131,11 @@ def import_procgen_env() -> Callable[..., Any]:
     return module.ProcgenGym3Env
 
 
-def _default_num_threads(num_envs: int) -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(num_envs, cpus))
-
-
 class ProcgenBatch(BatchBase):
     """procgen's ``ProcgenGym3Env`` (``num_envs`` games, stepped by its C++ threads).
 
     Args:
+        num_threads: its C++ worker threads (0: one per core, at most one per env).
         make_env: the gym3 env class (``procgen.ProcgenGym3Env``); tests pass a fake of it.
     """
 
@@ -157,6 +149,7 @@ class ProcgenBatch(BatchBase):
         distribution_mode: str = "hard",
         num_levels: int = 0,
         start_level: int = 0,
+        num_threads: int = 0,
         make_env: Callable[..., Any] | None = None,
     ) -> None:
         self.game = procgen_game(env_id)
@@ -166,7 +159,7 @@ class ProcgenBatch(BatchBase):
             distribution_mode=distribution_mode,
             num_levels=int(num_levels),
             start_level=int(start_level),
-            num_threads=_default_num_threads(num_envs),
+            num_threads=vector_env_threads(num_threads, num_envs),
         )
         # Seeds of unseeded resets: reproducible from the construction seed.
         self._seeds = np.random.default_rng(None if seed is None else seed + env_offset)
@@ -250,4 +243,5 @@ def make_procgen(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> P
         distribution_mode=cfg.distribution_mode,
         num_levels=cfg.num_levels,
         start_level=cfg.start_level,
+        num_threads=cfg.num_threads,
     )
