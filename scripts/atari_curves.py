@@ -117,7 +117,7 @@ def plot(runs: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(1, len(games), figsize=(5.5 * len(games), 4), squeeze=False)
     for ax, game in zip(axes[0], games, strict=True):
         for run in (r for r in runs if r["game"] == game):
-            label = f"{run['algorithm']}, sticky {run['sticky']:g}"
+            label = f"{run['dir'].name}: {run['algorithm']}, sticky {run['sticky']:g}"
             ax.plot([f / 1e6 for f in run["frames"]], run["returns"], label=label)
         ax.set_title(game)
         ax.set_xlabel("frames (M)")
