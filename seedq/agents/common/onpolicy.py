@@ -44,6 +44,12 @@ class OnPolicyLearner(ABC):
         self.total_env_steps = total_env_steps
         self.reward_scaler = RewardScaler(cfg.gamma) if cfg.reward_scaling else None
         self.stats = TrainStats()
+        # Set by the agent to the run's stop: a batch of many minibatch updates ends between
+        # two of them, so a stopping run never leaves its training thread inside torch.
+        self.stop_event: threading.Event | None = None
+
+    def stopping(self) -> bool:
+        return self.stop_event is not None and self.stop_event.is_set()
 
     def set_progress(self, env_steps: int) -> None:
         if self.cfg.lr_schedule == "linear":
@@ -93,6 +99,7 @@ class OnPolicyAgent(AgentBase):
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
+        self.learner.stop_event = ctx.stop
         size = int(getattr(self.alg, "train_queue_batches", 1))
         self.train_queue: queue.Queue[Unroll] = queue.Queue(maxsize=size)
         self.assembler = BatchAssembler(self.alg.batch_size)

@@ -100,6 +100,8 @@ class VTraceLearner(OnPolicyLearner):
         taken = 0
         for _ in range(self.cfg.epochs):
             for cols in self._column_sets(batch.num_columns):
+                if self.stopping():
+                    break
                 part = batch if len(cols) == batch.num_columns else take_columns(batch, cols)
                 index = torch.as_tensor(cols, device=transitions[0].device)
                 loss = self.loss(part, (transitions[0][:, index], transitions[1][:, index]))
