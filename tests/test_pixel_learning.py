@@ -77,7 +77,7 @@ def test_catch_objects_are_faint_against_the_background():
 
 
 def test_frames_are_normalised_per_pixel_once_statistics_exist():
-    body = RecurrentBody((1, 8, 8), 3, torso="minatar", obs_norm=True, channels_last=False)
+    body = RecurrentBody((1, 8, 8), 3, torso="minatar", frame_norm=True, channels_last=False)
     frames = torch.full((1, 16, 1, 8, 8), 100, dtype=torch.uint8)
     frames[0, ::2, 0, 3, 4] = 140  # one pixel that changes; every other one is static
     update_obs_norm(body, frames.numpy(), threading.Lock())
@@ -92,7 +92,7 @@ def test_frames_are_normalised_per_pixel_once_statistics_exist():
 
 
 def test_an_untrained_frame_normaliser_scales_pixels_to_the_unit_interval():
-    body = RecurrentBody((1, 8, 8), 3, torso="minatar", obs_norm=True, channels_last=False)
+    body = RecurrentBody((1, 8, 8), 3, torso="minatar", frame_norm=True, channels_last=False)
     frames = torch.arange(64, dtype=torch.uint8).reshape(1, 1, 8, 8) * 4
     torch.testing.assert_close(body.obs_norm(frames), frames.float() / 255.0)
 
