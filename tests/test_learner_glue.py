@@ -252,6 +252,42 @@ def test_vtrace_minibatch_epochs_step_the_reference_on_each_column_share_in_turn
         torch.testing.assert_close(param, dict(reference.named_parameters())[name], msg=name)
 
 
+class CountingCollective:
+    """One rank's collective: counts the gradient averages a batch asks the others to join."""
+
+    world_size = 1
+
+    def __init__(self) -> None:
+        self.averages = 0
+
+    def next_turn(self, ready, stopping):
+        return ready, stopping
+
+    def average_gradients(self, grads, finite):
+        self.averages += 1
+
+    def gather_rows(self, rows):
+        return rows
+
+
+def test_a_stopping_run_ends_a_batch_between_updates_except_where_other_ranks_wait_on_them():
+    batch, cfg = vtrace_batch(), vtrace_config()
+    cfg.epochs, cfg.minibatches = 2, 2
+    stop = threading.Event()
+    stop.set()
+
+    alone = vtrace_learner(LinearPolicy(), cfg)
+    alone.stop_event = stop
+    assert alone.train_batch(batch) == {"skipped": True}
+
+    collective = CountingCollective()
+    ranked = vtrace_learner(LinearPolicy(), cfg, collective=collective)
+    ranked.stop_event = stop
+    stats = ranked.train_batch(batch)
+    # Every rank takes all four updates: a rank that left early would hang the others.
+    assert "skipped" not in stats and collective.averages == 4
+
+
 def test_vtrace_reward_scaler_sees_a_batch_once_whatever_the_passes_over_it():
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
     cfg.reward_scaling, cfg.epochs, cfg.minibatches = True, 3, 2

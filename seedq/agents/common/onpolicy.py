@@ -49,6 +49,11 @@ class OnPolicyLearner(ABC):
         self.stop_event: threading.Event | None = None
 
     def stopping(self) -> bool:
+        """Whether to end this batch before its next update. Never with several learner ranks:
+        each update is a gradient average every rank must join, so they stop together at the
+        next training round instead (a rank that left alone would hang the others)."""
+        if self.step.collective is not None:
+            return False
         return self.stop_event is not None and self.stop_event.is_set()
 
     def set_progress(self, env_steps: int) -> None:
