@@ -13,6 +13,13 @@ step, which a faster device does not shrink. ``model=real`` keeps the network, f
 
 Figures are CPU seconds of the loop's thread (``time.thread_time``) per env step, by stage;
 the broker's own cost per message is ``seedq-bench broker stages=true``'s.
+
+``mode=run`` measures the whole learner process instead: a real ``arch=seed`` run (broker
+thread, central inference, training thread, GIL hand-offs, torch's threads) fed by actor
+processes stepping ``env.kind=fake`` envs with Pong-shaped observations, and the same
+zero-cost model; the figure is the learner process's CPU time per env step (the actors' own
+CPU is theirs). Its absolute value depends on how fast the actors feed it; compare it only side
+by side.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import queue
+import tempfile
 import threading
 import time
 import uuid
@@ -39,6 +47,7 @@ from seedq.learner.inference import InferenceEngine
 from seedq.messages import EnvSpec, Hello, Step
 
 OPTIONS = {
+    "mode": "loop",
     "seconds": 10.0,
     "warmup_s": 2.0,
     "model": "zero",
@@ -146,10 +155,87 @@ class LearnerLoop:
         self.env_steps = self.updates = 0
 
 
+def run_process(options: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``mode=run``: the learner process's CPU per env step in a real ``arch=seed`` run."""
+    from seedq.arch.seed import SeedRun
+
+    seconds, warmup_s = options["seconds"], options["warmup_s"]
+    shape = ",".join(str(d) for d in options["obs_shape"])
+    run_dir = tempfile.mkdtemp(prefix="seedq-bench-learner-")
+    cfg = compose(
+        [
+            "env=atari",  # Atari's presets; the envs are fake ones of the same shape
+            "env.kind=fake",
+            f"env.obs_shape=[{shape}]",
+            "env.obs_dtype=uint8",
+            f"env.num_actions={options['num_actions']}",
+            "env.episode_length=1000",
+            f"max_minutes={(seconds + warmup_s + 30) / 60}",
+            "total_env_steps=1000000000000",
+            "log_interval_s=1",
+            "checkpoint.every_minutes=0",
+            *overrides,
+        ],
+        run_dir=run_dir,
+    )
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    run = SeedRun(cfg, run_dir)
+    if options["model"] == "zero":
+        zero_cost(run.agent.model)
+    marks: list[tuple[float, float, int, int]] = []
+
+    def sample() -> None:
+        # From the first env step on (actor processes start in a few seconds), then after
+        # the warm-up and after the measured seconds.
+        while run.stats.env_steps == 0 and not run.stop.wait(0.05):
+            pass
+        for wait in (warmup_s, seconds):
+            if run.stop.wait(wait):
+                return
+            steps = run.stats.env_steps
+            marks.append((time.perf_counter(), time.process_time(), steps, run.agent.stats.updates))
+        run.stop.set()
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    run.run()
+    if len(marks) < 2:
+        raise RuntimeError(f"learner mode=run: the run ended before {seconds} s were measured")
+    (w0, c0, s0, u0), (w1, c1, s1, u1) = marks
+    steps = max(s1 - s0, 1)
+    figures = {
+        "mode": "run",
+        "algorithm": cfg.algorithm.name,
+        "model": options["model"],
+        "obs_shape": list(options["obs_shape"]),
+        "device": cfg.hardware.device,
+        "actor_envs": cfg.actor.num_actors * cfg.actor.batches_per_actor * cfg.actor.envs_per_batch,
+        "env_steps": s1 - s0,
+        "updates": u1 - u0,
+        "env_steps_per_s": round(steps / (w1 - w0), 1),
+        "us_per_step": round((c1 - c0) / steps * 1e6, 2),
+        "learner_cpu_share": round((c1 - c0) / (w1 - w0), 3),
+        "wall_s": round(w1 - w0, 2),
+    }
+    print_table(
+        f"learner (mode=run): the learner process of an arch=seed run, {options['model']} model, "
+        f"fake envs uint8{list(options['obs_shape'])}, {figures['actor_envs']} actor envs",
+        ["CPU µs per env step", "env steps/s", "learner cores busy", "updates"],
+        [[figures["us_per_step"], figures["env_steps_per_s"], figures["learner_cpu_share"],
+          figures["updates"]]],
+    )  # fmt: skip
+    print_json("learner", figures)
+    return figures
+
+
 def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
     if options["model"] not in ("zero", "real"):
         raise BenchError(f"model={options['model']!r}: zero or real")
+    if options["mode"] not in ("loop", "run"):
+        raise BenchError(f"mode={options['mode']!r}: loop or run")
+    if options["mode"] == "run":
+        return run_process(options, overrides)
     # Atari's presets (tuning/<algorithm>_atari) by default: the data is Pong-shaped.
     cfg = compose(["env=atari", *overrides])
     if not hasattr(cfg.algorithm, "train_queue_batches"):
