@@ -8,11 +8,10 @@ its batch and hands the ``Step`` straight to central inference through an
 them, exactly as in ``arch=seed``. Agents, metrics, progress, checkpoints (same format as
 :class:`~seedq.arch.seed.SeedRun`) and stop rules are shared with the SEED run.
 
-Copies: on the CPU an observation reaches the model without one when a batch holds one
-thread's step (``torch.from_numpy`` of the env's array); a batch merging several threads is
-concatenated once. On CUDA the engine stages each batch in page-locked memory
-(``hardware.pin_memory``) for an asynchronous upload: ale_py writes into arrays it allocates,
-so that staging copy is the one copy left.
+Copies: the desk concatenates the threads' observations into one batch once (the batch owns
+its arrays, which the unroll store keeps until it writes them into the training batch, the
+second and last copy on the CPU). On CUDA the engine stages each batch in page-locked memory
+(``hardware.pin_memory``) for an asynchronous upload.
 
 The env steps of ``AtariVectorEnv`` run in its C++ threads with the GIL released; what holds the
 GIL is Python glue (the desk, unroll bookkeeping) and the trainer's op dispatch. As in the SEED

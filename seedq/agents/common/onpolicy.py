@@ -110,6 +110,10 @@ class OnPolicyAgent(AgentBase):
         self.assembler = BatchAssembler(self.alg.batch_size)
         self._trained = threading.Event()
 
+    def unroll_columns(self) -> int:
+        # Central inference writes each training batch at once; the assembler passes it on.
+        return int(self.alg.batch_size)
+
     def on_unroll(self, unroll: Unroll) -> None:
         stop = self.ctx.stop
         for batch in self.assembler.add(unroll):
