@@ -8,6 +8,13 @@ Each step runs seedq as a user would (``python -m seedq.cli``, ``python -m seedq
 ``--cpu`` runs every step briefly on the CPU instead (GPU-only steps are reported as skipped):
 the report and the step logic are tested that way on machines without a GPU.
 
+The comparison a user of a GPU machine wants comes with it: ``raw_env`` (the envs alone: the
+ceiling), ``pong_share`` (Pong training frames/s as a share of that ceiling, and the GPU's
+utilisation meanwhile, sampled by ``nvidia-smi``), ``sample_factory`` (Sample Factory 2.1.1's
+fastest Pong configuration on the same machine, when its wheels were carried in: see
+``scripts/fetch_gpu_wheels.sh --sample-factory``), and ``pong_bf16`` runs Pong to a return of 18
+within its minutes (time to 18 in the report).
+
 The report is ``DIR/gpu_check.json`` and ``DIR/gpu_check.md``, with every step's output in
 ``DIR/gpu_check.log`` (three files: machines that hand back few files take them all). Exit
 status 0 when no step failed. Standard library only.
@@ -22,6 +29,8 @@ import os
 import platform
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +42,11 @@ from typing import Any
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 PONG = ["env=atari", "env.id=ALE/Pong-v5"]
 BENCH_LINE = re.compile(r"^\{.*\}$")
+PONG_TARGET = 18
+# Sample Factory 2.1.1's fastest Pong configuration on the H100 machine (docs: DESIGN numbers).
+SF_WORKERS, SF_ENVS, SF_BATCH = 16, 32, 2048
+# "Fps is (10 sec: 35123.4, 60 sec: ..., 300 sec: ...)": Sample Factory's progress line.
+SF_FPS = re.compile(r"Fps is \(10 sec: ([0-9.]+|nan)")
 
 
 @dataclass
@@ -41,8 +55,10 @@ class Step:
     what: str
     argv: list[str]
     timeout_s: float
-    judge: str = "exit"  # exit | target | ran | ranks | bench | pytest
+    judge: str = "exit"  # exit | target | ran | ranks | bench | pytest | sample_factory
     skip: str = ""  # why it does not run here ("" when it does)
+    gpu_util: bool = False  # sample the GPU's utilisation while it runs (nvidia-smi)
+    env: dict[str, str] | None = None  # the environment it runs in (None: this one)
 
 
 @dataclass
@@ -68,7 +84,48 @@ def bench(*args: str) -> list[str]:
     return [*python(), "-m", "seedq.bench.cli", *args]
 
 
-def plan(cpu: bool, gpus: int, runs: Path, pong_minutes: float) -> list[Step]:
+def sample_factory_step(cpu: bool, runs: Path, site: str | None, seconds: float) -> Step:
+    """Sample Factory 2.1.1 APPO on Pong (its fastest configuration here), stopped after
+    ``seconds``: its 2.1.1 ignores --train_for_seconds, so the time limit ends it and the step
+    is judged by the progress lines it printed. Runs from ``site`` (its own folder of wheels:
+    its gymnasium and numpy clash with seedq's) and only where that folder exists."""
+    workers, envs, batch = (2, 4, 256) if cpu else (SF_WORKERS, SF_ENVS, SF_BATCH)
+    argv = [
+        *python(),
+        "-m",
+        "sf_examples.atari.train_atari",
+        "--env=atari_pong",
+        "--experiment=sf_pong",
+        f"--train_dir={runs / 'sample_factory'}",
+        f"--num_workers={workers}",
+        f"--num_envs_per_worker={envs}",
+        f"--batch_size={batch}",
+        "--async_rl=True",
+        "--decorrelate_envs_on_one_worker=False",
+        f"--device={'cpu' if cpu else 'gpu'}",
+        "--with_wandb=False",
+    ]
+    skip = ""
+    if not site or not (Path(site) / "sample_factory").is_dir():
+        skip = (
+            "no Sample Factory here (scripts/fetch_gpu_wheels.sh --sample-factory, carried in; "
+            "or SEEDQ_SF_SITE=<folder with sample_factory>)"
+        )
+    return Step(
+        "sample_factory",
+        f"Sample Factory 2.1.1 APPO on Pong, {workers} workers x {envs} envs, batch {batch}",
+        argv,
+        seconds,
+        judge="sample_factory",
+        skip=skip,
+        gpu_util=True,
+        env={**os.environ, "PYTHONPATH": site or ""},
+    )
+
+
+def plan(
+    cpu: bool, gpus: int, runs: Path, pong_minutes: float, sf_site: str | None = None
+) -> list[Step]:
     """Every step, sized for a GPU machine, or shrunk to seconds on the CPU (``cpu``)."""
     hw = "hardware=cpu" if cpu else "hardware=gpu"
     # On the CPU each training step gets a twentieth of its minutes (at least 9 s) and an
@@ -103,10 +160,18 @@ def plan(cpu: bool, gpus: int, runs: Path, pong_minutes: float) -> list[Step]:
         ),
         Step(
             "pong_bf16",
-            f"V-trace Pong for {pong_minutes:g} minutes, bf16 autocast",
-            train(runs / "pong", hw, *PONG, "hardware.amp=bf16", minutes(pong_minutes)),
+            f"V-trace Pong to {PONG_TARGET}, at most {pong_minutes:g} minutes, bf16 autocast",
+            train(
+                runs / "pong",
+                hw,
+                *PONG,
+                "hardware.amp=bf16",
+                f"stop_at_return={PONG_TARGET}",
+                minutes(pong_minutes),
+            ),
             pong_minutes * 60 * scale + 240,
             judge="ran",
+            gpu_util=True,
         ),
     ]
     for mode in COMPILE_MODES:
@@ -129,6 +194,30 @@ def plan(cpu: bool, gpus: int, runs: Path, pong_minutes: float) -> list[Step]:
         )
     seconds = "seconds=5" if cpu else "seconds=30"
     steps += [
+        Step(
+            "raw_env",
+            "seedq-bench raw-env Pong: the envs alone, the ceiling",
+            bench("raw-env", hw, *PONG, "seconds=3" if cpu else "seconds=30"),
+            300,
+            "bench",
+        ),
+        Step(
+            "pong_share",
+            "seedq-bench train Pong, bf16: frames/s as a share of raw_env's",
+            # bf16 convolutions crawl on a CPU: the dry run trains in fp32.
+            bench(
+                "train",
+                hw,
+                *PONG,
+                "hardware.amp=none" if cpu else "hardware.amp=bf16",
+                "seconds=5" if cpu else "seconds=120",
+                "warmup_s=10" if cpu else "warmup_s=20",
+            ),
+            400,
+            "bench",
+            gpu_util=True,
+        ),
+        sample_factory_step(cpu, runs, sf_site, 60 if cpu else 240),
         Step("bench_inference", "seedq-bench inference", bench("inference", hw), 600, "bench"),
         Step(
             "bench_train",
@@ -214,6 +303,14 @@ def judge(step: Step, code: int, output: str) -> tuple[str, dict[str, Any], str]
         if code in (0, 5) and not counts.get("passed") and not counts.get("failed"):
             return "skip", counts, "no CUDA-marked test ran (no CUDA device)"
         return "fail", counts, f"pytest exit {code}"
+    if step.judge == "sample_factory":
+        fps = [float(v) for v in SF_FPS.findall(output) if v != "nan"]
+        if not fps or max(fps) <= 0:
+            return "fail", {}, f"exit {code}, no frames/s reported"
+        # Its own figure (env frames, frame skip included), over its last 10 s; the first
+        # lines are the start-up's.
+        figures = {"frames_per_s_max": max(fps), "frames_per_s_last": fps[-1], "lines": len(fps)}
+        return "pass", figures, "stopped by the time limit (its --train_for_seconds does nothing)"
     if step.judge == "bench":
         lines = [json.loads(line) for line in output.splitlines() if BENCH_LINE.match(line)]
         if code != 0 or not lines:
@@ -245,6 +342,66 @@ def judge(step: Step, code: int, output: str) -> tuple[str, dict[str, Any], str]
     return "pass", figures, ""
 
 
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def run_bounded(step: Step) -> tuple[int, str]:
+    """``(exit code, output)`` of ``step``; -1 when its time ran out. At the limit its whole
+    process group gets SIGINT (Sample Factory saves and exits on it; seedq stops with a
+    checkpoint), then SIGKILL 30 s later."""
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(
+            step.argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=step.env,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            code = proc.wait(timeout=step.timeout_s)
+        except subprocess.TimeoutExpired:
+            code = -1
+            _stop_group(proc)
+        except KeyboardInterrupt:  # its own session: Ctrl-C here does not reach it
+            _stop_group(proc)
+            raise
+        out.seek(0)
+        output = out.read()
+    if code == -1:
+        output += f"\n(time limit: {step.timeout_s:.0f} s)"
+    return code, output
+
+
+class GpuUtilisation:
+    """``nvidia-smi``'s utilisation of every GPU, once a second, while a step runs."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        if shutil.which("nvidia-smi"):
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                 "-lms", "1000"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+
+    def stop(self) -> dict[str, float]:
+        if self.proc is None:
+            return {}
+        self.proc.terminate()
+        text, _ = self.proc.communicate(timeout=10)
+        values = [float(v) for v in text.split() if v.replace(".", "", 1).isdigit()]
+        if not values:
+            return {}
+        return {
+            "gpu_util_mean_pct": round(sum(values) / len(values), 1),
+            "gpu_util_max_pct": max(values),
+        }
+
+
 def run_step(step: Step, log) -> Result:  # noqa: ANN001 - a text file
     command = shlex.join(step.argv)
     if step.skip:
@@ -252,27 +409,35 @@ def run_step(step: Step, log) -> Result:  # noqa: ANN001 - a text file
     log.write(f"\n===== {step.name}: {command}\n")
     log.flush()
     start = time.monotonic()
-    try:
-        done = subprocess.run(
-            step.argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=step.timeout_s,
-        )
-        code, output = done.returncode, done.stdout
-    except subprocess.TimeoutExpired as exc:
-        code = -1
-        partial = exc.stdout or ""
-        output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
-        output += f"\n(timed out after {step.timeout_s:.0f} s)"
+    sampler = GpuUtilisation() if step.gpu_util else None
+    code, output = run_bounded(step)
+    utilisation = sampler.stop() if sampler else {}
     seconds = time.monotonic() - start
     log.write(output[-20000:])
     log.flush()
     status, figures, note = judge(step, code, output)
-    if code == -1:
+    if code == -1 and step.judge != "sample_factory":
         status, note = "fail", f"timed out after {step.timeout_s:.0f} s"
+    figures.update(utilisation)
     return Result(step.name, step.what, command, status, round(seconds, 1), figures, note)
+
+
+def compare(results: list[Result]) -> None:
+    """Pong training's frames/s as a share of raw_env's and as a multiple of Sample Factory's,
+    written into pong_share's figures once the steps it needs have passed."""
+    by_name = {r.name: r for r in results if r.status == "pass"}
+    share = by_name.get("pong_share")
+    if share is None or not share.figures.get("frames_per_s"):
+        return
+    frames, found = share.figures["frames_per_s"], {}
+    raw = by_name.get("raw_env")
+    if raw is not None and raw.figures.get("frames_per_s"):
+        found["share_of_raw_env"] = round(frames / raw.figures["frames_per_s"], 3)
+    sf = by_name.get("sample_factory")
+    if sf is not None and sf.figures.get("frames_per_s_max"):
+        found["x_sample_factory"] = round(frames / sf.figures["frames_per_s_max"], 2)
+    # First, so the report's figures column shows them before it is cut.
+    share.figures = {**found, "frames_per_s": frames, **share.figures}
 
 
 def machine(cpu: bool) -> dict[str, Any]:
@@ -329,6 +494,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help="comma-separated steps to leave out")
     parser.add_argument("--pong-minutes", type=float, default=10.0)
     parser.add_argument(
+        "--sf-site",
+        default=os.environ.get("SEEDQ_SF_SITE") or "",
+        help="folder holding Sample Factory 2.1.1 and its dependencies (gpu_check.sh sets it)",
+    )
+    parser.add_argument(
         "--merge", nargs="*", default=[], help="earlier gpu_check.json files to include"
     )
     args = parser.parse_args(argv)
@@ -336,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     info = machine(args.cpu)
     runs = Path(tempfile.mkdtemp(prefix="seedq-gpu-check-"))
-    steps = plan(args.cpu, int(info.get("gpus") or 0), runs, args.pong_minutes)
+    steps = plan(args.cpu, int(info.get("gpus") or 0), runs, args.pong_minutes, args.sf_site)
     only = {s for s in args.only.split(",") if s}
     skip = {s for s in args.skip.split(",") if s}
     unknown = (only | skip) - {s.name for s in steps}
@@ -353,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             result = run_step(step, log)
             results.append(result)
+            compare(results)
             print(f"gpu_check: {result.name}: {result.status} ({result.seconds:g} s) {result.note}")
             write_report(out, info, results)  # after each step: a cut-off run keeps its report
     ok = write_report(out, info, results)

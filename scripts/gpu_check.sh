@@ -6,13 +6,17 @@
 #   scripts/gpu_check.sh --only cuda_tests,cartpole_475 --out DIR
 #   scripts/gpu_check.sh --pong-minutes 8 --merge earlier/gpu_check.json
 # Steps (scripts/gpu_check.py): cuda_tests (pytest -m cuda), cartpole_475 (hardware=gpu to 475),
-# pong_bf16 (Pong, AMP bf16, --pong-minutes), pong_compile_{default,reduce-overhead,
-# max-autotune}, bench_inference, bench_train, bench_pipeline, anakin, sebulba, learners
-# (hardware.learners=<GPUs> over NCCL; skipped with one GPU).
+# pong_bf16 (Pong to 18, AMP bf16, at most --pong-minutes), pong_compile_{default,
+# reduce-overhead,max-autotune}, raw_env (the envs alone), pong_share (training frames/s as a
+# share of raw_env's, GPU utilisation), sample_factory (Sample Factory 2.1.1's fastest Pong
+# configuration, when its wheels are here), bench_inference, bench_train, bench_pipeline,
+# anakin, sebulba, learners (hardware.learners=<GPUs> over NCCL; skipped with one GPU).
 # Needs Python >= 3.11 with torch (CUDA build) installed. seedq's other dependencies, if they
 # are missing and the machine is offline, come from wheels carried in: scripts/fetch_gpu_wheels.sh
 # puts them in .whl/ here (or SEEDQ_WHEELS=DIR); they are installed into a private folder, not
 # into the machine's Python. seedq itself is imported from this checkout (no install).
+# Sample Factory's wheels (scripts/fetch_gpu_wheels.sh --sample-factory: .whl/sample-factory/)
+# go into a folder of their own: its gymnasium and numpy clash with seedq's.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -38,5 +42,13 @@ if [ -n "$missing" ]; then
   echo "gpu_check: missing Python packages: $missing (run scripts/fetch_gpu_wheels.sh where" \
        "there is a network and carry .whl/ here)" >&2
   exit 2
+fi
+SF_WHEELS=$WHEELS/sample-factory
+if [ -z "${SEEDQ_SF_SITE:-}" ] && ls "$SF_WHEELS"/*.whl >/dev/null 2>&1; then
+  export SEEDQ_SF_SITE=/tmp/seedq-gpu-check-sf
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SEEDQ_SF_SITE" "$SF_WHEELS"/*.whl
+  # Its spawned workers make PongNoFrameskip-v4, which ale_py registers when imported.
+  echo "import ale_py  # noqa: F401" > "$SEEDQ_SF_SITE/sitecustomize.py"
 fi
 exec "$PY" "$ROOT/scripts/gpu_check.py" "$@"

@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
 from seedq.envs.section import foreign_key
 from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
-from seedq.launch.sharing import fit_to_share
+from seedq.launch.sizing import size_config, size_run
 from seedq.learner.checkpoint import (
     CheckpointError,
     check_compatible,
@@ -38,7 +38,9 @@ register_configs()
 
 
 def to_config(cfg: DictConfig) -> SeedqConfig:
-    """Validate a composed DictConfig and turn it into the typed dataclass tree."""
+    """Size a composed DictConfig to this machine (its 0 keys, ``seedq.launch.sizing``),
+    validate it and turn it into the typed dataclass tree."""
+    size_config(cfg)
     validate(cfg)
     return OmegaConf.to_object(cfg)
 
@@ -157,7 +159,7 @@ def resolve_config(
         return config, state
     if ranks_here > 1 and not cfg.hardware.runs_at_once:
         cfg.hardware.runs_at_once = ranks_here
-    fit_to_share(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
+    size_run(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
     if cfg.resume != AUTO:
         return to_config(cfg), None
     config, state = auto_resumed(cfg, hydra_cfg)

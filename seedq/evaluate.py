@@ -192,7 +192,12 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
                 step = env.step(np.array(actions, dtype=np.int64))
                 totals += step.reward
                 # The rows of one env end together.
-                done = bool(step.terminated[0] or step.truncated[0])
+                done = bool(step.episode_over[0])
+                if not done and (step.terminated[0] or step.truncated[0]):
+                    # A learning episode ended inside the game (a lost life): the policy starts
+                    # afresh, as the learner reset it in training.
+                    for row_policy in policies:
+                        row_policy.reset()
                 if video:
                     frames.append(
                         agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0])

@@ -113,7 +113,10 @@ def test_unroll_rows_follow_the_learner_convention_and_truncations_bootstrap(tmp
         )
     assert torch.equal(second.obs[0], obs0)  # one row of overlap
     assert bool(truncated.any()) and not bool((truncated & ~second.done[1:]).any())
-    assert torch.allclose(second.truncation_value[1:][rows, cols], expected.baseline[0])
+    # float32 values from a batch of another size, whose matmul may sum in another order.
+    assert torch.allclose(
+        second.truncation_value[1:][rows, cols], expected.baseline[0], rtol=1e-5, atol=1e-6
+    )
     assert float(second.truncation_value[1:][~truncated].abs().sum()) == 0.0
 
 
@@ -144,7 +147,7 @@ def test_resume_continues_the_step_count_and_the_weights(trained, tmp_path):
     state = load_checkpoint(find_checkpoint(str(run_dir)))
     resumed = anakin_run(tmp_path, "seed=1", "total_env_steps=640000", resume=state)
     weights = {k: v.clone() for k, v in resumed.agent.model.state_dict().items()}
-    assert all(torch.equal(weights[k], state["model"][k]) for k in weights)
+    assert all(torch.equal(weights[k], state["model"][k]) for k in weights)  # loaded, not computed
     after = resumed.run()
     assert (after.env_steps >= 640000, after.updates > summary.updates) == (True, True)
 

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from seedq.bench.common import BenchError, split_args
 from seedq.bench.pipeline import NullEnvBatch, NullPolicy
@@ -104,6 +105,44 @@ def test_inference_times_each_model_and_batch_size():
     cases = [(r["model"], r["batch"]) for r in figures["results"]]
     assert cases == [("mlp", 1), ("mlp", 4), ("nature", 1), ("nature", 4)]
     assert all(r["samples_per_s"] > 0 for r in figures["results"])
+
+
+def test_learner_times_the_learners_own_work_per_env_step_with_the_torso_left_out():
+    result = bench("learner", "seconds=1", "warmup_s=0.5", "obs_shape=4,12,12")
+    figures = last_json(result)
+    assert figures["model"] == "zero" and figures["updates"] > 0
+    stages = figures["us_act"] + figures["us_record"] + figures["us_train"]
+    assert figures["us_per_step"] == pytest.approx(stages, abs=0.05)
+
+
+@pytest.mark.parametrize(("algorithm", "lr"), [("vtrace", 0.00025), ("sac", 0.0003)])
+def test_learner_run_mode_feeds_fake_pong_frames_with_ataris_preset(tmp_path, algorithm, lr):
+    from seedq.bench.learner import OPTIONS, run_config
+
+    cfg = run_config(OPTIONS, [f"algorithm={algorithm}"], str(tmp_path))
+    assert (cfg.env.kind, cfg.env.obs_shape, cfg.env.num_actions, cfg.algorithm.lr) == (
+        "fake",
+        [4, 84, 84],
+        6,
+        lr,  # tuning/vtrace_atari's; SAC has no Atari preset and keeps its default
+    )
+
+
+def test_the_zero_cost_model_skips_the_torso_and_still_learns_with_its_heads():
+    from seedq.bench.common import compose
+    from seedq.bench.learner import LearnerLoop
+    from seedq.messages import EnvSpec
+
+    cfg = compose(["env=atari", "algorithm.train_queue_batches=64"])
+    loop = LearnerLoop(cfg, EnvSpec((4, 12, 12), "uint8", 6), "zero", requests=4)
+    torso = loop.agent.model.torso
+    torso.register_forward_hook(lambda *args: pytest.fail("the torso ran"))
+    before = [p.detach().clone() for p in loop.agent.model.parameters()]
+    while loop.updates == 0:
+        loop.step()
+    # Zero features: only the heads' biases get a gradient.
+    after = list(loop.agent.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
 def test_train_runs_the_real_loop_for_a_few_seconds():

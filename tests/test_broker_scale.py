@@ -141,6 +141,32 @@ def test_under_load_streams_answered_recently_are_never_evicted(crowd):
     assert (sorted(c.broker.actors), c.broker.stats.evicted) == (list(range(400)), 200)
 
 
+class TrainsInRecord(Ones):
+    """A consumer whose ``record`` holds the broker for ``seconds`` of the crowd's clock, as
+    an on-policy learner's sink does while it trains (PPO's ``pause_acting``)."""
+
+    def __init__(self, crowd: Crowd, seconds: float) -> None:
+        self.crowd, self.seconds = crowd, seconds
+
+    def record(self, batch):
+        self.crowd.now += self.seconds
+
+
+def test_time_the_broker_spends_training_is_not_counted_as_the_actors_silence(crowd):
+    c = crowd(3, silent_timeout_s=30.0)
+    c.broker.consumer = TrainsInRecord(c, seconds=45.0)
+    for actor_id in range(3):
+        c.step(actor_id)
+    c.broker.answer_ready()  # one batch; its record() takes 45 s
+    answered = [c.answered(actor_id) for actor_id in range(3)]
+    after_update = c.broker.evict_silent(c.now, 30.0)
+    c.broker.consumer = Ones()
+    c.now += 30.5  # now actor 2 has truly been silent for 30.5 s of listening
+    for actor_id in range(2):
+        c.step(actor_id)
+    assert (answered, after_update, c.broker.evict_silent(c.now, 30.0)) == ([True] * 3, [], [2])
+
+
 def bench(*args: str) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "seedq.bench.cli", "broker", *args],

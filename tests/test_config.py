@@ -52,12 +52,13 @@ def test_defaults_train_vtrace_on_cartpole_on_the_cpu():
 
 def test_atari_group_sets_deepmind_preprocessing():
     env = to_config(compose_config("env=atari", "env.id=ALE/Breakout-v5")).env
+    # Episodic life as DeepMind, CleanRL and Sample Factory train Atari (scores count games).
     assert (env.id, env.frame_skip, env.frame_stack, env.screen_size, env.episodic_life) == (
         "ALE/Breakout-v5",
         4,
         4,
         84,
-        False,
+        True,
     )
 
 
@@ -67,7 +68,7 @@ def test_atari_tuning_clips_rewards_and_the_command_line_still_wins():
     plain = to_config(compose_config()).algorithm
     assert (tuned.reward_clip, tuned.lr, overridden.lr, plain.reward_clip, plain.lr) == (
         "abs_one",
-        0.0003,
+        0.00025,
         0.002,
         "none",
         0.001,
@@ -109,12 +110,18 @@ def test_gpu_group_uses_pinned_memory_on_cuda():
         ("broker.max_batch=0", "broker.max_batch"),
         ("hardware.device=tpu", "hardware.device"),
         ("hardware.amp=int8", "hardware.amp"),
-        ("actor.num_actors=0", "actor.num_actors"),
+        ("actor.num_actors=-1", "actor.num_actors"),
     ],
 )
 def test_bad_value_fails_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         to_config(compose_config(override))
+
+
+@pytest.mark.parametrize("kind", ["atari", "procgen"])
+def test_bad_env_threads_fail_naming_the_key(kind):
+    with pytest.raises(ConfigError, match=r"env\.num_threads"):
+        to_config(compose_config(f"env={kind}", "env.num_threads=-2"))
 
 
 def test_bad_choice_lists_the_allowed_values():
@@ -147,7 +154,7 @@ def test_a_joblib_sweep_counts_its_jobs_as_joblib_does():
 
 
 def test_runs_at_once_cap_actor_processes_and_threads_but_keep_the_env_batches():
-    cfg = compose_config("hardware.num_threads=0")
+    cfg = compose_config("hardware.num_threads=0", "actor.num_actors=2")
     changed = fit_to_share(cfg, ["hardware.num_threads=0"], {"n_jobs": 2}, cores=2)
     assert changed == {"actor.num_actors": 1, "actor.batches_per_actor": 4}
     assert (cfg.actor.num_actors, cfg.actor.batches_per_actor) == (1, 4)  # 4 env batches still
@@ -155,15 +162,16 @@ def test_runs_at_once_cap_actor_processes_and_threads_but_keep_the_env_batches()
 
 
 def test_runs_at_once_sizes_nothing_for_one_run_or_when_set_to_one():
-    cfg = compose_config()
+    cfg = compose_config("actor.num_actors=2")
     assert fit_to_share(cfg, [], None, cores=2) == {}
     assert fit_to_share(cfg, [], {"n_jobs": 2}, cores=2) != {}
-    cfg = compose_config("hardware.runs_at_once=1")
+    cfg = compose_config("hardware.runs_at_once=1", "actor.num_actors=2")
     assert fit_to_share(cfg, ["hardware.runs_at_once=1"], {"n_jobs": 4}, cores=2) == {}
     assert cfg.actor.num_actors == 2
 
 
 def test_a_share_of_cores_caps_the_torch_threads_a_hardware_preset_sets():
-    cfg = compose_config("hardware=gpu", "hardware.runs_at_once=4")  # gpu.yaml: 4 threads
+    # gpu.yaml: 4 threads
+    cfg = compose_config("hardware=gpu", "hardware.runs_at_once=4", "actor.num_actors=2")
     changed = fit_to_share(cfg, ["hardware=gpu", "hardware.runs_at_once=4"], cores=8)
     assert changed == {"hardware.num_threads": 2}  # 2 actors already fit in 2 cores

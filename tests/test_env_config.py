@@ -185,6 +185,13 @@ def test_a_flat_section_keeps_its_familys_keys_and_drops_the_others_defaults():
     }
 
 
+def test_a_flat_section_drops_the_threads_its_machine_was_sized_to_unless_they_are_its_own():
+    cartpole = flat_section(num_threads=1)
+    atari = flat_section(kind="atari", id="ALE/Pong-v5", num_threads=3)
+    kept = (saved_env_section(cartpole), saved_env_section(atari))
+    assert ("num_threads" in kept[0], kept[1]["num_threads"]) == (False, 3)
+
+
 def test_a_flat_section_with_another_familys_key_set_is_refused_in_one_line():
     saved = flat_section(kind="atari", id="ALE/Pong-v5", scenario="11_vs_11_stochastic")
     with pytest.raises(ConfigError) as info:

@@ -58,4 +58,5 @@ def test_only_nan_losses_stop_the_run_and_keep_the_last_good_weights(tmp_path, m
     with pytest.raises(NonFiniteTraining, match="10 updates in a row had a NaN or inf loss"):
         run.run()
     saved = load_checkpoint(find_checkpoint(str(tmp_path)))["model"]
+    # No update was applied: the saved weights are the initial ones, bit for bit.
     assert all(torch.equal(saved[k], initial[k]) for k in initial)

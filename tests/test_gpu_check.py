@@ -26,6 +26,9 @@ EVERY_STEP = [
     "pong_compile_default",
     "pong_compile_reduce-overhead",
     "pong_compile_max-autotune",
+    "raw_env",
+    "pong_share",
+    "sample_factory",
     "bench_inference",
     "bench_train",
     "bench_pipeline",
@@ -39,7 +42,8 @@ def test_the_gpu_plan_covers_every_step_and_skips_nccl_on_one_gpu(tmp_path):
     steps = {s.name: s for s in gpu_check.plan(False, 1, tmp_path, 10)}
     assert list(steps) == EVERY_STEP
     assert all("hardware=gpu" in s.argv for s in steps.values() if "seedq.cli" in s.argv)
-    assert "max_minutes=10" in steps["pong_bf16"].argv
+    assert {"max_minutes=10", "stop_at_return=18"} <= set(steps["pong_bf16"].argv)
+    assert "no Sample Factory here" in steps["sample_factory"].skip
     assert "hardware.compile=max-autotune" in steps["pong_compile_max-autotune"].argv
     assert "needs 2 or more GPUs" in steps["learners"].skip
     eight = {s.name: s for s in gpu_check.plan(False, 8, tmp_path, 10)}
@@ -48,8 +52,41 @@ def test_the_gpu_plan_covers_every_step_and_skips_nccl_on_one_gpu(tmp_path):
 
 def test_the_cpu_plan_runs_everything_but_the_compile_modes_on_the_cpu(tmp_path):
     steps = gpu_check.plan(True, 0, tmp_path, 10)
-    assert [s.name for s in steps if s.skip] == [n for n in EVERY_STEP if "compile" in n]
+    skipped = [n for n in EVERY_STEP if "compile" in n or n == "sample_factory"]
+    assert [s.name for s in steps if s.skip] == skipped
     assert not any("hardware=gpu" in s.argv for s in steps)
+
+
+def test_sample_factory_runs_its_fastest_pong_setup_from_its_own_folder(tmp_path):
+    (tmp_path / "sample_factory").mkdir()
+    steps = {s.name: s for s in gpu_check.plan(False, 1, tmp_path, 10, str(tmp_path))}
+    sf = steps["sample_factory"]
+    assert not sf.skip and sf.env["PYTHONPATH"] == str(tmp_path)
+    assert {"--num_workers=16", "--num_envs_per_worker=32", "--batch_size=2048"} <= set(sf.argv)
+
+
+def test_sample_factory_is_judged_by_its_progress_lines_and_compared_with_seedq():
+    sf = gpu_check.Step("sample_factory", "sf", ["sf"], 1, judge="sample_factory")
+    lines = "Fps is (10 sec: nan, 60 sec: nan)\nFps is (10 sec: 30000.0, ...)\n"
+    lines += "Fps is (10 sec: 40000.5, 60 sec: 35000)\n"
+    status, figures, _ = gpu_check.judge(sf, -1, lines)
+    assert (status, figures["frames_per_s_max"]) == ("pass", 40000.5)
+    assert gpu_check.judge(sf, 1, "Traceback ...")[0] == "fail"
+    results = [
+        gpu_check.Result("raw_env", "", "", "pass", figures={"frames_per_s": 100000.0}),
+        gpu_check.Result("sample_factory", "", "", "pass", figures=figures),
+        gpu_check.Result("pong_share", "", "", "pass", figures={"frames_per_s": 80000.0}),
+    ]
+    gpu_check.compare(results)
+    assert results[2].figures["share_of_raw_env"] == 0.8
+    assert results[2].figures["x_sample_factory"] == 2.0
+
+
+def test_a_step_past_its_time_limit_is_interrupted_and_its_output_kept():
+    code = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved')"
+    step = gpu_check.Step("slow", "slow", [sys.executable, "-c", code], 1)
+    code, output = gpu_check.run_bounded(step)
+    assert code == -1 and "saved" in output and "time limit" in output
 
 
 def finished(tmp_path: Path, name: str, judge: str, summary: dict | None) -> gpu_check.Step:
@@ -131,5 +168,6 @@ def test_the_whole_dry_run_passes_on_the_cpu(tmp_path):
     assert list(statuses) == EVERY_STEP
     assert {n for n, s in statuses.items() if s == "skip"} == {
         "cuda_tests",
+        "sample_factory",
         *(n for n in EVERY_STEP if "compile" in n),
     }

@@ -183,7 +183,7 @@ def test_reward_scaler_divides_by_the_std_of_discounted_returns():
     returns = np.array([[1, 1], [1.5, 1.5], [1.75, 1]])  # env 8 restarts after row 2
     assert scaler.var == pytest.approx(returns.var())
     np.testing.assert_allclose(scaled, reward / np.sqrt(returns.var() + 1e-8), rtol=1e-6)
-    assert scaler._returns == {7: 1.75, 8: 1.0}
+    assert scaler._returns == {7: 1.75, 8: 1.0}  # sums of powers of 0.5: exact
 
 
 def test_continuous_fake_env_through_the_real_wire(tmp_path):

@@ -16,9 +16,10 @@ from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.vtrace import VTraceAgent
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.network import AgentOutput
-from seedq.arch.sebulba import SebulbaRun, sebulba_layout
+from seedq.arch.sebulba import SebulbaRun, build_env_batches, sebulba_layout
 from seedq.config import ConfigError, SeedqConfig
-from seedq.envs import FakeConfig
+from seedq.envs import EnvError, FakeConfig
+from seedq.launch.sizing import sized
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 
 EPISODE_LENGTH = 4
@@ -251,11 +252,40 @@ def test_a_failing_env_stops_the_run_with_its_error(tmp_path):
         run.run()
 
 
+class SlowBuild:
+    """A builder every call of which waits for all the others: built one after another, the
+    first call would wait alone until the barrier times out."""
+
+    def __init__(self, count: int, failing: tuple[int, ...] = ()) -> None:
+        self.barrier = threading.Barrier(count, timeout=10)
+        self.failing = failing
+        self.closed: list[int] = []
+
+    def __call__(self, i: int):
+        self.barrier.wait()
+        if i in self.failing:
+            raise EnvError(f"no ROM for batch {i}")
+        return SimpleNamespace(index=i, close=lambda: self.closed.append(i))
+
+
+def test_env_batches_are_built_at_once_and_kept_in_order():
+    envs = build_env_batches(SlowBuild(8), 8)
+    assert [env.index for env in envs] == list(range(8))
+
+
+def test_a_failed_build_raises_its_own_error_naming_the_batch_and_closes_the_others():
+    build = SlowBuild(4, failing=(2, 3))
+    with pytest.raises(EnvError, match="no ROM for batch 2") as raised:
+        build_env_batches(build, 4)
+    assert "env batch 2 of 4" in " ".join(raised.value.__notes__)
+    assert sorted(build.closed) == [0, 1]
+
+
 def test_layout_defaults_and_refusals():
-    cfg = SeedqConfig(run_dir="x", algorithm=VTraceConfig())
-    assert sebulba_layout(cfg) == (2, 32)
-    with pytest.raises(ConfigError, match="arch.sebulba.threads=0"):
-        sebulba_layout(with_layout(cfg, threads=0))
+    cfg = sized(SeedqConfig(run_dir="x", algorithm=VTraceConfig()), cores=16)
+    assert sebulba_layout(cfg) == (14, 32)
+    with pytest.raises(ConfigError, match="arch.sebulba.threads=-1"):
+        sebulba_layout(with_layout(cfg, threads=-1))
 
 
 def test_cartpole_vtrace_learns_in_a_short_run(tmp_path):

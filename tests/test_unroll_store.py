@@ -141,3 +141,56 @@ def test_overlap_beyond_half_an_unroll_keeps_the_state_of_each_first_row():
     for t in range(13):
         store.append("a", record(t, 2))
     assert [int(u.core_state[0][0, 0]) for u in unrolls] == [0, 2, 4, 6, 8]
+
+
+def interleaved(store: UnrollStore, steps: int, sizes=(3, 2, 4), seed: int = 0) -> None:
+    """Actors of ``sizes`` envs whose steps arrive in shuffled order (each in its own order)."""
+    rng = np.random.default_rng(seed)
+    bases = np.cumsum([0, *sizes[:-1]])
+    for key, (n, base) in enumerate(zip(sizes, bases, strict=True)):
+        store.register(key, np.arange(base, base + n))
+    order = [key for key in range(len(sizes)) for _ in range(steps)]
+    rng.shuffle(order)
+    clocks = [0] * len(sizes)
+    for key in order:
+        store.append(key, record(clocks[key], sizes[key], base=bases[key]))
+        clocks[key] += 1
+
+
+@pytest.mark.parametrize("columns", [2, 4, 9, 11])
+def test_joined_columns_are_the_assemblers_batches_written_at_once(columns):
+    alone, joined = [], []
+    assembler = BatchAssembler(batch_size=columns)
+    interleaved(UnrollStore(3, lambda u: alone.extend(assembler.add(u)), overlap=2), 14)
+    interleaved(UnrollStore(3, joined.append, overlap=2, columns=columns), 14)
+    assert len(joined) == len(alone) > 0
+    for got, want in zip(joined, alone, strict=True):
+        assert got.num_columns == columns
+        for name in ("obs", "reward", "action", "behaviour", "env_id"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        np.testing.assert_array_equal(got.core_state[0], want.core_state[0])
+        assert got.obs.flags.c_contiguous  # the learner's tensor without another copy
+
+
+def test_emitted_unrolls_own_their_arrays():
+    unrolls = []
+    store = UnrollStore(1, unrolls.append)
+    store.register("a", np.arange(3))
+    records = [record(t) for t in range(2)]
+    for r in records:
+        store.append("a", r)
+    records[1].obs[:] = -1  # the caller reuses its arrays once the unroll is out
+    assert unrolls[0].obs[1, :, 1].tolist() == [1, 1, 1]
+
+
+def test_a_dropped_actors_complete_unrolls_are_still_emitted_its_partial_one_is_not():
+    unrolls = []
+    store = UnrollStore(2, unrolls.append, columns=4)
+    store.register("a", np.arange(3))
+    store.register("b", np.arange(3, 6))
+    for t in range(4):
+        store.append("a", record(t))  # one complete unroll and a partial one
+    store.drop("a")
+    for t in range(3):
+        store.append("b", record(t, base=3))
+    assert [u.env_id.tolist() for u in unrolls] == [[0, 1, 2, 3]]

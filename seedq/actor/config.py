@@ -12,7 +12,12 @@ TRANSPORTS = ("tcp", "inproc")
 
 @dataclass
 class ActorConfig:
-    num_actors: int = setting(2, "actor processes the launcher starts")
+    num_actors: int = setting(
+        0,
+        "actor processes the launcher starts (0: sized at start to the cores left after the "
+        "learner's threads, at least 2, logged; with the ssh or slurm launcher 2, or "
+        "launcher.actors_per_host)",
+    )
     envs_per_batch: int = setting(16, "envs stepped together and sent in one Step message")
     batches_per_actor: int = setting(
         2, "env batches per actor process, stepped while the others await their actions"
@@ -32,9 +37,11 @@ class ActorConfig:
         1.0, "delay before restarting a crashed actor; doubles with each crash in the window"
     )
     reply_timeout_s: float = setting(
-        60.0,
-        "an actor that got no reply to a request for this long exits (the learner is gone or "
-        "unreachable)",
+        600.0,
+        "an actor that got no reply to a request for this long exits (a learner that is "
+        "connected but hung; a dead one is caught by learner_lost_s). Long, because an "
+        "on-policy learner that pauses acting (PPO) answers no one while it trains: on a busy "
+        "CPU an update of 2,048 frames x 4 epochs took over a minute",
     )
     learner_lost_s: float = setting(
         5.0,
@@ -50,7 +57,8 @@ class ActorConfig:
 
 def validate_actor(actor: ActorConfig) -> None:
     choice("actor.transport", actor.transport, TRANSPORTS)
-    check_positive(actor, "actor", ["num_actors", "envs_per_batch", "batches_per_actor"])
+    check_positive(actor, "actor", ["envs_per_batch", "batches_per_actor"])
+    check_positive(actor, "actor", ["num_actors"], zero_ok=True)
     check_positive(actor, "actor", ["reply_timeout_s", "learner_lost_s", "restart_window_s"])
     check_positive(
         actor, "actor", ["max_restarts", "restart_backoff_s", "max_rejoins"], zero_ok=True

@@ -80,7 +80,7 @@ RECOVERABLE_CODES = frozenset(
 class Patience:
     """How long an env batch waits for the learner and how often it rejoins (``actor`` config)."""
 
-    reply_timeout_s: float = 60.0
+    reply_timeout_s: float = 600.0
     learner_lost_s: float = 5.0
     max_rejoins: int = 10
 
@@ -199,7 +199,7 @@ async def _join_and_step(
         if latencies is not None:
             latencies.append(time.perf_counter() - sent)
         out = env.step(actions)
-        returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
+        returns, lengths = tracker.update(out.reward, out.episode_over)
         stats.env_steps += n
         stats.episodes += len(returns)
         step = next_step(step, out, returns, lengths)

@@ -55,7 +55,11 @@ class AnakinConfig:
 
 @dataclass
 class SebulbaConfig:
-    threads: int = setting(2, "env-stepping threads in the learner process")
+    threads: int = setting(
+        0,
+        "env-stepping threads in the learner process (0: sized at start to the cores left "
+        "after the learner's own threads, at least 2, logged)",
+    )
     envs_per_thread: int = setting(32, "envs in each thread's vector env")
 
 
@@ -80,7 +84,8 @@ def validate_arch(cfg: Any) -> None:
     the architecture needs, an env without a tensor implementation), naming what can."""
     arch = cfg.arch
     choice("arch.name", arch.name, ARCH_NAMES)
-    check_positive(arch.sebulba, "arch.sebulba", ["threads", "envs_per_thread"])
+    check_positive(arch.sebulba, "arch.sebulba", ["envs_per_thread"])
+    check_positive(arch.sebulba, "arch.sebulba", ["threads"], zero_ok=True)
     check_agent_fits(cfg)
     if arch.name != "anakin":
         return

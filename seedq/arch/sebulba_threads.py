@@ -143,5 +143,5 @@ def step_env_batch(
         if actions is None:
             return
         out = env.step(actions)
-        returns, lengths = tracker.update(out.reward, out.terminated | out.truncated)
+        returns, lengths = tracker.update(out.reward, out.episode_over)
         step = next_step(step, out, returns, lengths)

@@ -26,6 +26,7 @@ from seedq.envs import env_spec
 from seedq.launch import remote_launcher
 from seedq.launch.actors import ActorPool, RestartPolicy, spawn_local
 from seedq.launch.shards import start_shard
+from seedq.launch.sizing import sized
 from seedq.learner.device import prepare_learner_process
 from seedq.limits import raise_open_file_limit
 from seedq.messages import EnvSpec
@@ -81,7 +82,7 @@ class SeedRun(TrainingRun):
     ):
         """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
         super().__init__()
-        self.cfg = cfg
+        self.cfg = cfg = sized(cfg)
         self.run_dir = run_dir
         self.device = prepare_learner_process(cfg)
         self.spec = env_spec(cfg.env, seed=cfg.seed)

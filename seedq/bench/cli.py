@@ -16,6 +16,9 @@ USAGE = """usage: seedq-bench SUBCOMMAND [key=value ...]
              fill, request latency p50/p99
   inference  [models=mlp,nature,impala] [batch_sizes=1,16,64,256] [algorithm=r2d2] [hardware=gpu]
              the learner's batched forward pass per model and batch size
+  learner    [model=zero|real] [seconds=10] [requests=8] [obs_shape=4,84,84] [num_actions=6]
+             the learner's own CPU per env step on Pong-shaped data, no actors, the model's
+             torso left out (model=zero): act, record, train, in one thread
   train      [env=...] [algorithm=...] [seconds=20]
              the real training loop: env steps/s, updates/s, batch fill, learner wait share
   contention [copies=2] [seconds=20] [neighbours=0] [rounds=1] [command='...' metric=|pattern=]
@@ -39,12 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
-    from seedq.bench import anakin, broker, contention, inference, pipeline, raw_env, train
+    from seedq.bench import anakin, broker, contention, inference, learner, pipeline, raw_env, train
 
     commands = {
         "raw-env": raw_env.run,
         "pipeline": pipeline.run,
         "inference": inference.run,
+        "learner": learner.run,
         "train": train.run,
         "anakin": anakin.run,
         "contention": contention.run,

@@ -12,7 +12,7 @@ from typing import Any
 
 import seedq
 from seedq.config import ConfigError, SeedqConfig, register_configs
-from seedq.launch.sharing import fit_to_share
+from seedq.launch.sizing import size_run
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 
@@ -71,7 +71,7 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
             cfg = hydra_compose(config_name="config", overrides=[f"run_dir={run_dir}", *overrides])
     except HydraException as exc:
         raise ConfigError(str(exc)) from None
-    fit_to_share(cfg, overrides)
+    size_run(cfg, overrides)
     return to_config(cfg)
 
 

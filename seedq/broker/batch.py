@@ -127,7 +127,7 @@ class RequestBatch:
 
     @classmethod
     def from_steps(cls, requests: Sequence[tuple[ActorSlot, Step]]) -> RequestBatch:
-        """A batch of in-process requests (Sebulba's actor threads, tests)."""
+        """A batch of in-process requests (Sebulba's actor threads, tests), in arrays of its own."""
         steps = [step for _, step in requests]
         sizes = [slot.hello.n_envs for slot, _ in requests]
         offsets = np.cumsum([0, *sizes[:-1]])
@@ -153,4 +153,6 @@ class RequestBatch:
 
 
 def _cat(arrays: list[np.ndarray]) -> np.ndarray:
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+    # A copy even of one request's arrays: the batch owns what it holds (the unroll store keeps
+    # the rows until their unroll is written), and an env may reuse its buffers next step.
+    return np.concatenate(arrays)

@@ -408,6 +408,7 @@ class Broker:
         batch = self._assemble(requests)
         if batch is None:
             return
+        started = self.clock()
         with self._lock:
             actions = self.consumer.act(batch)
         slots = batch.slots
@@ -424,6 +425,18 @@ class Broker:
         self.stats.record_batch(batch.num_envs, batch.episodes)
         with self._lock:
             self.consumer.record(batch)
+        self._excuse_deaf_time(self.clock() - started)
+
+    def _excuse_deaf_time(self, seconds: float) -> None:
+        """Time the broker spent in the consumer instead of reading the socket is nobody's
+        silence: an on-policy learner that pauses acting while it trains (PPO) holds the broker
+        in ``record`` for a whole update, and the requests the actors sent meanwhile are still
+        unread. Without this, a 30 s update on a CPU evicted every actor, whose envs then reset
+        and never finished an episode."""
+        if seconds < 0.5:
+            return
+        for slot in self.actors.values():
+            slot.last_seen += seconds
 
     def _assemble(self, requests: list[Request]) -> RequestBatch | None:
         """The batch of ``requests``; those whose arrays fail a check are answered with their

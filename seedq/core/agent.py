@@ -121,6 +121,11 @@ class Agent(Protocol):
         """``(length, overlap)`` of the unrolls central inference cuts for this agent."""
         ...
 
+    def unroll_columns(self) -> int:
+        """Env columns of each unroll handed to ``on_unroll``, joined from several actors' (the
+        training batch, written at once); 0: each actor's unroll as it completes."""
+        ...
+
     def on_unroll(self, unroll: Unroll) -> None:
         """A completed unroll (blocking is backpressure: the broker and actors wait)."""
         ...

@@ -63,6 +63,16 @@ class Unroll(StepRows):
         )
 
 
+def take_columns(unroll: Unroll, index: np.ndarray) -> Unroll:
+    """The env columns ``index`` (int ``[K]``, any order) of ``unroll`` as a new Unroll."""
+    taken = {name: getattr(unroll, name)[:, index] for name in TIME_FIELDS}
+    return Unroll(
+        **taken,
+        core_state=tuple(s[index] for s in unroll.core_state),
+        env_id=unroll.env_id[index],
+    )
+
+
 def concat_unrolls(unrolls: list[Unroll]) -> Unroll:
     """Concatenate along the env (column) axis."""
     if len(unrolls) == 1:

@@ -10,6 +10,7 @@ of their kind is built, and nothing here imports torch.
 
 from seedq.envs.atari import AtariConfig
 from seedq.envs.base import BatchBase, EnvBatch, EnvError, StepBatch
+from seedq.envs.catch import CatchConfig
 from seedq.envs.config import EnvConfig
 from seedq.envs.fake import FakeConfig
 from seedq.envs.football import FootballConfig
@@ -40,6 +41,7 @@ __all__ = [
     "KINDS",
     "AtariConfig",
     "BatchBase",
+    "CatchConfig",
     "EnvBackend",
     "EnvBatch",
     "EnvConfig",

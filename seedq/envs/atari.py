@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done
-from seedq.envs.config import EnvConfig, kind_setting
+from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done, vector_env_threads
+from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
 from seedq.envs.gym import import_gymnasium
 from seedq.schema import check_positive, in_unit_interval, positive, setting
 
@@ -52,9 +51,9 @@ class AtariConfig(EnvConfig):
         30, "Up to this many random no-op actions after each reset (>= 0; 0: none)."
     )
     episodic_life: bool = setting(
-        False,
+        True,
         "A life loss reports terminated while the game goes on; only game over resets "
-        "(DeepMind's semantics).",
+        "(DeepMind's semantics: no bootstrap across a lost life); returns still count games.",
     )
     repeat_action_probability: float = setting(
         0.25, "Sticky actions: the chance the previous action repeats, in [0, 1]."
@@ -62,11 +61,15 @@ class AtariConfig(EnvConfig):
     full_action_space: bool = setting(
         False, "All 18 ALE actions (true) or only the game's minimal set (false)."
     )
+    num_threads: int = setting(0, NUM_THREADS_HELP)
+
+    threads_key: ClassVar[str] = "num_threads"
 
     def check(self) -> None:
         super().check()
         check_positive(self, "env", ["frame_skip", "frame_stack", "screen_size"])
         positive("env.noop_max", self.noop_max, zero_ok=True)
+        positive("env.num_threads", self.num_threads, zero_ok=True)
         in_unit_interval("env.repeat_action_probability", self.repeat_action_probability)
 
     def frames_per_step(self) -> int:
@@ -130,14 +133,6 @@ def _atari_rom_path(game: str) -> Any:
     return path
 
 
-def _default_num_threads(num_envs: int) -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))  # respects taskset / container CPU sets
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(num_envs, cpus))
-
-
 class AtariBatch(BatchBase):
     """ale_py's C++ ``AtariVectorEnv`` with DeepMind preprocessing and SameStep autoreset.
 
@@ -167,7 +162,7 @@ class AtariBatch(BatchBase):
             max_frames = int(cfg.max_episode_steps) * int(cfg.frame_skip)
         else:
             max_frames = ATARI_MAX_EPISODE_FRAMES
-        num_threads = _default_num_threads(num_envs)
+        num_threads = vector_env_threads(cfg.num_threads, num_envs)
         try:
             env = AtariVectorEnv(
                 game,
@@ -194,6 +189,7 @@ class AtariBatch(BatchBase):
         except (ValueError, RuntimeError, AssertionError) as exc:
             raise EnvError(f"cannot build AtariVectorEnv for {cfg.id!r} ({game}): {exc}") from exc
         self._env = env
+        self._episodic_life = bool(cfg.episodic_life)
         self._grayscale = bool(cfg.grayscale)
         stack, size = int(cfg.frame_stack), int(cfg.screen_size)
         channels = stack if self._grayscale else 3 * stack
@@ -228,7 +224,8 @@ class AtariBatch(BatchBase):
         return np.ascontiguousarray(obs.transpose(0, 1, 4, 2, 3)).reshape(b, stack * c, h, w)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        obs, _ = self._env.reset(seed=self._reset_seed(seed))
+        obs, info = self._env.reset(seed=self._reset_seed(seed))
+        self._episode_frames = np.asarray(info["episode_frame_number"]).copy()
         return self._layout(obs)
 
     def step(self, actions: np.ndarray) -> StepBatch:
@@ -240,8 +237,20 @@ class AtariBatch(BatchBase):
             final_obs = self._layout(info["final_obs"][truncated])
         else:
             final_obs = self._no_final_obs
+        game_over = None
+        if self._episodic_life:
+            # A lost life terminates without a reset; a game over resets the env in this same
+            # step, which starts its frame count again (the no-ops and FIRE of the reset).
+            frames = np.asarray(info["episode_frame_number"])
+            game_over = (terminated | truncated) & (frames < self._episode_frames)
+            self._episode_frames = frames.copy()
         return StepBatch(
-            self._layout(obs), reward.astype(np.float32), terminated, truncated, final_obs
+            self._layout(obs),
+            reward.astype(np.float32),
+            terminated,
+            truncated,
+            final_obs,
+            game_over,
         )
 
     def close(self) -> None:

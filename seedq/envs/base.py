@@ -38,6 +38,10 @@ class StepBatch:
             ``terminated`` is: an env that does both is reported as terminated only.
         final_obs: ``[K, *obs_shape]`` with ``K = truncated.sum()``: the true last observation of
             each truncated env, in increasing env index order. ``[0, *obs_shape]`` when none.
+        game_over: bool ``[N]`` where an env's episode, as its score is counted, ended; None
+            when that is ``terminated | truncated``. Only a backend whose learning episodes are
+            shorter than its games sets it (Atari's ``episodic_life``: a life loss terminates
+            the learning episode while the game, and the score reported for it, goes on).
     """
 
     obs: np.ndarray
@@ -45,6 +49,14 @@ class StepBatch:
     terminated: np.ndarray
     truncated: np.ndarray
     final_obs: np.ndarray
+    game_over: np.ndarray | None = None
+
+    @property
+    def episode_over(self) -> np.ndarray:
+        """bool ``[N]``: where a scored episode (a whole game) ended this step."""
+        if self.game_over is not None:
+            return self.game_over
+        return self.terminated | self.truncated
 
 
 @runtime_checkable
@@ -199,3 +211,16 @@ def split_done(terminated: np.ndarray, truncated: np.ndarray) -> tuple[np.ndarra
     terminated = np.asarray(terminated, dtype=bool)
     truncated = np.asarray(truncated, dtype=bool) & ~terminated
     return terminated, truncated
+
+
+def vector_env_threads(requested: int, num_envs: int) -> int:
+    """Threads a vector env with a C++ worker pool (atari, procgen) steps its ``num_envs`` with.
+
+    ``requested`` is ``env.num_threads``: set, or sized at start so that every env thread of
+    the run together matches the cores (``seedq.launch.sizing``); 0 (an actor on another host,
+    a tool building one env batch) takes one per core this process may use. Never more than
+    the envs, which a thread each would already cover.
+    """
+    from seedq.cores import usable_cores
+
+    return max(1, min(num_envs, requested or usable_cores()))

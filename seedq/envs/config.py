@@ -20,6 +20,14 @@ KIND_HELP = (
 )
 
 
+# env.num_threads of the families whose vector envs step on C++ threads (atari, procgen).
+NUM_THREADS_HELP = (
+    "C++ threads each vector env steps its envs with (>= 0); 0: sized at start so that the env "
+    "threads of all actors (or Sebulba's env threads) together match the cores left after the "
+    "learner's (logged), or one per core on an actor host of the ssh or slurm launcher."
+)
+
+
 def kind_setting(kind: str) -> Any:
     """The ``kind`` field of a family's config: its own kind as the default."""
     return setting(kind, KIND_HELP)
@@ -45,6 +53,9 @@ class EnvConfig:
 
     # The key that sets rows_per_env(), named when actor.envs_per_batch is not a multiple of it.
     rows_key: ClassVar[str] = ""
+    # The key of the C++ threads each vector env steps its envs with, 0 meaning "sized at start"
+    # (seedq.launch.sizing reads and sets it through this name); "": the family has no such pool.
+    threads_key: ClassVar[str] = ""
 
     def check(self) -> None:
         """Raise a ConfigError (or an EnvError) naming the key for a value this family cannot

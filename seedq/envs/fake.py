@@ -126,7 +126,7 @@ class FakeEnvBatch(BatchBase):
         out[:, 1] = t
         out[:, 2] = episode
         if self._flat >= 4:
-            out[:, 3] = last_action
+            out[:, 3] = np.asarray(last_action)  # an int -1 would not wrap: numpy refuses it
         return out.reshape(len(ids), *self.obs_shape)
 
     def reset(self, seed: int | None = None) -> np.ndarray:

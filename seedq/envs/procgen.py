@@ -34,17 +34,16 @@ import contextlib
 import difflib
 import io
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from seedq.envs.base import BatchBase, EnvError, StepBatch
-from seedq.envs.config import EnvConfig, kind_setting
-from seedq.schema import setting
+from seedq.envs.base import BatchBase, EnvError, StepBatch, vector_env_threads
+from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
+from seedq.schema import positive, setting
 
 logger = logging.getLogger(__name__)
 
@@ -107,10 +106,14 @@ class ProcgenConfig(EnvConfig):
         0, "Distinct levels to play (>= 0; 0: unlimited), e.g. 200 to test generalisation."
     )
     start_level: int = setting(0, "Seed of the first level (>= 0).")
+    num_threads: int = setting(0, NUM_THREADS_HELP)
+
+    threads_key: ClassVar[str] = "num_threads"
 
     def check(self) -> None:
-        """A known game and mode, level counts >= 0, no seedq time limit."""
+        """A known game and mode, level counts and threads >= 0, no seedq time limit."""
         procgen_game(self.id)
+        positive("env.num_threads", self.num_threads, zero_ok=True)
         if self.distribution_mode not in DISTRIBUTION_MODES:
             raise EnvError(
                 f"env.distribution_mode={self.distribution_mode!r} is not allowed; choose one of "
@@ -149,18 +152,11 @@ def import_procgen_env() -> Callable[..., Any]:
     return module.ProcgenGym3Env
 
 
-def _default_num_threads(num_envs: int) -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(num_envs, cpus))
-
-
 class ProcgenBatch(BatchBase):
     """procgen's ``ProcgenGym3Env`` (``num_envs`` games, stepped by its C++ threads).
 
     Args:
+        num_threads: its C++ worker threads (0: one per core, at most one per env).
         make_env: the gym3 env class (``procgen.ProcgenGym3Env``); tests pass a fake of it.
     """
 
@@ -174,6 +170,7 @@ class ProcgenBatch(BatchBase):
         distribution_mode: str = "hard",
         num_levels: int = 0,
         start_level: int = 0,
+        num_threads: int = 0,
         make_env: Callable[..., Any] | None = None,
     ) -> None:
         self.game = procgen_game(env_id)
@@ -183,7 +180,7 @@ class ProcgenBatch(BatchBase):
             distribution_mode=distribution_mode,
             num_levels=int(num_levels),
             start_level=int(start_level),
-            num_threads=_default_num_threads(num_envs),
+            num_threads=vector_env_threads(num_threads, num_envs),
         )
         # Seeds of unseeded resets: reproducible from the construction seed.
         self._seeds = np.random.default_rng(None if seed is None else seed + env_offset)
@@ -267,4 +264,5 @@ def make_procgen(cfg: ProcgenConfig, num_envs: int, seed: int, env_offset: int) 
         distribution_mode=cfg.distribution_mode,
         num_levels=cfg.num_levels,
         start_level=cfg.start_level,
+        num_threads=cfg.num_threads,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from seedq.envs import atari, fake, football, gym, minatar, mujoco, procgen
+from seedq.envs import atari, catch, fake, football, gym, minatar, mujoco, procgen
 from seedq.envs.base import EnvBatch, EnvError, env_spec_of
 from seedq.envs.config import EnvConfig
 from seedq.messages import EnvSpec
@@ -61,6 +61,9 @@ BACKENDS: dict[str, EnvBackend] = {
         "gymnasium's MuJoCo tasks, continuous (Box) actions",
         mujoco.make_mujoco,
         mujoco.MujocoConfig,
+    ),
+    "catch": EnvBackend(
+        "bsuite's Catch as faint objects on a textured frame", catch.make_catch, catch.CatchConfig
     ),
     "fake": EnvBackend(
         "observations encode (env id, step) for tests", fake.make_fake, fake.FakeConfig

@@ -47,7 +47,11 @@ FLAT_DEFAULTS: dict[str, Any] = {
     "episode_length": 10,
     "truncate_episodes": False,
     "nan_every": 0,
+    "num_threads": 0,
 }
+# Flat keys whose saved value the machine chose, not the run (sized at start when 0,
+# seedq.launch.sizing): dropped from another family's section whatever they hold.
+SIZED_AT_START = frozenset({"num_threads"})
 
 
 def config_class(kind: str) -> type[EnvConfig]:
@@ -106,8 +110,9 @@ def saved_env_section(section: Mapping[str, Any]) -> dict[str, Any]:
     """A saved ``env`` section mapped onto its family's keys.
 
     Checkpoints of a seedq before the env families saved every family's keys. A key of
-    another family that holds the flat default (:data:`FLAT_DEFAULTS`) is dropped; one set to
-    anything else was ignored by that run, and is refused rather than silently lost.
+    another family that holds the flat default (:data:`FLAT_DEFAULTS`), or that was sized at
+    start (:data:`SIZED_AT_START`), is dropped; one set to anything else was ignored by that
+    run, and is refused rather than silently lost.
 
     Raises:
         ConfigError: one line naming the key, its value and the family it belongs to.
@@ -122,7 +127,7 @@ def saved_env_section(section: Mapping[str, Any]) -> dict[str, Any]:
             mapped[key] = value
         elif key not in FLAT_DEFAULTS:
             raise ConfigError(f"its env section holds {key}={value!r}, which is no env key")
-        elif value != FLAT_DEFAULTS[key]:
+        elif value != FLAT_DEFAULTS[key] and key not in SIZED_AT_START:
             raise ConfigError(
                 f"its env section sets {key}={value!r}, a {' and '.join(families_with(key))} "
                 f"key, on an env.kind={kind} run (which ignored it); env={kind} has no such key"

@@ -1,7 +1,8 @@
 """Starting processes on hosts: actor processes here (``actors.py``), on other machines over
 ssh (``ssh.py``) or as Slurm job steps (``slurm.py``), with the pieces they share
-(``remote_actor.py``, ``remote_guard.py``, ``remote_keys.py``, ``host_check.py``), and the sizing
-of sweep jobs that share a machine (``sharing.py``). How a run is wired is ``seedq.arch``'s.
+(``remote_actor.py``, ``remote_guard.py``, ``remote_keys.py``, ``host_check.py``), the sizing
+of a run to the machine's cores (``sizing.py``) and of sweep jobs that share one
+(``sharing.py``). How a run is wired is ``seedq.arch``'s.
 """
 
 from __future__ import annotations

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from seedq.cores import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def runs_at_once(launcher: Mapping[str, Any] | None, cores: int) -> int:
 
 
 def share_of_cores(runs: int, cores: int | None = None) -> int:
-    return max(1, (cores or os.cpu_count() or 1) // max(1, runs))
+    return max(1, (cores or usable_cores()) // max(1, runs))
 
 
 def fit_to_share(
@@ -51,7 +52,7 @@ def fit_to_share(
     ``explicit``: the command line's overrides (``key=value``); the keys they set are left as
     given. Returns the keys changed and their new values.
     """
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     runs = cfg.hardware.runs_at_once or runs_at_once(launcher, cores)
     if runs <= 1:
         return {}

@@ -33,18 +33,26 @@ class CentralInference:
         on_unroll: Callable[[Unroll], None],
         *,
         overlap: int = 1,
+        columns: int = 0,
         exploration: Exploration | None = None,
     ) -> None:
         self.engine = engine
         self.exploration = exploration
-        self.store = UnrollStore(unroll_length, on_unroll, overlap=overlap)
+        self.store = UnrollStore(unroll_length, on_unroll, overlap=overlap, columns=columns)
         self._live: dict[int, ActorSlot] = {}
 
     @classmethod
     def for_agent(cls, engine: InferenceEngine, agent: Agent) -> CentralInference:
         """Central inference cutting the unrolls ``agent`` trains on and feeding them to it."""
         length, overlap = agent.unroll_layout()
-        return cls(engine, length, agent.on_unroll, overlap=overlap, exploration=agent.exploration)
+        return cls(
+            engine,
+            length,
+            agent.on_unroll,
+            overlap=overlap,
+            columns=agent.unroll_columns(),
+            exploration=agent.exploration,
+        )
 
     def actor_started(self, slot: ActorSlot) -> None:
         actor_id = slot.hello.actor_id

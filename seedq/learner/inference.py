@@ -134,10 +134,13 @@ class InferenceEngine:
             eps = self._to_device(np.concatenate([epsilon, np.zeros(rest, np.float32)]))
         chosen = self.select(out, eps, self.generator)
         for table, s in zip(self._state, new_state, strict=True):
-            table[row_index] = s[:batch]
+            # Under autocast a recurrent core may hand back its state in the autocast dtype
+            # (CUDA runs lstm_cell in bf16/fp16); the table keeps the model's own dtype, which
+            # is also what training stores and starts its sequences from.
+            table[row_index] = s[:batch].to(table.dtype)
         truncation_value = torch.zeros(batch, device=self.device)
         if k:
-            truncation_value[trunc] = chosen.values[batch : batch + k]
+            truncation_value[trunc] = chosen.values[batch : batch + k].float()
         self.forward_calls += 1
         self.samples += batch
         actions = chosen.actions[:batch]

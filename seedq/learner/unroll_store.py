@@ -1,9 +1,8 @@
 """Turns the stream of inference requests into fixed-length unrolls.
 
-The learner sees every env step of every actor as an inference request, so it writes each one
-into a per-actor, time-major buffer ``[T+1, N, ...]`` as it answers it. All N envs of an actor
-step in lockstep (they share one vector env and one message), so a whole actor is written with
-one slice per field: no per-env Python work on the hot path.
+The learner sees every env step of every actor as an inference request, so it records each one
+as it answers it. All N envs of an actor step in lockstep (they share one vector env and one
+message), so a whole actor's step is one record: no per-env Python work on the hot path.
 
 Time convention (SEED RL): row t holds what *arrived* with observation t (the reward of the
 previous action, whether obs t starts a new episode) and what the agent did at obs t (action,
@@ -11,6 +10,14 @@ policy logits). When an unroll of T+1 rows is full it is emitted and its last ro
 of the next one (one-step overlap), so every transition t -> t+1 is trained on exactly once.
 R2D2 stores longer overlaps: its last ``burn_in + 1`` rows start the next sequence, so the next
 sequence's burn-in replays the steps this one trained on.
+
+Copies: a record's arrays are kept by reference (the request batch owns them and nothing writes
+to them again) until its unroll is emitted; then every field is written once into the emitted
+unroll's arrays. With ``columns``, completed actor unrolls wait until that many env columns are
+complete and are written into one unroll of exactly that width, the batch the learner trains on,
+so an observation is copied once between the request and the learner's tensor (it was four
+times: into a per-actor buffer, out of it at emit, into the training batch, and by the learner
+when that batch was a slice).
 """
 
 from __future__ import annotations
@@ -28,80 +35,110 @@ class StepRecord(StepRows):
     """What the learner knows about one actor's batch step after answering it.
 
     All arrays have leading dim N (the actor's envs); core_state is the state the inference
-    used as input for this step (before any reset), each [N, H].
+    used as input for this step (before any reset), each [N, H]. The store keeps the arrays
+    until the unroll is emitted: whoever appends one must not write to its arrays afterwards.
     """
 
 
-class _ActorTrack:
-    def __init__(self, rows: int, env_id: np.ndarray, first: StepRecord) -> None:
-        self.buffers = {
-            name: np.empty((rows, *getattr(first, name).shape), getattr(first, name).dtype)
-            for name in TIME_FIELDS
-        }
-        # The input state of every row, shifted with the rows: the state before the row that
-        # starts the next unroll may have been written one or more unrolls ago (overlap
-        # greater than half an unroll), so it cannot be captured only when that row is written.
-        self.states = [np.empty((rows, *s.shape), s.dtype) for s in first.core_state]
-        self.env_id = env_id
-        self.cursor = 0
+@dataclass
+class _Completed:
+    """An actor's complete unroll (its T+1 records) waiting to be written; ``start``: its first
+    column not yet emitted."""
+
+    rows: list[StepRecord]
+    env_id: np.ndarray
+    start: int = 0
+
+    @property
+    def left(self) -> int:
+        return int(self.env_id.shape[0]) - self.start
 
 
 class UnrollStore:
-    """Per-actor unroll buffers; calls ``on_unroll`` with each completed Unroll (a copy).
+    """Per-actor unrolls; calls ``on_unroll`` with each completed Unroll (arrays of its own).
 
     An unroll has ``unroll_length + 1`` rows; the last ``overlap`` rows of one are the first
-    rows of the next (1 for V-trace; burn-in + 1 for R2D2).
+    rows of the next (1 for V-trace; burn-in + 1 for R2D2). ``columns``: env columns of every
+    emitted unroll, joined from several actors' (0: each actor's unroll as it completes).
     """
 
     def __init__(
-        self, unroll_length: int, on_unroll: Callable[[Unroll], None], overlap: int = 1
+        self,
+        unroll_length: int,
+        on_unroll: Callable[[Unroll], None],
+        overlap: int = 1,
+        columns: int = 0,
     ) -> None:
         if unroll_length <= 0:
             raise ValueError(f"unroll_length must be > 0, got {unroll_length}")
         if not 1 <= overlap <= unroll_length:
             raise ValueError(f"overlap must be in [1, unroll_length], got {overlap}")
+        if columns < 0:
+            raise ValueError(f"columns must be >= 0, got {columns}")
         self.unroll_length = unroll_length
         self.overlap = overlap
+        self.columns = columns
         self._on_unroll = on_unroll
-        self._tracks: dict[Hashable, _ActorTrack] = {}
+        self._rows: dict[Hashable, list[StepRecord]] = {}
         self._env_ids: dict[Hashable, np.ndarray] = {}
+        self._completed: list[_Completed] = []
+        self._completed_columns = 0
         self.unrolls_emitted = 0
 
     def register(self, key: Hashable, env_id: np.ndarray) -> None:
         """(Re)start the stream of ``key``; any partial unroll it had is dropped."""
-        self._tracks.pop(key, None)
+        self._rows[key] = []
         self._env_ids[key] = np.asarray(env_id, dtype=np.int64)
 
     def drop(self, key: Hashable) -> None:
-        self._tracks.pop(key, None)
+        """End the stream of ``key``: its partial unroll is dropped (complete ones it left are
+        still emitted)."""
+        self._rows.pop(key, None)
         self._env_ids.pop(key, None)
 
     def append(self, key: Hashable, record: StepRecord) -> None:
-        track = self._tracks.get(key)
-        if track is None:
-            track = _ActorTrack(self.unroll_length + 1, self._env_ids[key], record)
-            self._tracks[key] = track
-        row = track.cursor
-        for name in TIME_FIELDS:
-            track.buffers[name][row] = getattr(record, name)
-        for buf, state in zip(track.states, record.core_state, strict=True):
-            buf[row] = state
-        if row == self.unroll_length:
-            self._emit(track)
-        else:
-            track.cursor = row + 1
-
-    def _emit(self, track: _ActorTrack) -> None:
-        unroll = Unroll(
-            **{name: buf.copy() for name, buf in track.buffers.items()},
-            core_state=tuple(buf[0].copy() for buf in track.states),
-            env_id=track.env_id,
-        )
+        rows = self._rows[key]
+        rows.append(record)
+        if len(rows) <= self.unroll_length:
+            return
         # The last rows start the next unroll: for V-trace the bootstrap value comes from the
         # observation the next unroll starts at; for R2D2 they are the next burn-in.
-        keep = slice(self.unroll_length + 1 - self.overlap, self.unroll_length + 1)
-        for buf in [*track.buffers.values(), *track.states]:
-            buf[: self.overlap] = buf[keep].copy()  # the ranges overlap when overlap > keep.start
-        track.cursor = self.overlap
+        self._rows[key] = rows[-self.overlap :]
+        done = _Completed(rows, self._env_ids[key])
+        if not self.columns:
+            self._emit([done], done.left)
+            return
+        self._completed.append(done)
+        self._completed_columns += done.left
+        while self._completed_columns >= self.columns:
+            self._emit(self._completed, self.columns)
+
+    def _emit(self, parts: list[_Completed], width: int) -> None:
+        """Write ``width`` columns from the front of ``parts`` into one Unroll (consuming them)
+        and hand it on."""
+        first = parts[0].rows[0]
+        steps = self.unroll_length + 1
+        fields = {}
+        for name in TIME_FIELDS:
+            like = getattr(first, name)
+            fields[name] = np.empty((steps, width, *like.shape[1:]), like.dtype)
+        states = [np.empty((width, *s.shape[1:]), s.dtype) for s in first.core_state]
+        env_id = np.empty(width, np.int64)
+        col = 0
+        while col < width:
+            part = parts[0]
+            take = min(part.left, width - col)
+            src, dst = slice(part.start, part.start + take), slice(col, col + take)
+            for name, out in fields.items():
+                np.stack([getattr(row, name)[src] for row in part.rows], out=out[:, dst])
+            for out, state in zip(states, part.rows[0].core_state, strict=True):
+                out[dst] = state[src]
+            env_id[dst] = part.env_id[src]
+            col += take
+            part.start += take
+            if not part.left:
+                parts.pop(0)
+        if parts is self._completed:
+            self._completed_columns -= width
         self.unrolls_emitted += 1
-        self._on_unroll(unroll)
+        self._on_unroll(Unroll(**fields, core_state=tuple(states), env_id=env_id))

@@ -115,6 +115,9 @@ class AgentBase(ABC):
         # One row of overlap: an unroll's last row bootstraps it and is the next one's first.
         return self.alg.unroll_length, 1
 
+    def unroll_columns(self) -> int:
+        return 0
+
     def metrics(self) -> dict[str, Any]:
         means = self.stats.pop_means()
         extra = self.extra_metrics()

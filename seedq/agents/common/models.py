@@ -52,6 +52,7 @@ class RecurrentBody(nn.Module):
             (1.5-2x faster on CPU); numerically equivalent to the default NCHW layout.
         obs_norm: normalise 1-D observations by running statistics (a :class:`RunningNorm`
             the learner updates; see ``seedq.agents.common.normalize``); ignored for frames.
+        frame_norm: the same for frames ``[C, H, W]``, per pixel; ignored for vectors.
     """
 
     def __init__(
@@ -66,6 +67,7 @@ class RecurrentBody(nn.Module):
         lstm_size: int = 256,
         channels_last: bool = True,
         obs_norm: bool = False,
+        frame_norm: bool = False,
     ) -> None:
         super().__init__()
         obs_shape = tuple(int(d) for d in obs_shape)
@@ -90,8 +92,14 @@ class RecurrentBody(nn.Module):
         # Only meaningful for frames; vector nets have no 4-D tensors to reorder.
         self.channels_last = channels_last and entry.obs_rank == 3
 
-        # Frames are scaled to [0, 1] already; per-pixel statistics would cost more than help.
-        self.obs_norm = RunningNorm(obs_shape) if obs_norm and len(obs_shape) == 1 else None
+        frames = len(obs_shape) == 3
+        self.obs_norm = None
+        if frame_norm and frames:
+            # Statistics in pixel units; before the first update it divides by 255, as the
+            # conv torsos would.
+            self.obs_norm = RunningNorm(obs_shape, initial_std=255.0)
+        elif obs_norm and not frames:
+            self.obs_norm = RunningNorm(obs_shape)
         settings = TorsoSettings(
             tuple(int(h) for h in hidden_sizes), activation, self.channels_last
         )
@@ -197,4 +205,6 @@ def body_kwargs(model_cfg: Any, channels_last: bool) -> dict[str, Any]:
         channels_last=channels_last,
         # Checkpoints from before obs_norm existed have no such key: they never normalised.
         obs_norm=bool(getattr(model_cfg, "obs_norm", False)),
+        # Checkpoints from before frame_norm existed fed frames to the torso as pixels / 255.
+        frame_norm=bool(getattr(model_cfg, "frame_norm", False)),
     )

@@ -35,6 +35,11 @@ from seedq.core.collective import LearnerCollective
 
 Moments = tuple[Tensor, Tensor, Tensor]  # float64 count [], mean [*shape], var [*shape]
 
+# Observations this large (a frame; 4 x 84 x 84 = 28,224) get float32 batch moments from a
+# strided subset of at most FRAME_ROWS rows per update.
+FRAME_ELEMENTS = 4096
+FRAME_ROWS = 64
+
 
 def merge_moments(
     count: Tensor, mean: Tensor, var: Tensor, batch: Tensor, valid: Tensor | None = None
@@ -44,6 +49,12 @@ def merge_moments(
 
     Rows are weighted, not selected, so nothing here waits for the device.
     """
+    if valid is None and batch[0].numel() >= FRAME_ELEMENTS:
+        # Frames: float32 batch moments (float64 over [N, 4, 84, 84] costs ~1 s a batch on a
+        # CPU); the merge itself stays float64.
+        b_var, b_mean = torch.var_mean(batch.to(torch.float32), 0, correction=0)
+        n = torch.tensor(float(batch.shape[0]), dtype=torch.float64, device=batch.device)
+        return _merge(count, mean, var, n, b_mean.to(torch.float64), b_var.to(torch.float64))
     batch = batch.to(torch.float64)
     weight = torch.ones(batch.shape[0], dtype=torch.float64, device=batch.device)
     if valid is not None:
@@ -55,6 +66,13 @@ def merge_moments(
     safe_n = n.clamp(min=1.0)
     b_mean = (batch * w).sum(0) / safe_n
     b_var = (((batch - b_mean) ** 2) * w).sum(0) / safe_n
+    return _merge(count, mean, var, n, b_mean, b_var)
+
+
+def _merge(
+    count: Tensor, mean: Tensor, var: Tensor, n: Tensor, b_mean: Tensor, b_var: Tensor
+) -> Moments:
+    """Chan et al.'s merge of ``(count, mean, var)`` with a batch of ``n`` rows' moments."""
     total = count + n
     safe_total = total.clamp(min=1.0)
     delta = b_mean - mean
@@ -85,12 +103,21 @@ class RunningNorm(nn.Module):
     every state's input would drift as the visit frequencies change.
     """
 
-    def __init__(self, shape: tuple[int, ...], *, clip: float = 10.0, eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        *,
+        clip: float = 10.0,
+        eps: float = 1e-8,
+        initial_std: float = 1.0,
+    ) -> None:
+        """``initial_std``: the scale before the first update (255 for uint8 frames, so that
+        an untrained normaliser maps pixels to ``[0, 1]`` as the conv torsos expect)."""
         super().__init__()
         self.clip, self.eps = clip, eps
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
-        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.full(shape, initial_std**2, dtype=torch.float64))
 
     def forward(self, x: Tensor) -> Tensor:
         """``[N, *shape]`` -> float32 ``[N, *shape]``; the identity until the first update
@@ -107,6 +134,10 @@ class RunningNorm(nn.Module):
         rows = as_tensor(batch, self.mean.device).reshape(-1, *self.mean.shape)
         if rows.dtype == torch.bool:
             return
+        if valid is None and self.mean.numel() >= FRAME_ELEMENTS and len(rows) > FRAME_ROWS:
+            # Pixel statistics settle within a few batches; a strided subset keeps the update
+            # cheap beside the training step it follows.
+            rows = rows[:: -(-len(rows) // FRAME_ROWS)]
         count, mean, var = merge_moments(self.count, self.mean, self.var, rows, valid)
         self.count.copy_(count)
         self.mean.copy_(mean)

@@ -44,6 +44,17 @@ class OnPolicyLearner(ABC):
         self.total_env_steps = total_env_steps
         self.reward_scaler = RewardScaler(cfg.gamma) if cfg.reward_scaling else None
         self.stats = TrainStats()
+        # Set by the agent to the run's stop: a batch of many minibatch updates ends between
+        # two of them, so a stopping run never leaves its training thread inside torch.
+        self.stop_event: threading.Event | None = None
+
+    def stopping(self) -> bool:
+        """Whether to end this batch before its next update. Never with several learner ranks:
+        each update is a gradient average every rank must join, so they stop together at the
+        next training round instead (a rank that left alone would hang the others)."""
+        if self.step.collective is not None:
+            return False
+        return self.stop_event is not None and self.stop_event.is_set()
 
     def set_progress(self, env_steps: int) -> None:
         if self.cfg.lr_schedule == "linear":
@@ -93,10 +104,15 @@ class OnPolicyAgent(AgentBase):
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
+        self.learner.stop_event = ctx.stop
         size = int(getattr(self.alg, "train_queue_batches", 1))
         self.train_queue: queue.Queue[Unroll] = queue.Queue(maxsize=size)
         self.assembler = BatchAssembler(self.alg.batch_size)
         self._trained = threading.Event()
+
+    def unroll_columns(self) -> int:
+        # Central inference writes each training batch at once; the assembler passes it on.
+        return int(self.alg.batch_size)
 
     def on_unroll(self, unroll: Unroll) -> None:
         stop = self.ctx.stop

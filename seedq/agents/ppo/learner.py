@@ -116,6 +116,8 @@ class PPOLearner(OnPolicyLearner):
         taken = 0
         for _ in range(self.cfg.epochs):
             for index in self._minibatches(batch):
+                if self.stopping():
+                    break
                 loss = self._minibatch_loss(batch, data, index)
                 grad_norm = self.step.apply(loss.total)
                 if not self.stats.record_step(grad_norm):

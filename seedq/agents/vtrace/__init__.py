@@ -41,7 +41,7 @@ class VTraceAgent(OnPolicyAgent):
 
     @classmethod
     def samples_per_update(cls, alg: Any) -> int:
-        return alg.batch_size * alg.unroll_length
+        return alg.batch_size * alg.unroll_length // alg.minibatches
 
     def make_learner(self, ctx: RunContext, placement: Placement) -> VTraceLearner:
         return VTraceLearner(
@@ -50,6 +50,7 @@ class VTraceAgent(OnPolicyAgent):
             placement,
             total_env_steps=ctx.cfg.total_env_steps,
             spec=ctx.spec,
+            seed=ctx.cfg.seed,
         )
 
     def progress(self, row: dict[str, Any]) -> str:

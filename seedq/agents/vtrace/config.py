@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common
-from seedq.schema import check_positive, choice, in_unit_interval, setting
+from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 OPTIMIZERS = ("adam", "rmsprop")
 LR_SCHEDULES = ("constant", "linear")
@@ -25,6 +25,20 @@ class VTraceConfig(AlgorithmConfig):
     name: str = setting("vtrace", "the algorithm")
     unroll_length: int = setting(20, "transitions per unroll (an unroll has one more row)")
     batch_size: int = setting(32, "unrolls (env columns) per training batch")
+    epochs: int = setting(
+        1,
+        "passes over each batch (1: IMPALA); later passes correct for the changed policy by "
+        "V-trace's importance weights",
+    )
+    minibatches: int = setting(
+        1, "updates per pass, each on a share of the batch's env columns (<= batch_size)"
+    )
+    clip_eps: float | None = setting(
+        None,
+        "null: IMPALA's policy gradient; else PPO's clipped surrogate on the V-trace "
+        "advantages with this clip of pi/mu (Sample Factory's APPO), for epochs > 1",
+    )
+    normalize_advantages: bool = setting(False, "standardise the advantages per minibatch")
     train_queue_batches: int = setting(
         2, "bounded queue of ready training batches: small keeps the data fresh"
     )
@@ -60,6 +74,17 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
     validate_common(alg)
     choice("algorithm.optimizer", alg.optimizer, OPTIMIZERS)
     choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
-    check_positive(alg, "algorithm", ["unroll_length", "train_queue_batches", "indicator_lr_scale"])
+    check_positive(
+        alg,
+        "algorithm",
+        ["unroll_length", "epochs", "minibatches", "train_queue_batches", "indicator_lr_scale"],
+    )
+    if alg.clip_eps is not None and not alg.clip_eps > 0:
+        raise ConfigError(f"algorithm.clip_eps={alg.clip_eps} must be > 0, or null for none")
+    if alg.minibatches > alg.batch_size:
+        raise ConfigError(
+            f"algorithm.minibatches={alg.minibatches} exceeds the batch's "
+            f"algorithm.batch_size={alg.batch_size} env columns; each minibatch needs at least one"
+        )
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from seedq.agents.common.indicators import param_groups
@@ -12,7 +13,7 @@ from seedq.agents.common.onpolicy import OnPolicyLearner
 from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import vtrace_loss
-from seedq.core.unroll import Unroll
+from seedq.core.unroll import Unroll, take_columns
 from seedq.messages import EnvSpec
 
 
@@ -44,17 +45,21 @@ class VTraceLearner(OnPolicyLearner):
         *,
         total_env_steps: int,
         spec: EnvSpec | None = None,
+        seed: int = 0,
     ) -> None:
         optimizer = make_optimizer(model, cfg, spec)
         step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
         super().__init__(model, cfg, step, total_env_steps=total_env_steps)
+        self._rng = np.random.default_rng(seed)
 
-    def loss(self, batch: Unroll):  # noqa: ANN201 - a VTraceLoss
+    def loss(self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
 
         Row t of ``batch`` holds obs t and the behaviour logits and action taken at it; the
         last row only bootstraps (its value), so the loss sees rows ``[:-1]`` of everything
         per-step and the transitions' rewards/discounts come from rows ``[1:]``.
+        ``transitions``: those rewards and discounts ``[T, B]`` when already computed (the
+        reward scaler must see each batch once, whatever the number of passes over it).
         """
         cfg, tensor = self.cfg, self.step.tensor
         obs, done = tensor(batch.obs), tensor(batch.done)
@@ -62,7 +67,7 @@ class VTraceLearner(OnPolicyLearner):
         with self.step.autocast():
             out, _ = self.model(obs, done, state)
         logits, values = out.logits.float(), out.baseline.float()
-        rewards, discounts = self.transitions(batch, done)
+        rewards, discounts = transitions or self.transitions(batch, done)
         return vtrace_loss(
             target_logits=logits[:-1],
             behaviour_logits=tensor(batch.behaviour)[:-1],
@@ -76,26 +81,50 @@ class VTraceLearner(OnPolicyLearner):
             clip_rho_threshold=cfg.clip_rho_threshold,
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
+            clip_eps=cfg.clip_eps,
+            normalize_advantages=cfg.normalize_advantages,
         )
 
+    def _column_sets(self, columns: int) -> list[np.ndarray]:
+        """The env columns of each minibatch of one pass: all of them in order for a single
+        minibatch, else a fresh random split."""
+        if self.cfg.minibatches == 1:
+            return [np.arange(columns)]
+        return np.array_split(self._rng.permutation(columns), self.cfg.minibatches)
+
     def train_batch(self, batch: Unroll) -> dict[str, Any]:
-        """One update; the returned stats have ``skipped=True`` when it was not finite."""
-        loss = self.loss(batch)
-        grad_norm = self.step.apply(loss.total)
-        if not self.stats.record_step(grad_norm):
+        """``epochs x minibatches`` updates (one by default); the stats are their means, with
+        ``skipped=True`` when none was finite."""
+        transitions = self.transitions(batch, self.step.tensor(batch.done))
+        sums: dict[str, float] = {}
+        taken = 0
+        for _ in range(self.cfg.epochs):
+            for cols in self._column_sets(batch.num_columns):
+                if self.stopping():
+                    break
+                part = batch if len(cols) == batch.num_columns else take_columns(batch, cols)
+                index = torch.as_tensor(cols, device=transitions[0].device)
+                loss = self.loss(part, (transitions[0][:, index], transitions[1][:, index]))
+                grad_norm = self.step.apply(loss.total)
+                if not self.stats.record_step(grad_norm):
+                    continue
+                taken += 1
+                for key, value in (
+                    ("loss/total", loss.total),
+                    ("loss/pg", loss.pg),
+                    ("loss/baseline", loss.baseline),
+                    ("loss/entropy", loss.entropy),
+                ):
+                    sums[key] = sums.get(key, 0.0) + float(value.detach())
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
+        if not taken:
             # A skipped update leaves the observation statistics alone too: a NaN observation
             # must not poison them, and a run of skips keeps the last good model whole.
             return {"skipped": True}
-        # After the step: this batch was trained with the statistics it was collected with.
+        # After the updates: this batch was trained with the statistics it was collected with.
         update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock, self.step.collective)
-        stats = {
-            "loss/total": float(loss.total.detach()),
-            "loss/pg": float(loss.pg.detach()),
-            "loss/baseline": float(loss.baseline.detach()),
-            "loss/entropy": float(loss.entropy.detach()),
-            "grad_norm": grad_norm,
-            "lr": self.optimizer.param_groups[0]["lr"],
-        }
+        stats = {key: total / taken for key, total in sums.items()}
+        stats["lr"] = self.optimizer.param_groups[0]["lr"]
         self.stats.samples += int(batch.action.shape[1]) * (int(batch.action.shape[0]) - 1)
         self.stats.add(stats)
         return stats

@@ -198,6 +198,8 @@ def vtrace_loss(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     lambda_: float = 1.0,
+    clip_eps: float | None = None,
+    normalize_advantages: bool = False,
 ) -> VTraceLoss:
     """IMPALA actor-critic loss with V-trace targets.
 
@@ -212,12 +214,17 @@ def vtrace_loss(
         baseline_cost: weight of the value-regression term.
         entropy_cost: weight of the entropy bonus.
         clip_rho_threshold, clip_pg_rho_threshold, lambda_: as in `vtrace_returns`.
+        clip_eps: None for IMPALA's policy gradient; else the clipped surrogate of PPO
+            (Schulman et al. 2017, eq. 7) on the V-trace advantages, with the ratio
+            pi(a) / mu(a) to the behaviour policy: Sample Factory's APPO. It keeps several
+            passes over one batch (``algorithm.epochs``) from moving the policy too far.
+        normalize_advantages: standardise the advantages over the batch first.
 
     Returns:
         VTraceLoss of 0-dim tensors, each a mean over the T * B steps:
-        pg = -mean(log pi(a) * pg_adv), baseline = baseline_cost * 0.5 * mean((vs - V)^2),
-        entropy = -entropy_cost * mean(H(pi)), total = pg + baseline + entropy.
-        Gradients reach target_logits and values only.
+        pg = -mean(log pi(a) * pg_adv) (or the clipped surrogate), baseline = baseline_cost *
+        0.5 * mean((vs - V)^2), entropy = -entropy_cost * mean(H(pi)), total = pg + baseline +
+        entropy. Gradients reach target_logits and values only.
     """
     if behaviour_logits.shape != target_logits.shape:
         raise ValueError(
@@ -246,7 +253,15 @@ def vtrace_loss(
         lambda_=lambda_,
     )
 
-    pg = -(target_log_probs * returns.pg_advantages).mean()
+    advantages = returns.pg_advantages
+    if normalize_advantages and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    if clip_eps is None:
+        pg = -(target_log_probs * advantages).mean()
+    else:
+        ratio = torch.exp(target_log_probs - behaviour_log_probs)
+        clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
+        pg = -torch.min(ratio * advantages, clipped * advantages).mean()
     baseline = baseline_cost * 0.5 * (returns.vs - values).pow(2).mean()
     entropy = -entropy_cost * policy_entropy(target_logits).mean()
     return VTraceLoss(total=pg + baseline + entropy, pg=pg, baseline=baseline, entropy=entropy)

@@ -1,0 +1,164 @@
+"""Atari learning curves in frames: run games for a frame budget (or read finished runs) and
+write the frames-to-score table and a plot, beside published anchors.
+
+Frames are agent steps x ``env.frame_skip`` (4 by default), the unit the Atari literature and
+Sample Factory report; they do not depend on the hardware, so a curve measured on a 2-core box
+says what it would on a GPU machine (only the wall time differs).
+
+    # run Pong and Breakout for 10 M frames each with the defaults, one after the other
+    python scripts/atari_curves.py run --games Pong Breakout --frames 10e6 --out runs/curves
+    # extra seedq-train overrides go after --
+    python scripts/atari_curves.py run --games Pong --frames 2e6 -- env.repeat_action_probability=0
+    # tabulate (and plot) run directories that already exist
+    python scripts/atari_curves.py table runs/curves/* --plot curves.png
+
+The table gives, per run, the 100-episode mean return at the budget and the frames at which it
+first reached each milestone of its game (``MILESTONES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+# Scores worth naming per game: the issue's targets and the usual reading points.
+MILESTONES = {
+    "Pong": (0.0, 10.0, 18.0, 20.0),
+    "Breakout": (10.0, 50.0, 100.0, 200.0, 400.0),
+    "SpaceInvaders": (300.0, 500.0, 1000.0),
+    "Seaquest": (300.0, 1000.0, 1500.0),
+    "BeamRider": (1000.0, 2000.0, 4000.0),
+}
+DEFAULT_MILESTONES = (0.0, 100.0, 1000.0)
+
+
+def game_of(env_id: str) -> str:
+    """``ALE/Pong-v5`` -> ``Pong``."""
+    return env_id.split("/")[-1].split("-")[0]
+
+
+def run_game(game: str, frames: float, out: Path, overrides: list[str]) -> Path:
+    run_dir = out / game
+    steps = int(frames) // 4  # the default frame_skip; the table reads the run's own
+    cmd = [
+        "seedq-train",
+        "env=atari",
+        f"env.id=ALE/{game}-v5",
+        f"total_env_steps={steps}",
+        "max_minutes=0",
+        "log_interval_s=30",
+        f"run_dir={run_dir}",
+        f"hydra.run.dir={run_dir}",
+        *overrides,
+    ]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    return run_dir
+
+
+def read_run(run_dir: Path) -> dict:
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    skip = int(config["env"].get("frame_skip", 4))
+    with open(run_dir / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("return_mean") not in ("", None)]
+    frames = [int(float(r["env_steps"])) * skip for r in rows]
+    returns = [float(r["return_mean"]) for r in rows]
+    overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
+    return {
+        "dir": run_dir,
+        "game": game_of(config["env"]["id"]),
+        "algorithm": config["algorithm"]["name"],
+        "sticky": float(config["env"].get("repeat_action_probability", 0.25)),
+        "frames": frames,
+        "returns": returns,
+        "minutes": [float(r["wall_time"]) / 60 for r in rows],
+        "overrides": [line[2:] for line in overrides.splitlines() if line.startswith("- ")],
+    }
+
+
+def first_frames(run: dict, score: float) -> int | None:
+    for frames, value in zip(run["frames"], run["returns"], strict=True):
+        if value >= score:
+            return frames
+    return None
+
+
+def table(runs: list[dict]) -> str:
+    lines = [
+        "| game | algorithm | sticky | frames run | return at the end | frames to each score |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for run in runs:
+        marks = []
+        for score in MILESTONES.get(run["game"], DEFAULT_MILESTONES):
+            at = first_frames(run, score)
+            marks.append(f"{score:g}: {'-' if at is None else f'{at / 1e6:.2f} M'}")
+        end = run["returns"][-1] if run["returns"] else float("nan")
+        done = run["frames"][-1] if run["frames"] else 0
+        lines.append(
+            f"| {run['game']} | {run['algorithm']} | {run['sticky']:g} | {done / 1e6:.2f} M "
+            f"| {end:.1f} | {', '.join(marks)} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = sorted({r["game"] for r in runs})
+    fig, axes = plt.subplots(1, len(games), figsize=(5.5 * len(games), 4), squeeze=False)
+    for ax, game in zip(axes[0], games, strict=True):
+        for run in (r for r in runs if r["game"] == game):
+            label = f"{run['dir'].name}: {run['algorithm']}, sticky {run['sticky']:g}"
+            ax.plot([f / 1e6 for f in run["frames"]], run["returns"], label=label)
+        ax.set_title(game)
+        ax.set_xlabel("frames (M)")
+        ax.set_ylabel("mean return (last 100 episodes)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train each game for a frame budget, then tabulate")
+    run.add_argument("--games", nargs="+", default=["Pong", "Breakout", "SpaceInvaders"])
+    run.add_argument("--frames", type=float, default=10e6)
+    run.add_argument("--out", type=Path, default=Path("runs/atari_curves"))
+    run.add_argument("--plot", type=Path, default=None)
+    run.add_argument("overrides", nargs="*", help="seedq-train overrides (after --)")
+    tab = sub.add_parser("table", help="tabulate finished run directories")
+    tab.add_argument("runs", nargs="+", type=Path)
+    tab.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    if args.command == "run":
+        dirs = [run_game(g, args.frames, args.out, args.overrides) for g in args.games]
+        plot_path = args.plot or args.out / "curves.png"
+    else:
+        dirs, plot_path = args.runs, args.plot
+    missing = [d for d in dirs if not (d / "metrics.csv").exists()]
+    if missing:
+        print(f"no metrics.csv in {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    runs = [read_run(d) for d in dirs]
+    print(table(runs))
+    if plot_path is not None:
+        plot(runs, plot_path)
+        print(f"wrote {plot_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

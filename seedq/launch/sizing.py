@@ -1,0 +1,194 @@
+"""Runs sized to the machine: actor processes, Sebulba's env threads, each vector env's threads.
+
+``actor.num_actors``, ``arch.sebulba.threads`` and, in an env family whose vector envs step on
+C++ threads, the family's key for them (its config's ``threads_key``: atari's and procgen's
+``env.num_threads``) default to 0, "size it to the machine". At start the run takes the cores
+it may use (``seedq.cores``: the affinity mask and a container's CPU quota; with several runs at
+once, its share, ``seedq.launch.sharing``), keeps :data:`LEARNER_THREADS` of them (plus one per
+broker shard process) for the learner's own busy threads, and gives the rest to env stepping:
+one actor process (or Sebulba env thread) per core left, at least :data:`MIN_WORKERS`, and to
+each vector env as many C++ threads as that leaves per actor. A value set anywhere (command
+line, preset) is kept.
+
+Why these numbers: on one H100 with 16 cores (2026-11-25) every actor's ``AtariVectorEnv`` took
+a thread per core, 448 threads on 16 cores, while 14 actors was the hand-found best; the learner
+process there ran its broker-and-inference thread and its training thread, so 16 - 2 = 14. An
+actor's two env batches take turns (one steps while the other awaits its actions), so one core
+per actor covers its envs. On a 2-core box the floor keeps the 2 actors that were the default
+before sizing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from seedq.cores import usable_cores
+from seedq.launch.sharing import fit_to_share, runs_at_once, share_of_cores
+
+log = logging.getLogger(__name__)
+
+# The learner process's busy threads: the broker (central inference) thread and the training
+# thread under arch=seed; the training thread and the inference desk's leader under Sebulba.
+LEARNER_THREADS = 2
+# Actor processes or Sebulba threads at the least: the default before runs sized themselves.
+MIN_WORKERS = 2
+# The keys sized here in every run; 0 in each means "size it". The env family's threads key
+# joins them where the family has one (auto_keys).
+WORKER_KEYS = ("actor.num_actors", "arch.sebulba.threads")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What a run gets on ``cores`` cores; ``env_threads`` 0 leaves it to each actor host."""
+
+    cores: int
+    learner_threads: int
+    num_actors: int
+    sebulba_threads: int
+    env_threads: int
+
+
+def plan_sizes(
+    cores: int,
+    *,
+    arch: str = "seed",
+    local_actors: bool = True,
+    broker_shards: int = 1,
+    num_actors: int = 0,
+    sebulba_threads: int = 0,
+    env_threads: int = 0,
+    envs_per_vector_env: int = 16,
+) -> Sizes:
+    """The run's sizes on ``cores`` cores; a non-zero argument is kept as given.
+
+    ``local_actors``: the actors run on this machine (the local launcher); with ssh or Slurm
+    they run on hosts whose cores this machine cannot see, so their number keeps the floor
+    and each host sizes its vector envs' threads itself. ``broker_shards`` above 1 are
+    processes of their own on this machine. ``envs_per_vector_env``: the envs in one vector
+    env (a thread each at most).
+    """
+    learner = LEARNER_THREADS + (broker_shards if broker_shards > 1 else 0)
+    spare = cores - learner
+    num_actors = num_actors or (max(MIN_WORKERS, spare) if local_actors else MIN_WORKERS)
+    sebulba_threads = sebulba_threads or max(MIN_WORKERS, spare)
+    if not env_threads:
+        stepping = sebulba_threads if arch == "sebulba" else num_actors if local_actors else 0
+        # Fewer cores left than workers (the floor on a small machine): the workers share
+        # cores with the learner whatever their thread count, so each vector env keeps one
+        # thread per core (0), as before sizing.
+        if stepping and spare >= stepping:
+            env_threads = min(spare // stepping, envs_per_vector_env)
+    return Sizes(cores, learner, num_actors, sebulba_threads, env_threads)
+
+
+def env_threads_key(env: Any) -> str | None:
+    """``env.<key>`` of the threads each vector env of ``env``'s family steps with (its config
+    class's ``threads_key``), or None for a family without C++ threads. ``env``: the family's
+    dataclass, or a composed DictConfig of one."""
+    config = OmegaConf.get_type(env) if isinstance(env, DictConfig) else type(env)
+    key = getattr(config, "threads_key", "")
+    return f"env.{key}" if key else None
+
+
+def auto_keys(cfg: Any) -> tuple[str, ...]:
+    """The keys of ``cfg`` sized at start when 0: :data:`WORKER_KEYS` and the env family's
+    threads key, if it has one."""
+    env_key = env_threads_key(cfg.env)
+    return (*WORKER_KEYS, env_key) if env_key else WORKER_KEYS
+
+
+def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
+    """Resolve the 0 keys of :func:`auto_keys` in ``cfg`` (a ``SeedqConfig`` or a DictConfig
+    of one) in place, for ``cores`` (default: this process's); returns the keys set, logged.
+
+    Nothing is set, and nothing logged, when no key is 0.
+    """
+    keys = auto_keys(cfg)
+    if all(_get(cfg, key) for key in keys):
+        return {}
+    env_key = env_threads_key(cfg.env)
+    cores = cores or usable_cores()
+    arch = str(cfg.arch.name)
+    envs_per_vector_env = (
+        cfg.arch.sebulba.envs_per_thread if arch == "sebulba" else cfg.actor.envs_per_batch
+    )
+    sizes = plan_sizes(
+        cores,
+        arch=arch,
+        local_actors=cfg.launcher.name == "local",
+        broker_shards=int(cfg.broker.shards),
+        num_actors=int(cfg.actor.num_actors),
+        sebulba_threads=int(cfg.arch.sebulba.threads),
+        env_threads=int(_get(cfg, env_key)) if env_key else 0,
+        envs_per_vector_env=int(envs_per_vector_env),
+    )
+    values = {"actor.num_actors": sizes.num_actors, "arch.sebulba.threads": sizes.sebulba_threads}
+    if env_key:
+        values[env_key] = sizes.env_threads
+    changed = {key: value for key, value in values.items() if not _get(cfg, key) and value}
+    for key, value in changed.items():
+        _set(cfg, key, value)
+    if changed and arch != "anakin":
+        shown = [k for k in keys if k != "arch.sebulba.threads" or arch == "sebulba"]
+        log.info(
+            "sized to %d cores, %d of them for the learner's threads: %s (%sset a key to choose "
+            "it)",
+            cores,
+            sizes.learner_threads,
+            ", ".join(f"{k}={_get(cfg, k)}" for k in shown),
+            f"{env_key}=0: one per core in each vector env; " if env_key else "",
+        )
+    return changed
+
+
+def _parent(cfg: Any, key: str) -> tuple[Any, str]:
+    *path, name = key.split(".")
+    for part in path:
+        cfg = getattr(cfg, part)
+    return cfg, name
+
+
+def _get(cfg: Any, key: str) -> Any:
+    return getattr(*_parent(cfg, key))
+
+
+def _set(cfg: Any, key: str, value: int) -> None:
+    setattr(*_parent(cfg, key), value)
+
+
+def size_run(
+    cfg: DictConfig,
+    explicit: Iterable[str],
+    launcher: Mapping[str, Any] | None = None,
+    cores: int | None = None,
+) -> dict[str, int]:
+    """Size a composed config to this run's share of the machine, in place: the 0 keys
+    (:func:`size_config`) for the cores this run may use, then the caps of several runs at once
+    (:func:`~seedq.launch.sharing.fit_to_share`). Returns every key changed."""
+    cores = cores or usable_cores()
+    runs = cfg.hardware.runs_at_once or runs_at_once(launcher, cores)
+    changed = size_config(cfg, share_of_cores(runs, cores))
+    changed.update(fit_to_share(cfg, explicit, launcher, cores))
+    return changed
+
+
+def sized(cfg: Any, cores: int | None = None) -> Any:
+    """A ``SeedqConfig`` built in code (not composed by ``seedq-train``) with its 0 keys
+    resolved for ``cores`` (default: this process's); the same object when none is 0. The
+    config itself is left as it was."""
+    if all(_get(cfg, key) for key in auto_keys(cfg)):
+        return cfg
+    copy = dataclasses.replace(
+        cfg,
+        actor=dataclasses.replace(cfg.actor),
+        env=dataclasses.replace(cfg.env),
+        arch=dataclasses.replace(cfg.arch, sebulba=dataclasses.replace(cfg.arch.sebulba)),
+    )
+    size_config(copy, cores)
+    return copy

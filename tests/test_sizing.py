@@ -1,0 +1,131 @@
+"""Runs sized to the machine (issue 34): actor processes, Sebulba's threads and each vector env's
+threads from the cores this process may use, with fake core counts."""
+
+import logging
+
+import pytest
+from test_config import compose_config
+
+from seedq.config import SeedqConfig
+from seedq.cores import cgroup_quota_cores, usable_cores
+from seedq.envs import AtariConfig
+from seedq.envs.base import vector_env_threads
+from seedq.launch.sizing import plan_sizes, size_config, size_run, sized
+
+
+@pytest.mark.parametrize(
+    ("cores", "actors", "env_threads"),
+    [
+        (16, 14, 1),  # the H100 machine: 14 actors was the hand-found best there
+        (64, 62, 1),
+        (4, 2, 1),
+        (3, 2, 0),  # fewer spare cores than actors: one thread per core in each env, as before
+        (2, 2, 0),  # this box: today's 2 actors
+        (1, 2, 0),
+    ],
+)
+def test_actors_take_the_cores_the_learner_leaves(cores, actors, env_threads):
+    sizes = plan_sizes(cores)
+    assert (sizes.num_actors, sizes.env_threads) == (actors, env_threads)
+
+
+def test_sebulba_threads_take_the_cores_the_learner_leaves():
+    sizes = plan_sizes(16, arch="sebulba", envs_per_vector_env=32)
+    assert (sizes.sebulba_threads, sizes.env_threads) == (14, 1)
+
+
+def test_fewer_actors_than_cores_get_more_threads_each_up_to_one_per_env():
+    assert plan_sizes(32, num_actors=6).env_threads == 5  # 30 spare cores // 6 actors
+    assert plan_sizes(64, num_actors=2, envs_per_vector_env=16).env_threads == 16
+
+
+def test_set_values_are_kept():
+    sizes = plan_sizes(16, num_actors=3, sebulba_threads=5, env_threads=7)
+    assert (sizes.num_actors, sizes.sebulba_threads, sizes.env_threads) == (3, 5, 7)
+
+
+def test_broker_shards_are_processes_the_learner_keeps_cores_for():
+    sizes = plan_sizes(16, broker_shards=4)
+    assert (sizes.learner_threads, sizes.num_actors) == (6, 10)
+
+
+def test_actors_on_other_hosts_keep_the_floor_and_size_their_own_env_threads():
+    sizes = plan_sizes(16, local_actors=False)
+    assert (sizes.num_actors, sizes.env_threads) == (2, 0)
+
+
+def cgroup(tmp_path, v2=None, v1=None):
+    if v2 is not None:
+        (tmp_path / "cpu.max").write_text(v2 + "\n")
+    if v1 is not None:
+        (tmp_path / "cpu").mkdir()
+        (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text(f"{v1[0]}\n")
+        (tmp_path / "cpu" / "cpu.cfs_period_us").write_text(f"{v1[1]}\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("v2", "v1", "cores"),
+    [
+        ("400000 100000", None, 4),  # docker --cpus=4
+        ("150000 100000", None, 2),  # 1.5 cores: two threads get time
+        ("max 100000", None, 16),  # no quota
+        (None, (200000, 100000), 2),  # cgroup v1
+        (None, (-1, 100000), 16),  # cgroup v1, no quota
+        (None, None, 16),  # no cgroup files at all
+        ("6400000 100000", None, 16),  # a quota above the affinity mask
+    ],
+)
+def test_usable_cores_cap_the_affinity_mask_by_the_cgroup_quota(tmp_path, v2, v1, cores):
+    assert usable_cores(affinity=16, cgroup_root=cgroup(tmp_path, v2, v1)) == cores
+
+
+def test_no_quota_reads_as_none(tmp_path):
+    assert cgroup_quota_cores(cgroup(tmp_path, "max 100000")) is None
+
+
+def test_a_composed_config_is_sized_and_the_choice_logged(caplog):
+    cfg = compose_config("env=atari")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        changed = size_config(cfg, cores=16)
+    assert changed == {"actor.num_actors": 14, "arch.sebulba.threads": 14, "env.num_threads": 1}
+    assert (cfg.actor.num_actors, cfg.env.num_threads) == (14, 1)
+    assert "actor.num_actors=14" in caplog.text and "env.num_threads=1" in caplog.text
+
+
+def test_a_family_without_cpp_threads_sizes_the_workers_only(caplog):
+    cfg = compose_config("env=catch")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        changed = size_config(cfg, cores=16)
+    assert (changed, "num_threads" in caplog.text) == (
+        {"actor.num_actors": 14, "arch.sebulba.threads": 14},
+        False,
+    )
+
+
+def test_keys_on_the_command_line_win():
+    cfg = compose_config("env=atari", "actor.num_actors=3", "env.num_threads=2")
+    size_run(cfg, ["actor.num_actors=3", "env.num_threads=2"], cores=16)
+    assert (cfg.actor.num_actors, cfg.env.num_threads) == (3, 2)
+
+
+def test_runs_at_once_size_each_run_to_its_share():
+    cfg = compose_config("env=procgen", "hardware.runs_at_once=2")
+    size_run(cfg, ["hardware.runs_at_once=2"], cores=16)
+    assert (cfg.actor.num_actors, cfg.env.num_threads) == (6, 1)  # 8 cores each, 2 learner
+
+
+def test_a_config_built_in_code_is_sized_in_a_copy():
+    cfg = SeedqConfig(env=AtariConfig())
+    copy = sized(cfg, cores=16)
+    assert (cfg.actor.num_actors, copy.actor.num_actors, copy.env.num_threads) == (0, 14, 1)
+    assert sized(copy, cores=16) is copy
+
+
+@pytest.mark.parametrize(("requested", "envs", "threads"), [(3, 16, 3), (32, 16, 16), (1, 1, 1)])
+def test_a_vector_env_takes_the_threads_asked_for_up_to_one_per_env(requested, envs, threads):
+    assert vector_env_threads(requested, envs) == threads
+
+
+def test_a_vector_env_without_a_size_takes_one_thread_per_core():
+    assert vector_env_threads(0, 1024) == usable_cores()
