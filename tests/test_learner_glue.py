@@ -232,7 +232,7 @@ def test_vtrace_train_step_takes_an_adam_step_along_the_reference_gradient():
 
 def test_vtrace_minibatch_epochs_step_the_reference_on_each_column_share_in_turn():
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
-    cfg.epochs, cfg.minibatches = 2, 2
+    cfg.epochs, cfg.minibatches, cfg.shuffle_transitions = 2, 2, False
     learner = vtrace_learner(model, cfg)
     reference = copy.deepcopy(model)
     optimizer = torch.optim.Adam(reference.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
@@ -247,6 +247,40 @@ def test_vtrace_minibatch_epochs_step_the_reference_on_each_column_share_in_turn
         for cols in split:
             optimizer.zero_grad()
             reference_vtrace_loss(reference, take_columns(batch, cols), cfg)[0].backward()
+            optimizer.step()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param, dict(reference.named_parameters())[name], msg=name)
+
+
+def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets_per_pass():
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    cfg.epochs, cfg.minibatches, cfg.clip_eps = 2, 3, 0.2
+    learner = vtrace_learner(model, cfg)
+    reference = copy.deepcopy(model)
+    optimizer = torch.optim.Adam(reference.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+    rng = np.random.default_rng(0)
+    T, B = batch.action.shape[0] - 1, batch.num_columns
+    obs = torch.from_numpy(batch.obs[:-1].astype(np.float64)).reshape(T * B, OBS)
+    behaviour = log_softmax(batch.behaviour[:-1].astype(np.float64)).reshape(T * B, ACTIONS)
+
+    learner.train_batch(batch)
+
+    for _ in range(cfg.epochs):
+        # The targets of a pass: the whole batch's, under the weights the pass starts from.
+        _, actions, vs, pg_adv = reference_vtrace_terms(reference, batch, cfg)
+        actions, vs, pg_adv = actions.reshape(-1), vs.reshape(-1), pg_adv.reshape(-1)
+        for rows in torch.as_tensor(rng.permutation(T * B)).chunk(cfg.minibatches):
+            rows = rows.numpy()
+            log_probs = F.log_softmax(obs[rows] @ reference.w, -1)
+            taken = log_probs.gather(-1, torch.from_numpy(actions[rows])[:, None])[:, 0]
+            ratio = torch.exp(taken - torch.from_numpy(take(behaviour[rows], actions[rows])))
+            adv = torch.from_numpy(pg_adv[rows])
+            pg = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+            values = obs[rows] @ reference.v
+            baseline = cfg.baseline_cost * 0.5 * (torch.from_numpy(vs[rows]) - values).pow(2)
+            entropy = cfg.entropy_cost * (log_probs.exp() * log_probs).sum(-1)
+            optimizer.zero_grad()
+            (pg + baseline.mean() + entropy.mean()).backward()
             optimizer.step()
     for name, param in model.named_parameters():
         torch.testing.assert_close(param, dict(reference.named_parameters())[name], msg=name)

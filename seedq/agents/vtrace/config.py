@@ -31,7 +31,15 @@ class VTraceConfig(AlgorithmConfig):
         "V-trace's importance weights",
     )
     minibatches: int = setting(
-        1, "updates per pass, each on a share of the batch's env columns (<= batch_size)"
+        1,
+        "updates per pass, each on a share of the batch (<= batch_size): of its transitions "
+        "for a feed-forward model with shuffle_transitions, else of its env columns",
+    )
+    shuffle_transitions: bool = setting(
+        True,
+        "minibatches > 1 with a feed-forward model: V-trace targets computed on the whole "
+        "batch once per pass, then each minibatch a random share of its transitions (as "
+        "PPO's); false: each minibatch a share of the env columns, targets computed inside it",
     )
     clip_eps: float | None = setting(
         None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,13 @@ from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.onpolicy import OnPolicyLearner
 from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.vtrace.config import VTraceConfig
-from seedq.agents.vtrace.loss import vtrace_loss
+from seedq.agents.vtrace.loss import (
+    VTraceLoss,
+    action_log_probs,
+    actor_critic_loss,
+    vtrace_loss,
+    vtrace_returns,
+)
 from seedq.core.unroll import Unroll, take_columns
 from seedq.messages import EnvSpec
 
@@ -92,19 +99,79 @@ class VTraceLearner(OnPolicyLearner):
             return [np.arange(columns)]
         return np.array_split(self._rng.permutation(columns), self.cfg.minibatches)
 
+    def _column_losses(
+        self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor]
+    ) -> Iterator[VTraceLoss]:
+        """One pass of updates, each on a share of the env columns with its own V-trace
+        targets (the recurrent path: a recurrent core needs whole columns)."""
+        for cols in self._column_sets(batch.num_columns):
+            part = batch if len(cols) == batch.num_columns else take_columns(batch, cols)
+            index = torch.as_tensor(cols, device=transitions[0].device)
+            loss = self.loss(part, (transitions[0][:, index], transitions[1][:, index]))
+            yield loss
+
+    def _transition_losses(
+        self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor]
+    ) -> Iterator[VTraceLoss]:
+        """One pass of updates of a feed-forward model: V-trace targets of the whole batch
+        under the current weights, then each update on a random share of its transitions."""
+        cfg, tensor = self.cfg, self.step.tensor
+        obs = tensor(batch.obs)
+        with torch.no_grad(), self.step.autocast():
+            out, _ = self.model(obs, tensor(batch.done), ())
+        logits, values = out.logits.float(), out.baseline.float()
+        actions = tensor(batch.action).long()[:-1]
+        behaviour = action_log_probs(tensor(batch.behaviour)[:-1].float(), actions)
+        returns = vtrace_returns(
+            action_log_probs(logits[:-1], actions) - behaviour,
+            transitions[1],
+            transitions[0],
+            values[:-1],
+            values[-1],
+            clip_rho_threshold=cfg.clip_rho_threshold,
+            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            lambda_=cfg.lambda_,
+        )
+        flat = obs[:-1].reshape(-1, *obs.shape[2:])
+        actions, behaviour = actions.reshape(-1), behaviour.reshape(-1)
+        vs, advantages = returns.vs.reshape(-1), returns.pg_advantages.reshape(-1)
+        order = torch.as_tensor(self._rng.permutation(len(actions)), device=flat.device)
+        for index in order.chunk(cfg.minibatches):
+            rows = flat[index][None]
+            with self.step.autocast():
+                out, _ = self.model(
+                    rows, torch.zeros(rows.shape[:2], dtype=torch.bool, device=rows.device), ()
+                )
+            logits = out.logits[0].float()
+            loss = actor_critic_loss(
+                logits,
+                action_log_probs(logits, actions[index]),
+                behaviour[index],
+                out.baseline[0].float(),
+                type(returns)(vs=vs[index], pg_advantages=advantages[index]),
+                baseline_cost=cfg.baseline_cost,
+                entropy_cost=cfg.entropy_cost,
+                clip_eps=cfg.clip_eps,
+                normalize_advantages=cfg.normalize_advantages,
+            )
+            yield loss
+
     def train_batch(self, batch: Unroll) -> dict[str, Any]:
         """``epochs x minibatches`` updates (one by default); the stats are their means, with
         ``skipped=True`` when none was finite."""
         transitions = self.transitions(batch, self.step.tensor(batch.done))
+        by_transition = (
+            self.cfg.shuffle_transitions and self.cfg.minibatches > 1 and not batch.core_state
+        )
+        passes = self._transition_losses if by_transition else self._column_losses
         sums: dict[str, float] = {}
         taken = 0
         for _ in range(self.cfg.epochs):
-            for cols in self._column_sets(batch.num_columns):
+            if self.stopping():
+                break
+            for loss in passes(batch, transitions):
                 if self.stopping():
                     break
-                part = batch if len(cols) == batch.num_columns else take_columns(batch, cols)
-                index = torch.as_tensor(cols, device=transitions[0].device)
-                loss = self.loss(part, (transitions[0][:, index], transitions[1][:, index]))
                 grad_norm = self.step.apply(loss.total)
                 if not self.stats.record_step(grad_norm):
                     continue

@@ -253,6 +253,35 @@ def vtrace_loss(
         lambda_=lambda_,
     )
 
+    return actor_critic_loss(
+        target_logits,
+        target_log_probs,
+        behaviour_log_probs,
+        values,
+        returns,
+        baseline_cost=baseline_cost,
+        entropy_cost=entropy_cost,
+        clip_eps=clip_eps,
+        normalize_advantages=normalize_advantages,
+    )
+
+
+def actor_critic_loss(
+    target_logits: Tensor,
+    target_log_probs: Tensor,
+    behaviour_log_probs: Tensor,
+    values: Tensor,
+    returns: VTraceReturns,
+    *,
+    baseline_cost: float,
+    entropy_cost: float,
+    clip_eps: float | None = None,
+    normalize_advantages: bool = False,
+) -> VTraceLoss:
+    """The loss terms of :func:`vtrace_loss` from targets computed before (``returns``, without
+    gradient): what a minibatch of transitions drawn from a batch whose V-trace targets were
+    computed as a whole is trained on. Every tensor has the same leading shape (``[T, B]``, or
+    ``[N]`` transitions), logits one more axis; means are over all of them."""
     advantages = returns.pg_advantages
     if normalize_advantages and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
