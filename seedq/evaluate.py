@@ -259,7 +259,7 @@ def evaluate(
             "which seedq does not set up; evaluate without video"
         )
     # These play through seedq's own env batch (the training preprocessing, or no gymnasium id).
-    batch_kinds = ("atari", "football", "minatar", "procgen")
+    batch_kinds = ("atari", "football", "minatar", "procgen", "catch")
     run = _env_batch_episodes if env_cfg.kind in batch_kinds else _gym_episodes
     returns, videos = [], []
     folder = path.parent.parent / "videos"

@@ -135,3 +135,15 @@ def test_training_rows_pair_each_frame_with_the_action_the_next_frame_shows(tmp_
                 if moved != after:
                     wrong.append((t, b))
     assert (checked > 500, wrong) == (True, [])
+
+
+@pytest.mark.slow  # ~25 s on the shared 2-core box, almost all of it process start-up
+def test_seedq_eval_plays_a_catch_checkpoint(tmp_path, capsys):
+    from cli_helpers import run_cli
+
+    from seedq.evaluate import main
+
+    result = run_cli("env=catch", "total_env_steps=1000", f"hydra.run.dir={tmp_path}", timeout=180)
+    assert result.returncode == 0, result.stdout
+    assert main([f"checkpoint={tmp_path}", "episodes=2"]) == 0
+    assert "2 episodes: return mean" in capsys.readouterr().out
