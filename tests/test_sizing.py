@@ -6,11 +6,14 @@ import logging
 import pytest
 from test_config import compose_config
 
+from seedq.agents.vtrace.config import VTraceConfig
+from seedq.cli import to_config
 from seedq.config import SeedqConfig
 from seedq.cores import cgroup_quota_cores, usable_cores
 from seedq.envs import AtariConfig
 from seedq.envs.base import vector_env_threads
 from seedq.launch.sizing import plan_sizes, size_config, size_run, sized
+from seedq.schema import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -88,7 +91,13 @@ def test_a_composed_config_is_sized_and_the_choice_logged(caplog):
     cfg = compose_config("env=atari")
     with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
         changed = size_config(cfg, cores=16)
-    assert changed == {"actor.num_actors": 14, "arch.sebulba.threads": 14, "env.num_threads": 1}
+    assert changed == {
+        "actor.num_actors": 14,
+        "arch.sebulba.threads": 14,
+        "env.num_threads": 1,
+        # The Atari preset's batch: one unroll of each of 14 actors x 2 batches x 4 envs.
+        "algorithm.batch_size": 112,
+    }
     assert (cfg.actor.num_actors, cfg.env.num_threads) == (14, 1)
     assert "actor.num_actors=14" in caplog.text and "env.num_threads=1" in caplog.text
 
@@ -129,3 +138,26 @@ def test_a_vector_env_takes_the_threads_asked_for_up_to_one_per_env(requested, e
 
 def test_a_vector_env_without_a_size_takes_one_thread_per_core():
     assert vector_env_threads(0, 1024) == usable_cores()
+
+
+def test_an_on_policy_batch_of_0_takes_one_unroll_of_every_env_once_the_actors_are_sized():
+    cfg = compose_config("env=atari", "algorithm.batch_size=0")
+    changed = size_config(cfg, cores=16)
+    actor = cfg.actor
+    assert (actor.num_actors, actor.batches_per_actor) == (14, 2)
+    assert (
+        changed["algorithm.batch_size"]
+        == cfg.algorithm.batch_size
+        == 14 * 2 * (actor.envs_per_batch)
+    )
+    sebulba = compose_config("env=atari", "arch=sebulba", "algorithm.batch_size=0")
+    size_config(sebulba, cores=16)
+    assert sebulba.algorithm.batch_size == 14 * sebulba.arch.sebulba.envs_per_thread
+
+
+def test_a_batch_of_0_in_code_is_sized_and_refused_where_it_means_nothing():
+    cfg = SeedqConfig(algorithm=VTraceConfig(batch_size=0))
+    copy = sized(cfg, cores=16)
+    assert (cfg.algorithm.batch_size, copy.algorithm.batch_size) == (0, 14 * 2 * 16)
+    with pytest.raises(ConfigError, match="algorithm.batch_size"):
+        to_config(compose_config("algorithm=r2d2", "algorithm.batch_size=0"))

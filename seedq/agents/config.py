@@ -81,7 +81,9 @@ def validate_common(alg: AlgorithmConfig) -> None:
     choice("algorithm.reward_clip", alg.reward_clip, REWARD_CLIPS)
     choice("algorithm.model.torso", alg.model.torso, TORSO_CHOICES)
     choice("algorithm.model.activation", alg.model.activation, tuple(ACTIVATIONS))
-    check_positive(alg, "algorithm", ["batch_size", "lr", "adam_eps", "grad_clip"])
+    check_positive(alg, "algorithm", ["lr", "adam_eps", "grad_clip"])
+    # 0 is an on-policy algorithm's "one unroll of every env", set at start (launch.sizing).
+    check_positive(alg, "algorithm", ["batch_size"], zero_ok=hasattr(alg, "unroll_length"))
     check_positive(alg.model, "algorithm.model", ["lstm_size"], zero_ok=True)
     in_unit_interval("algorithm.gamma", alg.gamma)
     if any(h <= 0 for h in alg.model.hidden_sizes):

@@ -111,7 +111,7 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     """
     keys = auto_keys(cfg)
     if all(_get(cfg, key) for key in keys):
-        return {}
+        return size_batch(cfg)
     env_key = env_threads_key(cfg.env)
     cores = cores or usable_cores()
     arch = str(cfg.arch.name)
@@ -144,7 +144,32 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
             ", ".join(f"{k}={_get(cfg, k)}" for k in shown),
             f"{env_key}=0: one per core in each vector env; " if env_key else "",
         )
-    return changed
+    return changed | size_batch(cfg)
+
+
+def run_envs(cfg: Any) -> int:
+    """The envs a run steps, each one env column of the unrolls: every actor's env batches
+    (arch=seed), every Sebulba thread's envs, or Anakin's tensor envs."""
+    arch = str(cfg.arch.name)
+    if arch == "sebulba":
+        return int(cfg.arch.sebulba.threads) * int(cfg.arch.sebulba.envs_per_thread)
+    if arch == "anakin":
+        return int(cfg.arch.anakin.num_envs)
+    actor = cfg.actor
+    return int(actor.num_actors) * int(actor.batches_per_actor) * int(actor.envs_per_batch)
+
+
+def size_batch(cfg: Any) -> dict[str, int]:
+    """An on-policy algorithm's ``batch_size`` 0, "one unroll of every env", set to
+    :func:`run_envs` in place (after the actors are sized): each batch then holds the unrolls
+    every env collected with the same weights, and trains before any env acts again with
+    older ones (no policy lag beyond the batch's own passes). Returns the key set, logged."""
+    alg = cfg.algorithm
+    if not hasattr(alg, "unroll_length") or int(alg.batch_size) != 0:
+        return {}
+    alg.batch_size = envs = run_envs(cfg)
+    log.info("algorithm.batch_size=%d: one unroll of each of the run's envs", envs)
+    return {"algorithm.batch_size": envs}
 
 
 def _parent(cfg: Any, key: str) -> tuple[Any, str]:
@@ -182,10 +207,13 @@ def sized(cfg: Any, cores: int | None = None) -> Any:
     """A ``SeedqConfig`` built in code (not composed by ``seedq-train``) with its 0 keys
     resolved for ``cores`` (default: this process's); the same object when none is 0. The
     config itself is left as it was."""
-    if all(_get(cfg, key) for key in auto_keys(cfg)):
+    alg = cfg.algorithm
+    batch_of_envs = dataclasses.is_dataclass(alg) and hasattr(alg, "unroll_length")
+    if all(_get(cfg, key) for key in auto_keys(cfg)) and not (batch_of_envs and not alg.batch_size):
         return cfg
     copy = dataclasses.replace(
         cfg,
+        algorithm=dataclasses.replace(alg) if dataclasses.is_dataclass(alg) else alg,
         actor=dataclasses.replace(cfg.actor),
         env=dataclasses.replace(cfg.env),
         arch=dataclasses.replace(cfg.arch, sebulba=dataclasses.replace(cfg.arch.sebulba)),

@@ -22,7 +22,9 @@ class PPOConfig(AlgorithmConfig):
     name: str = setting("ppo", "the algorithm")
     unroll_length: int = setting(32, "transitions per unroll (an unroll has one more row)")
     batch_size: int = setting(
-        64, "unrolls (env columns) per update; the default actors step 64 envs, one unroll each"
+        64,
+        "unrolls (env columns) per update; the default actors step 64 envs on a 2-core box, "
+        "one unroll each; 0: one of each env of the run (sized at start)",
     )
     epochs: int = setting(4, "passes over each collected batch")
     minibatches: int = setting(
@@ -84,7 +86,7 @@ def validate(alg: PPOConfig, cfg: object) -> None:
     if alg.value_clip is not None and alg.value_clip <= 0:
         raise ConfigError(f"algorithm.value_clip={alg.value_clip} must be > 0 or null")
     transitions = alg.batch_size if alg.model.use_lstm else alg.batch_size * alg.unroll_length
-    if alg.minibatches > transitions:
+    if alg.batch_size and alg.minibatches > transitions:
         raise ConfigError(
             f"algorithm.minibatches={alg.minibatches} exceeds the {transitions} "
             f"{'env columns' if alg.model.use_lstm else 'transitions'} of a batch"

@@ -24,7 +24,11 @@ LR_SCHEDULES = ("constant", "linear")
 class VTraceConfig(AlgorithmConfig):
     name: str = setting("vtrace", "the algorithm")
     unroll_length: int = setting(20, "transitions per unroll (an unroll has one more row)")
-    batch_size: int = setting(32, "unrolls (env columns) per training batch")
+    batch_size: int = setting(
+        32,
+        "unrolls (env columns) per training batch; 0: one of each env of the run (sized at "
+        "start), so no env acts with older weights than the batch's",
+    )
     epochs: int = setting(
         1,
         "passes over each batch (1: IMPALA); later passes correct for the changed policy by "
@@ -89,7 +93,7 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
     )
     if alg.clip_eps is not None and not alg.clip_eps > 0:
         raise ConfigError(f"algorithm.clip_eps={alg.clip_eps} must be > 0, or null for none")
-    if alg.minibatches > alg.batch_size:
+    if alg.batch_size and alg.minibatches > alg.batch_size:
         raise ConfigError(
             f"algorithm.minibatches={alg.minibatches} exceeds the batch's "
             f"algorithm.batch_size={alg.batch_size} env columns; each minibatch needs at least one"
