@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from seedq.agents.common.onpolicy import OnPolicyLearner
 from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import vtrace_loss
-from seedq.core.unroll import Unroll, take_columns
+from seedq.core.unroll import TIME_FIELDS, Unroll, take_columns
 from seedq.messages import EnvSpec
 
 
@@ -95,36 +96,51 @@ class VTraceLearner(OnPolicyLearner):
     def train_batch(self, batch: Unroll) -> dict[str, Any]:
         """``epochs x minibatches`` updates (one by default); the stats are their means, with
         ``skipped=True`` when none was finite."""
-        transitions = self.transitions(batch, self.step.tensor(batch.done))
-        sums: dict[str, float] = {}
+        # The batch goes to the device once; each minibatch gathers its columns there.
+        on_device = device_unroll(batch, self.step.tensor)
+        transitions = self.transitions(batch, on_device.done)
+        sums: torch.Tensor | None = None
+        grad_norms = 0.0
         taken = 0
         for _ in range(self.cfg.epochs):
             for cols in self._column_sets(batch.num_columns):
                 if self.stopping():
                     break
-                part = batch if len(cols) == batch.num_columns else take_columns(batch, cols)
                 index = torch.as_tensor(cols, device=transitions[0].device)
+                part = on_device
+                if len(cols) != batch.num_columns:
+                    part = take_columns(on_device, index)
                 loss = self.loss(part, (transitions[0][:, index], transitions[1][:, index]))
                 grad_norm = self.step.apply(loss.total)
                 if not self.stats.record_step(grad_norm):
                     continue
                 taken += 1
-                for key, value in (
-                    ("loss/total", loss.total),
-                    ("loss/pg", loss.pg),
-                    ("loss/baseline", loss.baseline),
-                    ("loss/entropy", loss.entropy),
-                ):
-                    sums[key] = sums.get(key, 0.0) + float(value.detach())
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
-        if not taken:
+                # Summed where they are and read once per batch: no host sync per metric.
+                values = torch.stack([loss.total, loss.pg, loss.baseline, loss.entropy])
+                values = values.detach().double()
+                sums = values if sums is None else sums + values
+                grad_norms += grad_norm
+        if sums is None:
             # A skipped update leaves the observation statistics alone too: a NaN observation
             # must not poison them, and a run of skips keeps the last good model whole.
             return {"skipped": True}
         # After the updates: this batch was trained with the statistics it was collected with.
-        update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock, self.step.collective)
-        stats = {key: total / taken for key, total in sums.items()}
+        update_obs_norm(self.model, on_device.obs[1:], self.step.weights_lock, self.step.collective)
+        stats = dict(zip(LOSS_KEYS, (sums / taken).tolist(), strict=True))
+        stats["grad_norm"] = grad_norms / taken
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         self.stats.samples += int(batch.action.shape[1]) * (int(batch.action.shape[0]) - 1)
         self.stats.add(stats)
         return stats
+
+
+LOSS_KEYS = ("loss/total", "loss/pg", "loss/baseline", "loss/entropy")
+
+
+def device_unroll(batch: Unroll, tensor: Callable[[np.ndarray], torch.Tensor]) -> Unroll:
+    """``batch`` with every field passed through ``tensor`` (host arrays to the device)."""
+    return Unroll(
+        **{name: tensor(getattr(batch, name)) for name in TIME_FIELDS},
+        core_state=tuple(tensor(s) for s in batch.core_state),
+        env_id=tensor(batch.env_id),
+    )
