@@ -96,7 +96,7 @@ class GradientStep:
             grads = [p.grad for p in self.parameters if p.grad is not None]
             self.collective.average_gradients(grads, math.isfinite(float(loss.detach())))
         self.scaler.unscale_(self.optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip))
+        grad_norm = float(clip_grad_norm(self.parameters, self.grad_clip))
         if self.scaler.is_enabled():
             # fp16: the scaler itself skips steps whose gradients overflowed and lowers its
             # scale; that is normal operation, not a fault.
@@ -114,6 +114,18 @@ class GradientStep:
             if after_step is not None:
                 after_step()
         return grad_norm
+
+
+def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` (2-norm) with its operations and so its bits, for
+    gradients on one device in one dtype (every learner's): it regroups the tensors by device
+    and dtype on each call, ~90 µs of host time against ~60 µs for the five operations."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
 
 
 def linear_lr(optimizer: torch.optim.Optimizer, lr: float, env_steps: int, total: int) -> None:
