@@ -42,7 +42,7 @@ from seedq.bench.common import BenchError, compose, print_json, print_table, spl
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.core.agent import RunContext
 from seedq.learner.central_inference import CentralInference
-from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
+from seedq.learner.device import AMP_DTYPES, prepare_learner_process
 from seedq.learner.inference import InferenceEngine
 from seedq.messages import EnvSpec, Hello, Step
 
@@ -94,8 +94,8 @@ class LearnerLoop:
 
     def __init__(self, cfg: Any, spec: EnvSpec, model: str, requests: int) -> None:
         hw = cfg.hardware
-        prepare_learner_thread(hw)
-        self.device = torch.device(hw.device)
+        # The process-wide settings of a learner process too (its allocator's among them).
+        self.device = prepare_learner_process(cfg)
         ctx = RunContext(
             cfg, spec, self.device, threading.Lock(), threading.Event(), AMP_DTYPES[hw.amp]
         )
