@@ -110,7 +110,7 @@ def test_inference_times_each_model_and_batch_size():
 def test_learner_times_the_learners_own_work_per_env_step_with_the_torso_left_out():
     result = bench("learner", "seconds=1", "warmup_s=0.5", "obs_shape=4,12,12")
     figures = last_json(result)
-    assert figures["model"] == "zero" and figures["updates"] > 0
+    assert figures["model"] == "zero" and figures["updates"] > 0 and figures["trained_steps"] > 0
     stages = figures["us_act"] + figures["us_record"] + figures["us_train"]
     assert figures["us_per_step"] == pytest.approx(stages, abs=0.05)
 

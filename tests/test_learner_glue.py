@@ -19,7 +19,7 @@ from test_vtrace import _recursive_reference
 from seedq.actor.config import ActorConfig
 from seedq.agents.common.normalize import RewardScaler
 from seedq.agents.common.replay import SampledSequences
-from seedq.agents.common.update import Placement
+from seedq.agents.common.update import Placement, clip_grad_norm
 from seedq.agents.r2d2 import R2D2Agent
 from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
@@ -586,3 +586,21 @@ def test_r2d2_bf16_update_runs_its_forward_in_bf16_and_stays_finite():
     dtypes = linear_output_dtypes(learner.model)
     priorities = learner.train_step(r2d2_sample())
     assert (dtypes, bool(np.all(np.isfinite(priorities)))) == ({torch.bfloat16}, True)
+
+
+@pytest.mark.parametrize("max_norm", [1e9, 0.5])
+def test_clip_grad_norm_gives_the_bits_of_torchs_clip(max_norm):
+    gen = torch.Generator().manual_seed(4)
+    shapes = [(6, 512), (6,), (1, 512), (1,), (3, 3)]
+    params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    grads = [torch.randn(s, generator=gen) for s in shapes[:-1]]  # the last one gets none
+    twins = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    for p, q, g in zip(params, twins, grads, strict=False):
+        p.grad, q.grad = g.clone(), g.clone()
+
+    total = clip_grad_norm(params, max_norm)
+
+    expected = torch.nn.utils.clip_grad_norm_(twins, max_norm)
+    assert torch.equal(total, expected)
+    for p, q in zip(params, twins, strict=True):
+        assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)

@@ -112,3 +112,22 @@ def test_bool_observations_pass_as_indicators_and_never_change_the_statistics():
 
     assert all(torch.equal(before[k], v) for k, v in norm.state_dict().items())
     torch.testing.assert_close(norm(one_hots), one_hots.float())
+
+
+def test_uint8_frame_statistics_are_those_of_float64_numpy_over_the_rows_kept():
+    """Atari frames: exact pixel moments (float32 sums of integers), merged over batches as a
+    float64 pass over every row the update kept (a strided subset of at most 64 per batch)."""
+    rng = np.random.default_rng(5)
+    norm = RunningNorm((4, 84, 84), initial_std=255.0)
+    kept = []
+    for rows in (200, 37, 64):
+        frames = rng.integers(0, 256, (rows, 4, 84, 84), dtype=np.uint8)
+        frames[:, 0, :3, :3] = 17  # constant pixels: variance exactly 0
+        norm.update(frames)
+        kept.append(frames[:: -(-rows // 64)])
+    every = np.concatenate(kept).astype(np.float64)
+
+    assert float(norm.count) == len(every)
+    np.testing.assert_allclose(norm.mean.numpy(), every.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(norm.var.numpy(), every.var(0), rtol=1e-9, atol=1e-9)
+    assert (norm.var.numpy()[0, :3, :3] == 0).all()

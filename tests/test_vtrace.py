@@ -9,7 +9,9 @@ import torch
 from seedq.agents.vtrace.loss import (
     VTraceLoss,
     VTraceReturns,
+    _backward_recursion_torch,
     action_log_probs,
+    backward_recursion,
     policy_entropy,
     vtrace_loss,
     vtrace_returns,
@@ -507,3 +509,32 @@ def test_clipped_surrogate_gives_no_gradient_where_the_ratio_left_the_clip_in_it
     (grad,) = torch.autograd.grad(_loss(inputs, clip_eps=0.1).pg, inputs["target_logits"])
 
     assert outside.any() and grad[outside].abs().max() == 0
+
+
+# --- the backward recursion's two paths ----------------------------------------------------------
+
+
+def _recursion_as_it_was(deltas, discounts, cs):
+    """The loop vtrace_returns ran before issue 34 (one torch op per factor and step)."""
+    out = torch.empty_like(deltas)
+    acc = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        acc = deltas[t] + discounts[t] * cs[t] * acc
+        out[t] = acc
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_backward_recursion_gives_the_bits_of_the_torch_loop_on_both_paths(dtype):
+    gen = torch.Generator().manual_seed(3)
+    deltas = torch.randn(33, 7, generator=gen, dtype=dtype)
+    discounts = 0.99 * (torch.rand(33, 7, generator=gen) > 0.1).to(dtype)
+    cs = torch.rand(33, 7, generator=gen, dtype=dtype)
+    deltas[5, 2], cs[9, 4] = math.nan, math.inf
+
+    expected = _recursion_as_it_was(deltas, discounts, cs)
+
+    for path in (backward_recursion, _backward_recursion_torch):
+        got = path(deltas, discounts * cs)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)

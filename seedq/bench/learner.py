@@ -11,8 +11,10 @@ by zeros of its output width and only the heads compute: the selector, the loss 
 optimizer see the shapes they always do, and what is left is the learner's own work per env
 step, which a faster device does not shrink. ``model=real`` keeps the network, for its share.
 
-Figures are CPU seconds of the loop's thread (``time.thread_time``) per env step, by stage;
-the broker's own cost per message is ``seedq-bench broker stages=true``'s.
+Figures are CPU seconds of the loop's thread (``time.thread_time``) per env step, by stage:
+``act`` and ``record`` per env step answered, ``train`` per env step of the batches trained
+(they complete in bursts); the broker's own cost per message is ``seedq-bench broker
+stages=true``'s.
 
 ``mode=run`` measures the whole learner process instead: a real ``arch=seed`` run (broker
 thread, central inference, training thread, GIL hand-offs, torch's threads) fed by actor
@@ -43,7 +45,7 @@ from seedq.bench.common import CONF_DIR, BenchError, compose, print_json, print_
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.core.agent import RunContext
 from seedq.learner.central_inference import CentralInference
-from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
+from seedq.learner.device import AMP_DTYPES, prepare_learner_process
 from seedq.learner.inference import InferenceEngine
 from seedq.messages import EnvSpec, Hello, Step
 
@@ -95,8 +97,8 @@ class LearnerLoop:
 
     def __init__(self, cfg: Any, spec: EnvSpec, model: str, requests: int) -> None:
         hw = cfg.hardware
-        prepare_learner_thread(hw)
-        self.device = torch.device(hw.device)
+        # The process-wide settings of a learner process too (its allocator's among them).
+        self.device = prepare_learner_process(cfg)
         ctx = RunContext(
             cfg, spec, self.device, threading.Lock(), threading.Event(), AMP_DTYPES[hw.amp]
         )
@@ -118,6 +120,7 @@ class LearnerLoop:
         self.cpu = dict.fromkeys(STAGES, 0.0)
         self.env_steps = 0
         self.updates = 0
+        self.trained_steps = 0
         self._next = 0
 
     def _batch(self) -> RequestBatch:
@@ -134,6 +137,7 @@ class LearnerLoop:
                 return
             self.agent.learn(batch, self.env_steps)
             self.updates += 1
+            self.trained_steps += batch.num_columns * (int(batch.action.shape[0]) - 1)
 
     def step(self) -> None:
         """One inference batch, its record, and the updates it completed."""
@@ -153,7 +157,7 @@ class LearnerLoop:
 
     def reset_counts(self) -> None:
         self.cpu = dict.fromkeys(STAGES, 0.0)
-        self.env_steps = self.updates = 0
+        self.env_steps = self.updates = self.trained_steps = 0
 
 
 def run_config(options: dict[str, Any], overrides: list[str], run_dir: str) -> Any:
@@ -263,8 +267,14 @@ def run(argv: list[str]) -> dict[str, Any]:
         while time.perf_counter() - start < budget:
             loop.step()
         wall, process = time.perf_counter() - start, time.process_time() - process0
+    if not loop.trained_steps:
+        raise BenchError(f"learner: no batch was trained in {options['seconds']} s; give it more")
     steps = max(loop.env_steps, 1)
-    us = {stage: loop.cpu[stage] / steps * 1e6 for stage in STAGES}
+    # Training per env step it trained on: the envs step in lockstep, so batches complete in
+    # bursts (8 at once with the Atari preset, every 4,096 env steps), and a window that holds
+    # one burst more or less would swing a per-env-step-entered figure by tens of percent.
+    per = {"act": steps, "record": steps, "train": loop.trained_steps}
+    us = {stage: loop.cpu[stage] / per[stage] * 1e6 for stage in STAGES}
     thread_cpu = sum(loop.cpu.values())
     figures = {
         "algorithm": cfg.algorithm.name,
@@ -277,7 +287,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         "unroll_length": cfg.algorithm.unroll_length,
         "env_steps": loop.env_steps,
         "updates": loop.updates,
-        "us_per_step": round(thread_cpu / steps * 1e6, 2),
+        "trained_steps": loop.trained_steps,
+        "us_per_step": round(sum(us.values()), 2),
         **{f"us_{stage}": round(value, 2) for stage, value in us.items()},
         # Other threads of the process (torch's intra-op pool) would show as process > thread.
         "process_cpu_over_thread": round(process / max(thread_cpu, 1e-9), 3),

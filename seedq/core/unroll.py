@@ -63,14 +63,25 @@ class Unroll(StepRows):
         )
 
 
-def take_columns(unroll: Unroll, index: np.ndarray) -> Unroll:
-    """The env columns ``index`` (int ``[K]``, any order) of ``unroll`` as a new Unroll."""
-    taken = {name: getattr(unroll, name)[:, index] for name in TIME_FIELDS}
+def take_columns(unroll: Unroll, index) -> Unroll:  # noqa: ANN001 - an array or a tensor
+    """The env columns ``index`` (int ``[K]``, any order) of ``unroll`` as a new Unroll of
+    contiguous arrays of its own.
+
+    ``index``: a NumPy array for an unroll of arrays, a long tensor on the unroll's device for
+    one of tensors. ``np.take`` and ``index_select`` write contiguous results; ``array[:, index]``
+    hands back a transposed view of its result, which every consumer then copied once more.
+    """
     return Unroll(
-        **taken,
-        core_state=tuple(s[index] for s in unroll.core_state),
-        env_id=unroll.env_id[index],
+        **{name: _take(getattr(unroll, name), index, 1) for name in TIME_FIELDS},
+        core_state=tuple(_take(s, index, 0) for s in unroll.core_state),
+        env_id=_take(unroll.env_id, index, 0),
     )
+
+
+def _take(array, index, axis: int):  # noqa: ANN001, ANN202 - arrays or tensors alike
+    if isinstance(array, np.ndarray):
+        return np.take(array, index, axis=axis)
+    return array.index_select(axis, index)
 
 
 def concat_unrolls(unrolls: list[Unroll]) -> Unroll:

@@ -40,6 +40,13 @@ class HardwareConfig:
         0.0002,
         "Python's thread switch interval: short keeps the broker and training threads moving",
     )
+    keep_freed_mb: int = setting(
+        1024,
+        "Linux/glibc: MB of freed memory the learner process keeps for reuse instead of handing "
+        "it back to the kernel (and blocks up to 32 MB taken from the heap, not mapped one by "
+        "one), so each new batch is not written into freshly faulted-in pages; 0: glibc's "
+        "defaults",
+    )
     learners: int = setting(
         1,
         "learner ranks of one data-parallel run (torch.distributed: NCCL on CUDA, gloo on CPU), "
@@ -79,7 +86,7 @@ class CheckpointConfig:
 def validate_hardware(hw: HardwareConfig) -> None:
     choice("hardware.amp", hw.amp, AMP_MODES)
     choice("hardware.compile", hw.compile, COMPILE_MODES)
-    check_positive(hw, "hardware", ["num_threads", "runs_at_once"], zero_ok=True)
+    check_positive(hw, "hardware", ["num_threads", "runs_at_once", "keep_freed_mb"], zero_ok=True)
     check_positive(hw, "hardware", ["learners", "learner_timeout_s"])
     device = str(hw.device)
     if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from seedq.learner.memory import keep_freed_memory
 from seedq.schema import ConfigError
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -30,6 +31,7 @@ def prepare_learner_process(cfg: Any) -> torch.device:
     # it inside ops, and at the default 5 ms switch interval the trainer then waits up to 5 ms
     # to get it back, many times per update. A short interval keeps the threads moving.
     sys.setswitchinterval(hw.gil_switch_interval_s)
+    keep_freed_memory(hw.keep_freed_mb)
     prepare_learner_thread(hw)
     torch.manual_seed(cfg.seed)
     return device

@@ -82,13 +82,21 @@ class GradientStep:
     def autocast(self) -> contextlib.AbstractContextManager:
         return amp_autocast(self.device, self.amp_dtype)
 
+    def zero_grad(self) -> None:
+        """``optimizer.zero_grad(set_to_none=True)`` for the parameters this step clips and
+        steps (every learner's optimizer holds exactly those), without the optimizer's
+        profiling hooks and group walk: ~0.2 ms per update on the 2-core box, a twentieth of a
+        V-trace minibatch update's host time."""
+        for p in self.parameters:
+            p.grad = None
+
     def apply(self, loss: torch.Tensor, after_step: Callable[[], None] | None = None) -> float:
         """Backward ``loss`` and step; returns the gradient norm before clipping (NaN: skipped).
 
         ``after_step`` runs under the weights lock right after a taken step (e.g. a target
         network copy, so a checkpoint never sees a half-updated pair).
         """
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
         self.scaler.scale(loss).backward()
         if self.collective is not None:
             # Averaged before unscaling, the finiteness check and clipping: every rank then
@@ -96,7 +104,7 @@ class GradientStep:
             grads = [p.grad for p in self.parameters if p.grad is not None]
             self.collective.average_gradients(grads, math.isfinite(float(loss.detach())))
         self.scaler.unscale_(self.optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip))
+        grad_norm = float(clip_grad_norm(self.parameters, self.grad_clip))
         if self.scaler.is_enabled():
             # fp16: the scaler itself skips steps whose gradients overflowed and lowers its
             # scale; that is normal operation, not a fault.
@@ -107,13 +115,25 @@ class GradientStep:
                     after_step()
             return grad_norm
         if not (math.isfinite(grad_norm) and math.isfinite(float(loss.detach()))):
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             return math.nan
         with self.weights_lock:
             self.optimizer.step()
             if after_step is not None:
                 after_step()
         return grad_norm
+
+
+def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` (2-norm) with its operations and so its bits, for
+    gradients on one device in one dtype (every learner's): it regroups the tensors by device
+    and dtype on each call, ~90 µs of host time against ~60 µs for the five operations."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
 
 
 def linear_lr(optimizer: torch.optim.Optimizer, lr: float, env_steps: int, total: int) -> None:
