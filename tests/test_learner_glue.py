@@ -334,10 +334,14 @@ def test_vtrace_reward_scaler_sees_a_batch_once_whatever_the_passes_over_it():
     assert learner.reward_scaler.state_dict() == once.state_dict()
 
 
-def test_vtrace_refuses_more_minibatches_than_env_columns():
-    cfg = VTraceConfig(batch_size=4, minibatches=5)
-    with pytest.raises(ConfigError, match="algorithm.minibatches=5 exceeds"):
-        validate_vtrace(cfg, None)
+def test_vtrace_refuses_more_minibatches_than_env_columns_or_transitions_to_share_out():
+    by_column = VTraceConfig(batch_size=4, minibatches=5, shuffle_transitions=False)
+    with pytest.raises(ConfigError, match="minibatches=5 exceeds the batch's 4 env columns"):
+        validate_vtrace(by_column, None)
+    validate_vtrace(VTraceConfig(batch_size=4, minibatches=5), None)  # 80 transitions
+    shuffled = VTraceConfig(batch_size=1, unroll_length=2, minibatches=3)
+    with pytest.raises(ConfigError, match="minibatches=3 exceeds the batch's 2 transitions"):
+        validate_vtrace(shuffled, None)
 
 
 # --- R2D2 ----------------------------------------------------------------------------------------

@@ -93,10 +93,15 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
     )
     if alg.clip_eps is not None and not alg.clip_eps > 0:
         raise ConfigError(f"algorithm.clip_eps={alg.clip_eps} must be > 0, or null for none")
-    if alg.batch_size and alg.minibatches > alg.batch_size:
+    # Shuffled minibatches share out transitions; by column (an LSTM, or shuffling off),
+    # each needs a whole env column.
+    by_transition = alg.shuffle_transitions and not alg.model.use_lstm
+    shares = alg.batch_size * alg.unroll_length if by_transition else alg.batch_size
+    if alg.batch_size and alg.minibatches > shares:
         raise ConfigError(
-            f"algorithm.minibatches={alg.minibatches} exceeds the batch's "
-            f"algorithm.batch_size={alg.batch_size} env columns; each minibatch needs at least one"
+            f"algorithm.minibatches={alg.minibatches} exceeds the batch's {shares} "
+            f"{'transitions' if by_transition else 'env columns (algorithm.batch_size)'}; each "
+            "minibatch needs at least one"
         )
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)
