@@ -23,6 +23,7 @@ of the learner's orphans, so it can wait for every one of them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import logging
@@ -111,10 +112,10 @@ def _become_subreaper() -> None:
 def _stop_with_parent() -> None:
     """In the learner, before exec: SIGTERM when the supervisor dies (even by SIGKILL), so the
     learner checkpoints and stops rather than running on unsupervised."""
-    try:
+    # Not Linux (no prctl): the learner then outlives a killed supervisor. Nothing is logged:
+    # this runs between fork and exec, where logging could deadlock on a lock the fork copied.
+    with contextlib.suppress(OSError, AttributeError):
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: the learner then outlives a killed supervisor
 
 
 class Supervisor:
