@@ -124,18 +124,28 @@ def sample_factory_step(cpu: bool, runs: Path, site: str | None, seconds: float)
 
 
 def plan(
-    cpu: bool, gpus: int, runs: Path, pong_minutes: float, sf_site: str | None = None
+    cpu: bool,
+    gpus: int,
+    runs: Path,
+    pong_minutes: float,
+    sf_site: str | None = None,
+    scale: float = 1.0,
 ) -> list[Step]:
-    """Every step, sized for a GPU machine, or shrunk to seconds on the CPU (``cpu``)."""
+    """Every step, sized for a GPU machine, or shrunk to seconds on the CPU (``cpu``).
+    ``scale`` shortens (or lengthens) every timed step on the GPU: training minutes, bench
+    seconds and Sample Factory's time, each above a floor that still gives a steady figure."""
     hw = "hardware=cpu" if cpu else "hardware=gpu"
     # On the CPU each training step gets a twentieth of its minutes (at least 9 s) and an
     # easy target: the dry run checks the steps and the report, not the learning.
-    scale = 0.05 if cpu else 1.0
+    scale = 0.05 if cpu else scale
     target = 30 if cpu else 475
     cpu_skip = "GPU only (--cpu)" if cpu else ""
 
     def minutes(m: float, floor: float = 0.15) -> str:
         return f"max_minutes={max(floor, m * scale):g}"
+
+    def seconds_(gpu_s: float, cpu_s: float, floor: float = 10) -> str:
+        return f"seconds={cpu_s:g}" if cpu else f"seconds={max(floor, gpu_s * scale):g}"
 
     # The CPU's stand-ins for what only a GPU does quickly: fewer tensor envs, CartPole for
     # Sebulba's threads, and time enough to reach the easy target.
@@ -192,12 +202,12 @@ def plan(
                 skip=cpu_skip,
             )
         )
-    seconds = "seconds=5" if cpu else "seconds=30"
+    seconds = seconds_(30, 5)
     steps += [
         Step(
             "raw_env",
             "seedq-bench raw-env Pong: the envs alone, the ceiling",
-            bench("raw-env", hw, *PONG, "seconds=3" if cpu else "seconds=30"),
+            bench("raw-env", hw, *PONG, seconds_(30, 3)),
             300,
             "bench",
         ),
@@ -210,14 +220,14 @@ def plan(
                 hw,
                 *PONG,
                 "hardware.amp=none" if cpu else "hardware.amp=bf16",
-                "seconds=5" if cpu else "seconds=120",
-                "warmup_s=10" if cpu else "warmup_s=20",
+                seconds_(120, 5, floor=30),
+                "warmup_s=10" if cpu else f"warmup_s={max(10, 20 * scale):g}",
             ),
             400,
             "bench",
             gpu_util=True,
         ),
-        sample_factory_step(cpu, runs, sf_site, 60 if cpu else 240),
+        sample_factory_step(cpu, runs, sf_site, 60 if cpu else max(90, 240 * scale)),
         Step("bench_inference", "seedq-bench inference", bench("inference", hw), 600, "bench"),
         Step(
             "bench_train",
@@ -229,7 +239,7 @@ def plan(
         Step(
             "bench_pipeline",
             "seedq-bench pipeline",
-            bench("pipeline", hw, "seconds=2" if cpu else "seconds=10"),
+            bench("pipeline", hw, seconds_(10, 2, floor=5)),
             300,
             "bench",
         ),
@@ -494,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help="comma-separated steps to leave out")
     parser.add_argument("--pong-minutes", type=float, default=10.0)
     parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply every timed step's length on the GPU (0.5: a check in about half the time)",
+    )
+    parser.add_argument(
         "--sf-site",
         default=os.environ.get("SEEDQ_SF_SITE") or "",
         help="folder holding Sample Factory 2.1.1 and its dependencies (gpu_check.sh sets it)",
@@ -506,7 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     info = machine(args.cpu)
     runs = Path(tempfile.mkdtemp(prefix="seedq-gpu-check-"))
-    steps = plan(args.cpu, int(info.get("gpus") or 0), runs, args.pong_minutes, args.sf_site)
+    steps = plan(
+        args.cpu, int(info.get("gpus") or 0), runs, args.pong_minutes, args.sf_site, args.scale
+    )
     only = {s for s in args.only.split(",") if s}
     skip = {s for s in args.skip.split(",") if s}
     unknown = (only | skip) - {s.name for s in steps}

@@ -5,6 +5,7 @@
 #   scripts/gpu_check.sh --cpu            # dry run: each step for seconds on the CPU
 #   scripts/gpu_check.sh --only cuda_tests,cartpole_475 --out DIR
 #   scripts/gpu_check.sh --pong-minutes 8 --merge earlier/gpu_check.json
+#   scripts/gpu_check.sh --scale 0.5      # every timed step at half its length
 # Steps (scripts/gpu_check.py): cuda_tests (pytest -m cuda), cartpole_475 (hardware=gpu to 475),
 # pong_bf16 (Pong to 18, AMP bf16, at most --pong-minutes), pong_compile_{default,
 # reduce-overhead,max-autotune}, raw_env (the envs alone), pong_share (training frames/s as a

@@ -141,7 +141,8 @@ def dry_run(out: Path, *args: str, timeout: float) -> subprocess.CompletedProces
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(TREE)},
+        # No carried wheels: a checkout's .whl/ holds CPython 3.12 wheels for the GPU machine.
+        env={**os.environ, "PYTHONPATH": str(TREE), "SEEDQ_WHEELS": str(out / "no-wheels")},
         cwd=TREE,
     )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -125,8 +126,15 @@ class SebulbaRun(TrainingRun):
         if resume is not None:
             self.restore(resume)
         envs = self.envs_per_thread
+        began = time.monotonic()
         self.envs: list[EnvBatch] = build_env_batches(
             lambda i: make_env_batch(cfg.env, envs, cfg.seed, i * envs), self.threads_n
+        )
+        log.info(
+            "built %d env batches of %d envs in %.1f s",
+            self.threads_n,
+            envs,
+            time.monotonic() - began,
         )
         self.slots = [
             make_slot(i, env, self.spec, i * self.envs_per_thread)
