@@ -8,6 +8,7 @@ read them would not be finite.
 """
 
 import copy
+import dataclasses
 import threading
 
 import numpy as np
@@ -182,6 +183,27 @@ def test_vtrace_reward_scaling_trains_on_the_scalers_rewards_and_checkpoints_its
     restored = vtrace_learner(LinearPolicy(), cfg)
     restored.load_state_dict(learner.state_dict())
     assert restored.reward_scaler.state_dict() == learner.reward_scaler.state_dict()
+
+
+def test_vtrace_clips_rewards_before_it_scales_them():
+    """Clipped as an env wrapper would, then scaled: scaled first, a clip to [-1, 1] undid the
+    scaling (every Atari reward of 1 came out as 1 again, whatever the return's std)."""
+    model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    batch.reward = batch.reward * 10  # most rewards beyond the clip
+    cfg.reward_scaling, cfg.reward_clip = True, "abs_one"
+    learner = vtrace_learner(model, cfg)
+    scaled = copy.deepcopy(batch)
+    scaled.reward = RewardScaler(cfg.gamma).scale(
+        np.clip(batch.reward, -1, 1), batch.done, batch.env_id
+    )
+    assert np.nanmax(np.abs(scaled.reward)) > 1.1  # the scaling shows past the clip
+
+    loss = learner.loss(batch)
+
+    expected = reference_vtrace_loss(model, scaled, dataclasses.replace(cfg, reward_clip="none"))
+    np.testing.assert_allclose(
+        [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
+    )
 
 
 def shift_rows(array: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ import torch
 from seedq.agents.common.base import AgentBase
 from seedq.agents.common.batches import BatchAssembler
 from seedq.agents.common.normalize import RewardScaler
-from seedq.agents.common.targets import transition_rewards
+from seedq.agents.common.targets import clip_rewards, transition_rewards
 from seedq.agents.common.update import GradientStep, linear_lr
 from seedq.core.agent import RunContext
 from seedq.core.stats import TrainStats
@@ -66,19 +66,28 @@ class OnPolicyLearner(ABC):
 
     def transitions(self, batch: Unroll, done: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rewards and discounts ``[T, B]`` of the T transitions of ``batch`` (``done``: its
-        ``done`` on the device): rewards scaled (``reward_scaling``), clipped and bootstrapped
-        from the truncation values; no discount into an episode's first observation."""
+        ``done`` on the device): rewards clipped, then scaled (``reward_scaling``), and
+        bootstrapped from the truncation values; no discount into an episode's first
+        observation.
+
+        Clipped first, as DeepMind's Atari wrappers (and CleanRL's, Sample Factory's) clip in
+        the env: scaled first, a clip to [-1, 1] undid the scaling of every reward the return's
+        std made larger, and the scaler's returns were not those of the rewards trained on.
+        """
         cfg, tensor = self.cfg, self.step.tensor
-        reward = batch.reward
+        reward, clip = batch.reward, cfg.reward_clip
         if self.reward_scaler is not None:
-            reward = self.reward_scaler.scale(reward, batch.done, batch.env_id)
+            reward = self.reward_scaler.scale(
+                clip_rewards(reward, clip), batch.done, batch.env_id
+            )
+            clip = "none"
         rewards = transition_rewards(
             tensor(reward),
             tensor(batch.truncated),
             tensor(batch.truncation_value),
             first=1,
             gamma=cfg.gamma,
-            reward_clip=cfg.reward_clip,
+            reward_clip=clip,
         )
         return rewards, cfg.gamma * (~done[1:]).to(rewards.dtype)
 

@@ -11,16 +11,22 @@ episode's first observation (Pardo et al. 2018, "Time limits in reinforcement le
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 REWARD_CLIPS = ("none", "abs_one", "tanh")
 
 
-def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
+def clip_rewards(rewards, mode: str):  # noqa: ANN001, ANN201 - an array or a tensor, as given
+    """``rewards`` (a tensor, or a host array) clipped by ``mode`` (``REWARD_CLIPS``)."""
     if mode == "abs_one":
+        if isinstance(rewards, np.ndarray):
+            return np.clip(rewards, -1.0, 1.0)
         return rewards.clamp(-1.0, 1.0)
     if mode == "tanh":
         # IMPALA's soft clipping for Atari: keeps reward sign and rough magnitude order.
+        if isinstance(rewards, np.ndarray):
+            return (np.tanh(rewards / 5.0) * 5.0).astype(rewards.dtype)
         return torch.tanh(rewards / 5.0) * 5.0
     if mode != "none":
         raise ValueError(f"reward_clip={mode!r}: choose one of {list(REWARD_CLIPS)}")
