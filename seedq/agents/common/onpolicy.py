@@ -77,9 +77,7 @@ class OnPolicyLearner(ABC):
         cfg, tensor = self.cfg, self.step.tensor
         reward, clip = batch.reward, cfg.reward_clip
         if self.reward_scaler is not None:
-            reward = self.reward_scaler.scale(
-                clip_rewards(reward, clip), batch.done, batch.env_id
-            )
+            reward = self.reward_scaler.scale(clip_rewards(reward, clip), batch.done, batch.env_id)
             clip = "none"
         rewards = transition_rewards(
             tensor(reward),
