@@ -6,6 +6,7 @@ import logging
 import pytest
 from test_config import compose_config
 
+from seedq.agents.config import batch_of_envs
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.cli import to_config
 from seedq.config import SeedqConfig
@@ -161,3 +162,13 @@ def test_a_batch_of_0_in_code_is_sized_and_refused_where_it_means_nothing():
     assert (cfg.algorithm.batch_size, copy.algorithm.batch_size) == (0, 14 * 2 * 16)
     with pytest.raises(ConfigError, match="algorithm.batch_size"):
         to_config(compose_config("algorithm=r2d2", "algorithm.batch_size=0"))
+
+
+@pytest.mark.parametrize(
+    "algorithm, by_envs", [("vtrace", True), ("ppo", True), ("r2d2", False), ("sac", False)]
+)
+def test_batch_size_0_means_every_env_for_on_policy_algorithms_only(algorithm, by_envs):
+    """The class flag, read from the composed (structured) config and from the typed one."""
+    composed = compose_config(f"algorithm={algorithm}")
+    assert batch_of_envs(composed.algorithm) is by_envs
+    assert batch_of_envs(to_config(composed).algorithm) is by_envs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from seedq.agents.torsos import ACTIVATIONS, TORSO_CHOICES
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
@@ -64,6 +64,9 @@ class AlgorithmConfig:
     # architecture that needs it (seedq.arch.config.ARCH_NEEDS) is refused at validation.
     # "learn": a synchronous Agent.learn(unroll) on device-resident unrolls (arch=anakin).
     cannot: ClassVar[dict[str, str]] = {}
+    # On-policy algorithms train on batches of whole env columns: for them batch_size 0 means
+    # "one unroll of every env of the run", sized at start (seedq.launch.sizing.size_batch).
+    batch_of_envs: ClassVar[bool] = False
 
     name: str = setting(MISSING, "the algorithm (set by the algorithm group)")
     batch_size: int = setting(32, "training batch: unrolls or sequences per update")
@@ -76,6 +79,13 @@ class AlgorithmConfig:
     )
 
 
+def batch_of_envs(alg: Any) -> bool:
+    """Whether ``alg`` (an algorithm config, or its structured DictConfig) takes batch_size 0
+    as one unroll of every env of the run (:attr:`AlgorithmConfig.batch_of_envs`)."""
+    kind = OmegaConf.get_type(alg) if isinstance(alg, DictConfig) else type(alg)
+    return bool(getattr(kind, "batch_of_envs", False))
+
+
 def validate_common(alg: AlgorithmConfig) -> None:
     """The checks every algorithm shares: ranges, choices and the model section."""
     choice("algorithm.reward_clip", alg.reward_clip, REWARD_CLIPS)
@@ -83,7 +93,7 @@ def validate_common(alg: AlgorithmConfig) -> None:
     choice("algorithm.model.activation", alg.model.activation, tuple(ACTIVATIONS))
     check_positive(alg, "algorithm", ["lr", "adam_eps", "grad_clip"])
     # 0 is an on-policy algorithm's "one unroll of every env", set at start (launch.sizing).
-    check_positive(alg, "algorithm", ["batch_size"], zero_ok=hasattr(alg, "unroll_length"))
+    check_positive(alg, "algorithm", ["batch_size"], zero_ok=batch_of_envs(alg))
     check_positive(alg.model, "algorithm.model", ["lstm_size"], zero_ok=True)
     in_unit_interval("algorithm.gamma", alg.gamma)
     if any(h <= 0 for h in alg.model.hidden_sizes):

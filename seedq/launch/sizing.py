@@ -28,6 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from seedq.agents.config import batch_of_envs
 from seedq.cores import usable_cores
 from seedq.launch.sharing import fit_to_share, runs_at_once, share_of_cores
 
@@ -165,7 +166,7 @@ def size_batch(cfg: Any) -> dict[str, int]:
     every env collected with the same weights, and trains before any env acts again with
     older ones (no policy lag beyond the batch's own passes). Returns the key set, logged."""
     alg = cfg.algorithm
-    if not hasattr(alg, "unroll_length") or int(alg.batch_size) != 0:
+    if not batch_of_envs(alg) or int(alg.batch_size) != 0:
         return {}
     alg.batch_size = envs = run_envs(cfg)
     log.info("algorithm.batch_size=%d: one unroll of each of the run's envs", envs)
@@ -208,8 +209,8 @@ def sized(cfg: Any, cores: int | None = None) -> Any:
     resolved for ``cores`` (default: this process's); the same object when none is 0. The
     config itself is left as it was."""
     alg = cfg.algorithm
-    batch_of_envs = dataclasses.is_dataclass(alg) and hasattr(alg, "unroll_length")
-    if all(_get(cfg, key) for key in auto_keys(cfg)) and not (batch_of_envs and not alg.batch_size):
+    by_envs = dataclasses.is_dataclass(alg) and batch_of_envs(alg)
+    if all(_get(cfg, key) for key in auto_keys(cfg)) and not (by_envs and not alg.batch_size):
         return cfg
     copy = dataclasses.replace(
         cfg,

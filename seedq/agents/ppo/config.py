@@ -10,6 +10,7 @@ before its first swing-up (return -500 for 1.5 M env steps; tanh: -100 within ~0
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from seedq.agents.config import LOG_STD_KINDS, AlgorithmConfig, ModelConfig, validate_common
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
@@ -19,6 +20,8 @@ LR_SCHEDULES = ("constant", "linear")
 
 @dataclass
 class PPOConfig(AlgorithmConfig):
+    batch_of_envs: ClassVar[bool] = True
+
     name: str = setting("ppo", "the algorithm")
     unroll_length: int = setting(32, "transitions per unroll (an unroll has one more row)")
     batch_size: int = setting(

@@ -12,6 +12,7 @@ tanh: -116 at 0.2 M).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
@@ -22,6 +23,8 @@ LR_SCHEDULES = ("constant", "linear")
 
 @dataclass
 class VTraceConfig(AlgorithmConfig):
+    batch_of_envs: ClassVar[bool] = True
+
     name: str = setting("vtrace", "the algorithm")
     unroll_length: int = setting(20, "transitions per unroll (an unroll has one more row)")
     batch_size: int = setting(
