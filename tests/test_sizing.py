@@ -169,6 +169,7 @@ def test_a_batch_of_0_in_code_is_sized_and_refused_where_it_means_nothing():
 )
 def test_batch_size_0_means_every_env_for_on_policy_algorithms_only(algorithm, by_envs):
     """The class flag, read from the composed (structured) config and from the typed one."""
-    composed = compose_config(f"algorithm={algorithm}")
+    env = ["env=gym", "env.id=Pendulum-v1"] if algorithm == "sac" else []
+    composed = compose_config(f"algorithm={algorithm}", *env)
     assert batch_of_envs(composed.algorithm) is by_envs
     assert batch_of_envs(to_config(composed).algorithm) is by_envs
