@@ -209,8 +209,9 @@ def sized(cfg: Any, cores: int | None = None) -> Any:
     resolved for ``cores`` (default: this process's); the same object when none is 0. The
     config itself is left as it was."""
     alg = cfg.algorithm
-    by_envs = dataclasses.is_dataclass(alg) and batch_of_envs(alg)
-    if all(_get(cfg, key) for key in auto_keys(cfg)) and not (by_envs and not alg.batch_size):
+    if all(_get(cfg, key) for key in auto_keys(cfg)) and not (
+        batch_of_envs(alg) and not alg.batch_size
+    ):
         return cfg
     copy = dataclasses.replace(
         cfg,

@@ -51,7 +51,9 @@ class PPOConfig(AlgorithmConfig):
     )
     normalize_advantages: bool = setting(True, "standardise advantages per minibatch")
     reward_scaling: bool = setting(
-        True, "divide rewards by the running std of the discounted return (saved in checkpoints)"
+        True,
+        "divide rewards, after reward_clip, by the running std of their discounted return "
+        "(saved in checkpoints)",
     )
     pause_acting: bool = setting(
         True,

@@ -67,7 +67,9 @@ class VTraceConfig(AlgorithmConfig):
     baseline_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
     reward_scaling: bool = setting(
-        True, "divide rewards by the running std of the discounted return (saved in checkpoints)"
+        True,
+        "divide rewards, after reward_clip, by the running std of their discounted return "
+        "(saved in checkpoints)",
     )
     indicator_lr_scale: float = setting(
         20.0,
