@@ -274,9 +274,11 @@ def test_vtrace_minibatch_epochs_step_the_reference_on_each_column_share_in_turn
         torch.testing.assert_close(param, dict(reference.named_parameters())[name], msg=name)
 
 
-def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets_per_pass():
+@pytest.mark.parametrize("fixed_targets", [False, True], ids=["targets per pass", "per batch"])
+def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets(fixed_targets):
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
-    cfg.epochs, cfg.minibatches, cfg.clip_eps = 2, 3, 0.2
+    cfg.epochs, cfg.minibatches, cfg.clip_eps = 3, 3, 0.2
+    cfg.fixed_targets = fixed_targets
     learner = vtrace_learner(model, cfg)
     reference = copy.deepcopy(model)
     optimizer = torch.optim.Adam(reference.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
@@ -287,10 +289,12 @@ def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets_p
 
     learner.train_batch(batch)
 
-    for _ in range(cfg.epochs):
-        # The targets of a pass: the whole batch's, under the weights the pass starts from.
-        _, actions, vs, pg_adv = reference_vtrace_terms(reference, batch, cfg)
-        actions, vs, pg_adv = actions.reshape(-1), vs.reshape(-1), pg_adv.reshape(-1)
+    for epoch in range(cfg.epochs):
+        # The targets of a pass: the whole batch's, under the weights the pass starts from, or
+        # with fixed_targets those the first pass started from.
+        if epoch == 0 or not fixed_targets:
+            _, actions, vs, pg_adv = reference_vtrace_terms(reference, batch, cfg)
+            actions, vs, pg_adv = actions.reshape(-1), vs.reshape(-1), pg_adv.reshape(-1)
         for rows in torch.as_tensor(rng.permutation(T * B)).chunk(cfg.minibatches):
             rows = rows.numpy()
             log_probs = F.log_softmax(obs[rows] @ reference.w, -1)

@@ -53,6 +53,12 @@ class VTraceConfig(AlgorithmConfig):
         "null: IMPALA's policy gradient; else PPO's clipped surrogate on the V-trace "
         "advantages with this clip of pi/mu (Sample Factory's APPO), for epochs > 1",
     )
+    fixed_targets: bool = setting(
+        False,
+        "with shuffle_transitions: V-trace targets and advantages computed once per batch, "
+        "under the weights that start its updates, and kept for every pass (as PPO's GAE); "
+        "false: recomputed under the current weights at each pass",
+    )
     normalize_advantages: bool = setting(False, "standardise the advantages per minibatch")
     train_queue_batches: int = setting(
         2, "bounded queue of ready training batches: small keeps the data fresh"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from seedq.agents.common.update import GradientStep, Placement
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import (
     VTraceLoss,
+    VTraceReturns,
     action_log_probs,
     actor_critic_loss,
     vtrace_loss,
@@ -116,18 +118,18 @@ class VTraceLearner(OnPolicyLearner):
             part = batch if len(cols) == batch.num_columns else take_columns(batch, index)
             yield self.loss(part, (transitions[0][:, index], transitions[1][:, index]))
 
-    def _transition_losses(
+    def _batch_targets(
         self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor]
-    ) -> Iterator[VTraceLoss]:
-        """One pass of updates of a feed-forward model: V-trace targets of the whole batch
-        under the current weights, then each update on a random share of its transitions."""
-        cfg, tensor = self.cfg, self.step.tensor
-        obs = tensor(batch.obs)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V-trace targets of the whole batch under the current weights, flattened to
+        transitions: ``(actions, behaviour log-probs, vs, pg advantages)``, each ``[T * B]``.
+        ``batch`` is on the device already (``device_unroll``)."""
+        cfg = self.cfg
         with torch.no_grad(), self.step.autocast():
-            out, _ = self.model(obs, tensor(batch.done), ())
+            out, _ = self.model(batch.obs, batch.done, ())
         logits, values = out.logits.float(), out.baseline.float()
-        actions = tensor(batch.action).long()[:-1]
-        behaviour = action_log_probs(tensor(batch.behaviour)[:-1].float(), actions)
+        actions = batch.action.long()[:-1]
+        behaviour = action_log_probs(batch.behaviour[:-1].float(), actions)
         returns = vtrace_returns(
             action_log_probs(logits[:-1], actions) - behaviour,
             transitions[1],
@@ -138,9 +140,26 @@ class VTraceLearner(OnPolicyLearner):
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
         )
+        return (
+            actions.reshape(-1),
+            behaviour.reshape(-1),
+            returns.vs.reshape(-1),
+            returns.pg_advantages.reshape(-1),
+        )
+
+    def _transition_losses(
+        self,
+        batch: Unroll,
+        transitions: tuple[torch.Tensor, torch.Tensor],
+        targets: tuple[torch.Tensor, ...] | None = None,
+    ) -> Iterator[VTraceLoss]:
+        """One pass of updates of a feed-forward model, each on a random share of the batch's
+        transitions, against ``targets`` (``_batch_targets``), or when None the targets of
+        the whole batch under the current weights."""
+        cfg = self.cfg
+        actions, behaviour, vs, advantages = targets or self._batch_targets(batch, transitions)
+        obs = batch.obs
         flat = obs[:-1].reshape(-1, *obs.shape[2:])
-        actions, behaviour = actions.reshape(-1), behaviour.reshape(-1)
-        vs, advantages = returns.vs.reshape(-1), returns.pg_advantages.reshape(-1)
         order = torch.as_tensor(self._rng.permutation(len(actions)), device=flat.device)
         for index in order.chunk(cfg.minibatches):
             rows = flat[index][None]
@@ -154,7 +173,7 @@ class VTraceLearner(OnPolicyLearner):
                 action_log_probs(logits, actions[index]),
                 behaviour[index],
                 out.baseline[0].float(),
-                type(returns)(vs=vs[index], pg_advantages=advantages[index]),
+                VTraceReturns(vs=vs[index], pg_advantages=advantages[index]),
                 baseline_cost=cfg.baseline_cost,
                 entropy_cost=cfg.entropy_cost,
                 clip_eps=cfg.clip_eps,
@@ -172,6 +191,14 @@ class VTraceLearner(OnPolicyLearner):
             self.cfg.shuffle_transitions and self.cfg.minibatches > 1 and not batch.core_state
         )
         passes = self._transition_losses if by_transition else self._column_losses
+        if by_transition and self.cfg.fixed_targets:
+            # Computed before the first update, so every pass trains on the advantages under
+            # the weights that start the batch, as PPO trains on its GAE: recomputed at a later
+            # pass, they come from a value head already fitted to these same transitions.
+            passes = functools.partial(
+                self._transition_losses, targets=self._batch_targets(on_device, transitions)
+            )
+
         sums: torch.Tensor | None = None
         grad_norms = 0.0
         taken = 0
