@@ -55,9 +55,10 @@ class VTraceConfig(AlgorithmConfig):
     )
     fixed_targets: bool = setting(
         False,
-        "with shuffle_transitions: V-trace targets and advantages computed once per batch, "
-        "under the weights that start its updates, and kept for every pass (as PPO's GAE); "
-        "false: recomputed under the current weights at each pass",
+        "V-trace targets and advantages computed once per batch, under the weights that "
+        "start its updates, and kept for every pass (as PPO's GAE); needs a feed-forward "
+        "model and shuffle_transitions; false: recomputed under the current weights at each "
+        "pass",
     )
     normalize_advantages: bool = setting(False, "standardise the advantages per minibatch")
     train_queue_batches: int = setting(
@@ -113,6 +114,18 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
             f"algorithm.minibatches={alg.minibatches} exceeds the batch's {shares} "
             f"{'transitions' if by_transition else 'env columns (algorithm.batch_size)'}; each "
             "minibatch needs at least one"
+        )
+    if alg.fixed_targets and not by_transition:
+        raise ConfigError(
+            "algorithm.fixed_targets=true needs a feed-forward model and "
+            "algorithm.shuffle_transitions=true (targets over the whole batch, kept across "
+            "passes); with "
+            + (
+                "algorithm.model.use_lstm=true"
+                if alg.model.use_lstm
+                else "shuffle_transitions=false"
+            )
+            + " each minibatch computes its own, so set fixed_targets=false"
         )
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)

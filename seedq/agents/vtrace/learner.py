@@ -187,8 +187,12 @@ class VTraceLearner(OnPolicyLearner):
         # The batch goes to the device once; each minibatch gathers its rows there.
         on_device = device_unroll(batch, self.step.tensor)
         transitions = self.transitions(batch, on_device.done)
+        # One minibatch trains on the same rows either way; fixed_targets needs this path's
+        # targets computed apart from the updates (the config refuses it with an LSTM).
         by_transition = (
-            self.cfg.shuffle_transitions and self.cfg.minibatches > 1 and not batch.core_state
+            self.cfg.shuffle_transitions
+            and (self.cfg.minibatches > 1 or self.cfg.fixed_targets)
+            and not batch.core_state
         )
         passes = self._transition_losses if by_transition else self._column_losses
         if by_transition and self.cfg.fixed_targets:
