@@ -6,6 +6,7 @@ These prove the benchmarks work, not how fast they are (speed is never asserted 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,3 +206,35 @@ def test_bad_arguments_exit_2_with_a_message(args, message):
     result = bench(*args)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def _against(*args: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("bench_against exports a commit with git archive: no .git here")
+    return subprocess.run(
+        [sys.executable, str(root / "scripts" / "bench_against.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
+
+
+def test_bench_against_runs_a_commit_and_the_checkout_side_by_side():
+    result = _against("HEAD", "--pairs", "1", "seconds=1", "warmup_s=0.3", "obs_shape=4,12,12")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["base"] == "HEAD" and summary["metric"] == "us_per_step"
+    (pair,) = summary["pairs"]
+    assert all(value > 0 for value in pair) and summary["ratio"] > 0
+
+
+def test_bench_against_names_a_bad_commit_and_an_unknown_metric():
+    result = _against("no-such-commit", "--pairs", "1")
+    assert result.returncode != 0 and "git archive no-such-commit" in result.stderr
+    result = _against(
+        "HEAD", "--pairs", "1", "--metric", "nope", "seconds=1", "warmup_s=0.3", "obs_shape=4,12,12"
+    )
+    assert result.returncode != 0 and "no number 'nope'" in result.stderr
+    assert "us_per_step" in result.stderr
