@@ -9,6 +9,7 @@ says what it would on a GPU machine (only the wall time differs).
     python scripts/atari_curves.py run --games Pong Breakout --frames 10e6 --out runs/curves
     # extra seedq-train overrides go after --
     python scripts/atari_curves.py run --games Pong --frames 2e6 -- env.repeat_action_probability=0
+    # the same command again continues interrupted runs from their newest checkpoints
     # tabulate (and plot) run directories that already exist
     python scripts/atari_curves.py table runs/curves/* --plot curves.png
 
@@ -44,7 +45,8 @@ def game_of(env_id: str) -> str:
 
 def run_game(game: str, frames: float, out: Path, overrides: list[str]) -> Path:
     run_dir = out / game
-    steps = int(frames) // 4  # the default frame_skip; the table reads the run's own
+    skips = [o.split("=", 1)[1] for o in overrides if o.startswith("env.frame_skip=")]
+    steps = int(frames) // int(skips[-1] if skips else 4)  # frames are agent steps x frame_skip
     cmd = [
         "seedq-train",
         "env=atari",
@@ -54,6 +56,9 @@ def run_game(game: str, frames: float, out: Path, overrides: list[str]) -> Path:
         "log_interval_s=30",
         f"run_dir={run_dir}",
         f"hydra.run.dir={run_dir}",
+        # A 10 M-frame run takes hours on a small box: the same command again continues it
+        # from its newest checkpoint (or starts it, when it has none).
+        "resume=auto",
         *overrides,
     ]
     print("+", " ".join(cmd), flush=True)

@@ -1,0 +1,90 @@
+"""scripts/atari_curves.py: frames-to-score tables from run directories, and the runs it starts."""
+
+import csv
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "atari_curves.py"
+
+
+@pytest.fixture(scope="module")
+def curves():
+    spec = importlib.util.spec_from_file_location("atari_curves", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_run(path: Path, env: dict, rows: list[tuple[int, float | str]], overrides=()) -> Path:
+    """A run directory as seedq-train leaves it: Hydra's config and overrides, metrics.csv."""
+    (path / ".hydra").mkdir(parents=True)
+    config = {"env": env, "algorithm": {"name": "vtrace"}}
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    with open(path / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["wall_time", "env_steps", "return_mean"])
+        for i, (steps, value) in enumerate(rows):
+            writer.writerow([30.0 * (i + 1), steps, value])
+    return path
+
+
+def test_the_table_gives_frames_to_each_score_in_the_runs_own_frame_skip(curves, tmp_path):
+    pong = fake_run(
+        tmp_path / "pong",
+        {"id": "ALE/Pong-v5", "repeat_action_probability": 0.0},
+        # A row before the first episode ends has no return yet.
+        [(1_000, ""), (100_000, -20.0), (300_000, 1.0), (450_000, 18.5), (500_000, 17.9)],
+    )
+    breakout = fake_run(
+        tmp_path / "breakout",
+        {"id": "ALE/Breakout-v5", "frame_skip": 2},
+        [(1_000_000, 12.0), (2_000_000, 60.0)],
+    )
+    runs = [curves.read_run(pong), curves.read_run(breakout)]
+    assert runs[0]["frames"] == [400_000, 1_200_000, 1_800_000, 2_000_000]
+    text = curves.table(runs)
+    pong_row, breakout_row = text.splitlines()[2:]
+    # Pong first reached 0 and 10 at 1.2 M frames and 18 at 1.8 M, never 20; it ended at 17.9.
+    assert "| Pong | vtrace | 0 | 2.00 M | 17.9 |" in pong_row
+    assert "0: 1.20 M, 10: 1.80 M, 18: 1.80 M, 20: -" in pong_row
+    # Breakout: sticky actions by default, frames = steps x its frame_skip of 2.
+    assert "| Breakout | vtrace | 0.25 | 4.00 M | 60.0 |" in breakout_row
+    assert "10: 2.00 M, 50: 4.00 M, 100: -" in breakout_row
+
+
+def test_run_trains_each_game_for_its_frames_and_continues_an_interrupted_run(
+    curves, tmp_path, monkeypatch, capsys
+):
+    commands = []
+
+    def fake_train(cmd, check):
+        commands.append(cmd)
+        run_dir = Path(next(c for c in cmd if c.startswith("run_dir=")).split("=", 1)[1])
+        fake_run(run_dir, {"id": "ALE/Breakout-v5", "frame_skip": 2}, [(500_000, 101.0)])
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(curves.subprocess, "run", fake_train)
+    out = tmp_path / "curves"
+    code = curves.main(
+        ["run", "--games", "Breakout", "--frames", "1e6", "--out", str(out), "env.frame_skip=2"]
+    )
+    assert code == 0
+    (cmd,) = commands
+    assert cmd[:3] == ["seedq-train", "env=atari", "env.id=ALE/Breakout-v5"]
+    # 1 M frames at 2 frames per step; the same command again resumes from a checkpoint.
+    assert "total_env_steps=500000" in cmd and "resume=auto" in cmd and "max_minutes=0" in cmd
+    assert cmd[-1] == "env.frame_skip=2"
+    printed = capsys.readouterr().out
+    assert "| Breakout | vtrace | 0.25 | 1.00 M | 101.0 |" in printed
+    assert (out / "curves.png").stat().st_size > 0
+
+
+def test_table_refuses_directories_without_metrics(curves, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert curves.main(["table", str(tmp_path / "empty")]) == 2
+    assert "no metrics.csv in" in capsys.readouterr().err
