@@ -42,13 +42,18 @@ def export(commit: str, bench: str, into: Path) -> Path:
     return into
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a run of ``tree``'s code (with ``cwd=tree``: ``python -m`` puts the
+    working directory first on sys.path, so from this checkout both sides would import it)."""
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
 def imports_from(tree: Path) -> None:
     """Refuse to compare unless ``tree``'s seedq is the one its runs import."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
     where = subprocess.run(
         [sys.executable, "-c", "import seedq; print(seedq.__file__)"],
         cwd=tree,
-        env=env,
+        env=tree_env(tree),
         capture_output=True,
         text=True,
         check=False,
@@ -59,12 +64,9 @@ def imports_from(tree: Path) -> None:
 
 
 def start(tree: Path, bench: str, args: list[str]) -> subprocess.Popen:
-    # Run from the tree itself: ``python -m`` puts the working directory first on sys.path, so
-    # from this checkout both sides would import this checkout's seedq.
-    env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "-m", "seedq.bench.cli", bench, *args]
     return subprocess.Popen(
-        command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        command, cwd=tree, env=tree_env(tree), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
 
 
@@ -103,10 +105,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for pair in range(1, opts.pairs + 1):
             old, new = start(base, opts.bench, opts.args), start(ROOT, opts.bench, opts.args)
-            a, b = (
-                metric(figures(old, opts.base), opts.metric),
-                metric(figures(new, "checkout"), opts.metric),
-            )
+            try:
+                a, b = (
+                    metric(figures(old, opts.base), opts.metric),
+                    metric(figures(new, "checkout"), opts.metric),
+                )
+            finally:
+                # One side failed: the other is not left running on its own.
+                for proc in (old, new):
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
             rows.append((a, b))
             print(f"pair {pair}: {opts.base} {a:,.2f}  checkout {b:,.2f}", flush=True)
     mean_a = sum(a for a, _ in rows) / len(rows)
