@@ -105,6 +105,8 @@ def test_gpu_group_uses_pinned_memory_on_cuda():
         ("algorithm.unroll_length=0", "algorithm.unroll_length"),
         ("algorithm.gamma=1.5", "algorithm.gamma"),
         ("algorithm.optimizer=sgd", "algorithm.optimizer"),
+        ("algorithm.lr_decay_start=1.0", "algorithm.lr_decay_start"),
+        ("algorithm.lr_decay_start=-0.5", "algorithm.lr_decay_start"),
         ("algorithm.model.torso=transformer", "algorithm.model.torso"),
         ("env.kind=dmlab", "env.kind"),
         ("broker.max_batch=0", "broker.max_batch"),
@@ -122,6 +124,11 @@ def test_bad_value_fails_naming_the_key(override, key):
 def test_bad_env_threads_fail_naming_the_key(kind):
     with pytest.raises(ConfigError, match=r"env\.num_threads"):
         to_config(compose_config(f"env={kind}", "env.num_threads=-2"))
+
+
+def test_ppo_refuses_a_decay_start_outside_its_budget():
+    with pytest.raises(ConfigError, match=r"algorithm\.lr_decay_start=1\.5 .* \[0, 1\)"):
+        to_config(compose_config("algorithm=ppo", "algorithm.lr_decay_start=1.5"))
 
 
 def test_bad_choice_lists_the_allowed_values():

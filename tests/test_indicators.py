@@ -73,6 +73,32 @@ def test_the_linear_schedule_keeps_each_groups_scale():
     np.testing.assert_allclose(scaled_lrs(optimizer), [7.5e-4, 7.5e-4 * 20])
 
 
+@pytest.mark.parametrize(
+    ("env_steps", "fraction"),
+    # Held at the full rate for the first 40 % of 1,000 steps, then linear to 0 at 1,000.
+    [(0, 1.0), (400, 1.0), (550, 0.75), (700, 0.5), (1000, 0.0), (1200, 0.0)],
+)
+def test_the_linear_schedule_holds_the_rate_until_its_start(env_steps, fraction):
+    optimizer = ppo_learner(ONE_HOT).optimizer
+
+    linear_lr(optimizer, 1e-3, env_steps=env_steps, total=1000, start=0.4)
+
+    np.testing.assert_allclose(scaled_lrs(optimizer), [1e-3 * fraction, 1e-3 * fraction * 20])
+
+
+def test_vtrace_follows_its_configured_decay_start():
+    cfg = VTraceConfig(lr_schedule="linear", lr_decay_start=0.5, indicator_lr_scale=5.0)
+    model = build_vtrace(ONE_HOT.obs_shape, 6, cfg.model, channels_last=False)
+    learner = VTraceLearner(model, cfg, Placement.cpu(), total_env_steps=100, spec=ONE_HOT)
+
+    learner.set_progress(40)
+    held = scaled_lrs(learner.optimizer)
+    learner.set_progress(75)
+
+    np.testing.assert_allclose(held, [cfg.lr, cfg.lr * 5.0])
+    np.testing.assert_allclose(scaled_lrs(learner.optimizer), [cfg.lr / 2, cfg.lr * 5.0 / 2])
+
+
 def test_a_scale_of_one_is_a_single_group():
     model = build_ppo(ONE_HOT, PPOConfig(), channels_last=False)
 

@@ -86,6 +86,21 @@ def batch_of_envs(alg: Any) -> bool:
     return bool(getattr(kind, "batch_of_envs", False))
 
 
+# The on-policy learners' rate schedules (algorithm.lr_schedule).
+LR_SCHEDULES = ("constant", "linear")
+
+
+def validate_lr_schedule(alg: AlgorithmConfig) -> None:
+    """``algorithm.lr_schedule`` and ``algorithm.lr_decay_start``, for the algorithms with both."""
+    choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
+    start = alg.lr_decay_start
+    if not 0.0 <= start < 1.0:
+        raise ConfigError(
+            f"algorithm.lr_decay_start={start!r} is out of range; it must be in [0, 1): the "
+            "share of total_env_steps the rate holds before it decays to 0 at total_env_steps"
+        )
+
+
 def validate_common(alg: AlgorithmConfig) -> None:
     """The checks every algorithm shares: ranges, choices and the model section."""
     choice("algorithm.reward_clip", alg.reward_clip, REWARD_CLIPS)

@@ -58,7 +58,13 @@ class OnPolicyLearner(ABC):
 
     def set_progress(self, env_steps: int) -> None:
         if self.cfg.lr_schedule == "linear":
-            linear_lr(self.optimizer, self.cfg.lr, env_steps, self.total_env_steps)
+            linear_lr(
+                self.optimizer,
+                self.cfg.lr,
+                env_steps,
+                self.total_env_steps,
+                start=self.cfg.lr_decay_start,
+            )
 
     @abstractmethod
     def train_batch(self, batch: Unroll) -> dict[str, Any]:

@@ -136,9 +136,13 @@ def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> tor
     return total
 
 
-def linear_lr(optimizer: torch.optim.Optimizer, lr: float, env_steps: int, total: int) -> None:
-    """Set every group's learning rate to ``lr`` decayed linearly to 0 at ``total`` env steps
-    (times the group's ``lr_scale``, where it has one: see ``seedq.agents.common.indicators``)."""
-    fraction = max(0.0, 1.0 - env_steps / total)
+def linear_lr(
+    optimizer: torch.optim.Optimizer, lr: float, env_steps: int, total: int, start: float = 0.0
+) -> None:
+    """Set every group's learning rate to ``lr`` held for the first ``start`` share of ``total``
+    env steps, then decayed linearly to 0 at ``total`` (times the group's ``lr_scale``, where it
+    has one: see ``seedq.agents.common.indicators``). ``start`` 0 decays from the first step."""
+    hold = start * total
+    fraction = max(0.0, 1.0 - max(0.0, env_steps - hold) / (total - hold))
     for group in optimizer.param_groups:
         group["lr"] = lr * fraction * group.get("lr_scale", 1.0)

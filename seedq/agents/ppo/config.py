@@ -12,10 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from seedq.agents.config import LOG_STD_KINDS, AlgorithmConfig, ModelConfig, validate_common
+from seedq.agents.config import (
+    LOG_STD_KINDS,
+    AlgorithmConfig,
+    ModelConfig,
+    validate_common,
+    validate_lr_schedule,
+)
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
-
-LR_SCHEDULES = ("constant", "linear")
 
 
 @dataclass
@@ -35,6 +39,11 @@ class PPOConfig(AlgorithmConfig):
     )
     lr: float = setting(2.5e-4, "learning rate")
     lr_schedule: str = setting("linear", "constant, or linear (anneals to 0 at total_env_steps)")
+    lr_decay_start: float = setting(
+        0.0,
+        "lr_schedule=linear: the share of total_env_steps the rate holds before it decays "
+        "linearly to 0 at total_env_steps (0: from the first step; in [0, 1))",
+    )
     adam_eps: float = setting(1e-5, "Adam's epsilon")
     grad_clip: float = setting(0.5, "global gradient-norm clip")
     gae_lambda: float = setting(0.95, "GAE lambda")
@@ -79,7 +88,7 @@ class PPOConfig(AlgorithmConfig):
 
 def validate(alg: PPOConfig, cfg: object) -> None:
     validate_common(alg)
-    choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
+    validate_lr_schedule(alg)
     choice("algorithm.log_std", alg.log_std, LOG_STD_KINDS)
     check_positive(
         alg,

@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common
+from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common, validate_lr_schedule
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 OPTIMIZERS = ("adam", "rmsprop")
-LR_SCHEDULES = ("constant", "linear")
 
 
 @dataclass
@@ -85,6 +84,11 @@ class VTraceConfig(AlgorithmConfig):
     )
     optimizer: str = setting("adam", f"optimizer: {', '.join(OPTIMIZERS)}")
     lr_schedule: str = setting("constant", "constant, or linear (decays to 0 at total_env_steps)")
+    lr_decay_start: float = setting(
+        0.0,
+        "lr_schedule=linear: the share of total_env_steps the rate holds before it decays "
+        "linearly to 0 at total_env_steps (0: from the first step; in [0, 1))",
+    )
     rmsprop_alpha: float = setting(0.99, "RMSprop smoothing constant")
     rmsprop_eps: float = setting(1e-5, "RMSprop epsilon")
     rmsprop_momentum: float = setting(0.0, "RMSprop momentum")
@@ -97,7 +101,7 @@ class VTraceConfig(AlgorithmConfig):
 def validate(alg: VTraceConfig, cfg: object) -> None:
     validate_common(alg)
     choice("algorithm.optimizer", alg.optimizer, OPTIMIZERS)
-    choice("algorithm.lr_schedule", alg.lr_schedule, LR_SCHEDULES)
+    validate_lr_schedule(alg)
     check_positive(
         alg,
         "algorithm",
