@@ -7,12 +7,14 @@ import csv
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seedq.tracking import loggable, open_trackers
 
 REQUIRED_COLUMNS = ("wall_time", "env_steps", "return_mean", "steps_per_s")
+# episodes.csv: one row per finished episode, in the order the learner counted them.
+EPISODE_COLUMNS = ("env_steps", "return", "length")
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class MetricsWriter:
         if new_file:
             self._csv.writeheader()
         self.trackers = open_trackers(cfg, run_dir)
+        self.episodes_path = os.path.join(run_dir, "episodes.csv")
+        self._episodes: Any = None  # opened at the first finished episode
 
     def write(self, row: Mapping[str, float]) -> None:
         unknown = set(row) - set(self.columns)
@@ -52,6 +56,24 @@ class MetricsWriter:
                 log.error("%s failed (%s); no more rows go to it", type(tracker).__name__, exc)
                 self.trackers.remove(tracker)
 
+    def write_episodes(self, episodes: Sequence[tuple[int, float, int]]) -> None:
+        """Append finished episodes (env steps when counted, return, length) to
+        ``episodes.csv``: every episode's own return, where ``metrics.csv`` keeps the mean of
+        the last 100. A resumed run appends to the same file."""
+        if not episodes:
+            return
+        if self._episodes is None:
+            new_file = (
+                not os.path.exists(self.episodes_path) or os.path.getsize(self.episodes_path) == 0
+            )
+            self._episodes = open(self.episodes_path, "a", newline="")  # noqa: SIM115 - close()
+            if new_file:
+                self._episodes.write(",".join(EPISODE_COLUMNS) + "\n")
+        self._episodes.writelines(
+            f"{steps},{_fmt(float(ret))},{length}\n" for steps, ret, length in episodes
+        )
+        self._episodes.flush()
+
     def close(self) -> None:
         for tracker in self.trackers:
             try:
@@ -59,6 +81,8 @@ class MetricsWriter:
             except Exception as exc:  # noqa: BLE001 - closing the others matters more
                 log.error("closing %s failed: %s", type(tracker).__name__, exc)
         self._file.close()
+        if self._episodes is not None:
+            self._episodes.close()
 
 
 def _fmt(value: float | None) -> str:

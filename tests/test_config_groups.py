@@ -14,6 +14,7 @@ import seedq
 from seedq.arch.monitor import Monitor
 from seedq.config import register_configs
 from seedq.core.stats import RunStats, TrainStats
+from seedq.parallel.agreement import NullWriter
 from seedq.progress import PROGRESS_LOGGER
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
@@ -72,11 +73,6 @@ class QuietAgent:
         return ""
 
 
-class NoWriter:
-    def write(self, row: dict) -> None:
-        pass
-
-
 def test_the_final_progress_line_reports_the_run_average(caplog):
     """A run of 100 s and 1,000 steps whose last interval was a millisecond: 10 steps/s."""
     cfg = SimpleNamespace(
@@ -86,7 +82,7 @@ def test_the_final_progress_line_reports_the_run_average(caplog):
         broker=SimpleNamespace(max_batch=1),
     )
     stats = RunStats()
-    monitor = Monitor(cfg, QuietAgent(), stats, NoWriter(), start=time.monotonic() - 100.0)
+    monitor = Monitor(cfg, QuietAgent(), stats, NullWriter(), start=time.monotonic() - 100.0)
     stats.env_steps = 1000
     monitor.last_steps, monitor.last_time = 990, time.monotonic() - 0.001
     with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):

@@ -9,10 +9,12 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cli_helpers import run_cli
 
+from seedq.core.stats import RunStats
 from seedq.metrics import MetricsWriter
 from seedq.tracking import loggable
 
@@ -201,6 +203,36 @@ def test_a_failing_tracker_is_dropped_and_metrics_csv_goes_on(tmp_path):
     writer.close()
     assert [r["env_steps"] for r in csv_rows(tmp_path)] == [10, 20]
     assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1
+
+
+def Finished(**episodes):  # noqa: N802 - what the stats read of a Step
+    return SimpleNamespace(**episodes)
+
+
+def test_the_episode_log_keeps_every_return_and_a_resumed_run_appends(tmp_path):
+    stats = RunStats()
+    stats.record_batch(4, [Finished(episode_returns=(-21.0,), episode_lengths=(812,))])
+    stats.record_batch(4, [Finished(episode_returns=(3.5, -20.0), episode_lengths=(900, 760))])
+    stats.record_episodes(1, [7.25], [1000])
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.write_episodes(stats.drain_episodes())
+    writer.write_episodes(stats.drain_episodes())  # nothing new: nothing written
+    writer.close()
+    resumed = MetricsWriter(str(tmp_path), [])  # the same run dir after a restart
+    stats.env_steps = 20
+    stats.record_episodes(1, [21.0], [1500])
+    resumed.write_episodes(stats.drain_episodes())
+    resumed.close()
+
+    lines = (tmp_path / "episodes.csv").read_text().splitlines()
+    assert lines == [
+        "env_steps,return,length",
+        "4,-21,812",
+        "8,3.5,900",
+        "8,-20,760",
+        "8,7.25,1000",
+        "20,21,1500",
+    ]
 
 
 def test_trackers_get_the_values_as_the_csv_has_them():

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -40,6 +41,21 @@ def train(tmp_path, *overrides: str):
 def metrics(run_dir) -> list[dict]:
     with open(Path(run_dir) / "metrics.csv") as f:
         return list(csv.DictReader(f))
+
+
+def test_episodes_csv_holds_each_episode_behind_the_last_metrics_row(tmp_path):
+    train(tmp_path, "total_env_steps=3000", "log_interval_s=1", "actor.num_actors=1")
+    last = metrics(tmp_path)[-1]
+    with open(tmp_path / "episodes.csv") as f:
+        episodes = list(csv.DictReader(f))
+    returns = [float(e["return"]) for e in episodes]
+    steps = [int(e["env_steps"]) for e in episodes]
+
+    assert len(episodes) == int(last["episode/count"]) > 100
+    assert np.mean(returns[-100:]) == pytest.approx(float(last["return_mean"]), rel=1e-5)
+    # CartPole pays 1 a step: each episode's return is its length.
+    assert [e["length"] for e in episodes] == [f"{r:g}" for r in returns]
+    assert steps == sorted(steps) and steps[-1] <= int(last["env_steps"])
 
 
 def test_cartpole_vtrace_learns_in_a_short_run(tmp_path):

@@ -119,6 +119,7 @@ class Monitor:
             "faults/refused_peers": self.curve.refused if self.curve is not None else 0,
             **agent_row,
         }
+        self.writer.write_episodes(stats.drain_episodes())
         self.writer.write(row)
         # The last interval can be a fraction of a second (the run stopped right after a row):
         # the final line reports the whole run's rate, as summary.json does.

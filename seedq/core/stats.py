@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from seedq.messages import ERROR_CODES, Step
 
+# Finished episodes kept for the episode log (episodes.csv) between two metrics rows; the
+# monitor drains them every log interval, so only a run that never writes rows reaches it.
+MAX_UNLOGGED_EPISODES = 100_000
+
 # Updates in a row whose loss or gradient was not finite before the run stops: a few are a
 # bad batch, this many mean the model or the data are broken and training on is pointless.
 MAX_CONSECUTIVE_SKIPS = 100
@@ -94,6 +98,10 @@ class RunStats:
     episodes: int = 0
     recent_returns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
     recent_lengths: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
+    # (env_steps when it was counted, return, length) of each episode not yet in episodes.csv.
+    unlogged: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=MAX_UNLOGGED_EPISODES)
+    )
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record_batch(self, envs: int, steps: Iterable[Step]) -> None:
@@ -107,6 +115,7 @@ class RunStats:
                 self.episodes += len(step.episode_returns)
                 self.recent_returns.extend(step.episode_returns)
                 self.recent_lengths.extend(step.episode_lengths)
+                self._unlog(step.episode_returns, step.episode_lengths)
 
     def record_episodes(self, count: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         """``count`` finished episodes, the most recent of which have these returns/lengths."""
@@ -114,3 +123,21 @@ class RunStats:
             self.episodes += count
             self.recent_returns.extend(returns)
             self.recent_lengths.extend(lengths)
+            self._unlog(returns, lengths)
+
+    def _unlog(self, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        for ret, length in zip(returns, lengths, strict=False):
+            self.unlogged.append((self.env_steps, float(ret), int(length)))
+
+    def drain_episodes(self) -> list[tuple[int, float, int]]:
+        """The episodes finished since the last call: (env steps counted then, return,
+        length), oldest first."""
+        with self.lock:
+            episodes = list(self.unlogged)
+            self.unlogged.clear()
+        return episodes
+
+    def add_unlogged(self, episodes: Iterable[tuple[int, float, int]]) -> None:
+        """Episodes another rank finished, for this (summed) record's episode log."""
+        with self.lock:
+            self.unlogged.extend(episodes)

@@ -77,6 +77,9 @@ class NullWriter:
     def write(self, row: Any) -> None:
         """Rank 0 writes the run's rows."""
 
+    def write_episodes(self, episodes: Any) -> None:
+        """And its episode log."""
+
     def close(self) -> None:
         """Nothing was opened."""
 
@@ -184,15 +187,19 @@ class RankAgreement:
         self._sum([])
         with self.local.lock:
             mine = (list(self.local.recent_returns), list(self.local.recent_lengths))
+        # Each rank's episodes since the last row go to rank 0's episode log.
+        finished = self.local.drain_episodes()
         gathered: list[Any] = [None] * self.group.world_size
         self.group.call(
             "the run loop's row",
-            lambda: dist.all_gather_object(gathered, (mine, faults), self.group.control),
+            lambda: dist.all_gather_object(gathered, (mine, faults, finished), self.group.control),
         )
+        for _, _, episodes in gathered:
+            self.total.add_unlogged(episodes)
         others = [g for rank, g in enumerate(gathered) if rank != self.group.rank]
-        self.others_recent = [recent for recent, _ in others]
+        self.others_recent = [recent for recent, _, _ in others]
         self.others_faults = {}
-        for _, counts in others:
+        for _, counts, _ in others:
             for key, value in counts.items():
                 self.others_faults[key] = self.others_faults.get(key, 0) + value
         self._refresh()
