@@ -13,8 +13,10 @@ says what it would on a GPU machine (only the wall time differs).
     # tabulate (and plot) run directories that already exist
     python scripts/atari_curves.py table runs/curves/* --plot curves.png
 
-The table gives, per run, the 100-episode mean return at the budget and the frames at which it
-first reached each milestone of its game (``MILESTONES``).
+The table gives, per run, the 100-episode mean return at the budget, the mean of its last
+``--last`` episodes (from the run's ``episodes.csv``; a 100-episode window of a fast learner
+still holds episodes from far earlier), and the frames at which the 100-episode mean first
+reached each milestone of its game (``MILESTONES``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ def read_run(run_dir: Path) -> dict:
     frames = [int(float(r["env_steps"])) * skip for r in rows]
     returns = [float(r["return_mean"]) for r in rows]
     overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
+    episodes = run_dir / "episodes.csv"  # runs before seedq wrote it have none
+    if episodes.exists():
+        with open(episodes) as f:
+            episode_returns = [float(r["return"]) for r in csv.DictReader(f)]
+    else:
+        episode_returns = None
     return {
         "dir": run_dir,
         "game": game_of(config["env"]["id"]),
@@ -81,6 +89,7 @@ def read_run(run_dir: Path) -> dict:
         "sticky": float(config["env"].get("repeat_action_probability", 0.25)),
         "frames": frames,
         "returns": returns,
+        "episode_returns": episode_returns,
         "minutes": [float(r["wall_time"]) / 60 for r in rows],
         "overrides": [line[2:] for line in overrides.splitlines() if line.startswith("- ")],
     }
@@ -93,10 +102,19 @@ def first_frames(run: dict, score: float) -> int | None:
     return None
 
 
-def table(runs: list[dict]) -> str:
+def last_mean(run: dict, last: int) -> str:
+    """The mean return of the run's last ``last`` episodes, or "-" without an episode log."""
+    episodes = run["episode_returns"]
+    if not episodes:
+        return "-"
+    return f"{sum(episodes[-last:]) / len(episodes[-last:]):.1f}"
+
+
+def table(runs: list[dict], last: int = 20) -> str:
     lines = [
-        "| game | algorithm | sticky | frames run | return at the end | frames to each score |",
-        "|---|---|---:|---:|---:|---|",
+        "| game | algorithm | sticky | frames run | return at the end | last "
+        f"{last} episodes | frames to each score |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for run in runs:
         marks = []
@@ -107,7 +125,7 @@ def table(runs: list[dict]) -> str:
         done = run["frames"][-1] if run["frames"] else 0
         lines.append(
             f"| {run['game']} | {run['algorithm']} | {run['sticky']:g} | {done / 1e6:.2f} M "
-            f"| {end:.1f} | {', '.join(marks)} |"
+            f"| {end:.1f} | {last_mean(run, last)} | {', '.join(marks)} |"
         )
     return "\n".join(lines)
 
@@ -146,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     tab = sub.add_parser("table", help="tabulate finished run directories")
     tab.add_argument("runs", nargs="+", type=Path)
     tab.add_argument("--plot", type=Path, default=None)
+    for sub_parser in (run, tab):
+        sub_parser.add_argument(
+            "--last", type=int, default=20, help="episodes in the last-episodes column"
+        )
     args = parser.parse_args(argv)
 
     if args.command == "run":
@@ -158,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no metrics.csv in {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
     runs = [read_run(d) for d in dirs]
-    print(table(runs))
+    print(table(runs, args.last))
     if plot_path is not None:
         plot(runs, plot_path)
         print(f"wrote {plot_path}")

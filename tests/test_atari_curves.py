@@ -19,8 +19,11 @@ def curves():
     return module
 
 
-def fake_run(path: Path, env: dict, rows: list[tuple[int, float | str]], overrides=()) -> Path:
-    """A run directory as seedq-train leaves it: Hydra's config and overrides, metrics.csv."""
+def fake_run(
+    path: Path, env: dict, rows: list[tuple[int, float | str]], overrides=(), episodes=None
+) -> Path:
+    """A run directory as seedq-train leaves it: Hydra's config and overrides, metrics.csv,
+    and ``episodes.csv`` when ``episodes`` (returns) are given."""
     (path / ".hydra").mkdir(parents=True)
     config = {"env": env, "algorithm": {"name": "vtrace"}}
     (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
@@ -30,6 +33,9 @@ def fake_run(path: Path, env: dict, rows: list[tuple[int, float | str]], overrid
         writer.writerow(["wall_time", "env_steps", "return_mean"])
         for i, (steps, value) in enumerate(rows):
             writer.writerow([30.0 * (i + 1), steps, value])
+    if episodes is not None:
+        lines = [f"{100 * (i + 1)},{ret},900" for i, ret in enumerate(episodes)]
+        (path / "episodes.csv").write_text("\n".join(["env_steps,return,length", *lines]) + "\n")
     return path
 
 
@@ -55,6 +61,21 @@ def test_the_table_gives_frames_to_each_score_in_the_runs_own_frame_skip(curves,
     # Breakout: sticky actions by default, frames = steps x its frame_skip of 2.
     assert "| Breakout | vtrace | 0.25 | 4.00 M | 60.0 |" in breakout_row
     assert "10: 2.00 M, 50: 4.00 M, 100: -" in breakout_row
+
+
+def test_the_last_episodes_column_averages_the_episode_log(curves, tmp_path, capsys):
+    with_log = fake_run(
+        tmp_path / "new",
+        {"id": "ALE/Pong-v5"},
+        [(400_000, 12.5)],
+        episodes=[-21.0, -5.0, 17.0, 19.0, 21.0],
+    )
+    without = fake_run(tmp_path / "old", {"id": "ALE/Pong-v5"}, [(400_000, 12.5)])
+
+    assert curves.main(["table", str(with_log), str(without), "--last", "3"]) == 0
+    new_row, old_row = capsys.readouterr().out.splitlines()[2:]
+    assert "| 1.60 M | 12.5 | 19.0 |" in new_row  # (17 + 19 + 21) / 3
+    assert "| 1.60 M | 12.5 | - |" in old_row  # a run from before the episode log
 
 
 def test_run_trains_each_game_for_its_frames_and_continues_an_interrupted_run(
