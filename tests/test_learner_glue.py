@@ -381,10 +381,11 @@ def test_vtrace_refuses_more_minibatches_than_env_columns_or_transitions_to_shar
 
 def test_vtrace_refuses_fixed_targets_where_minibatches_compute_their_own():
     validate_vtrace(VTraceConfig(fixed_targets=True, minibatches=1, epochs=2), None)
-    with pytest.raises(ConfigError, match="fixed_targets=true needs .* shuffle_transitions=false"):
+    unshuffled = r"needs .*; with algorithm\.shuffle_transitions=false each"
+    with pytest.raises(ConfigError, match=unshuffled):
         validate_vtrace(VTraceConfig(fixed_targets=True, shuffle_transitions=False), None)
     lstm = VTraceConfig(fixed_targets=True, model=ModelConfig(use_lstm=True))
-    with pytest.raises(ConfigError, match="fixed_targets=true needs .*use_lstm=true"):
+    with pytest.raises(ConfigError, match=r"needs .*; with algorithm\.model\.use_lstm=true each"):
         validate_vtrace(lstm, None)
 
 

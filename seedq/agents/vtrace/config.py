@@ -127,7 +127,7 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
             + (
                 "algorithm.model.use_lstm=true"
                 if alg.model.use_lstm
-                else "shuffle_transitions=false"
+                else "algorithm.shuffle_transitions=false"
             )
             + " each minibatch computes its own, so set fixed_targets=false"
         )
