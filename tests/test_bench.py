@@ -4,6 +4,7 @@ These prove the benchmarks work, not how fast they are (speed is never asserted 
 """
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,9 @@ def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+PROFILED = r"torch\.profiler: (\d+) batches \((\d+) updates\)"
 
 
 def last_json(result: subprocess.CompletedProcess) -> dict:
@@ -109,11 +113,18 @@ def test_inference_times_each_model_and_batch_size():
 
 
 def test_learner_times_the_learners_own_work_per_env_step_with_the_torso_left_out():
-    result = bench("learner", "seconds=1", "warmup_s=0.5", "obs_shape=4,12,12")
-    figures = last_json(result)
-    assert figures["model"] == "zero" and figures["updates"] > 0 and figures["trained_steps"] > 0
+    result = bench("learner", "seconds=1", "warmup_s=0.5", "obs_shape=4,12,12", "profile=1")
+    figures = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
+    assert figures["model"] == "zero" and figures["batches"] > 0 and figures["trained_steps"] > 0
+    # Gradient steps, as a run counts them: the Atari preset's 4 epochs x 4 minibatches a batch.
+    assert figures["updates"] == 16 * figures["batches"]
     stages = figures["us_act"] + figures["us_record"] + figures["us_train"]
     assert figures["us_per_step"] == pytest.approx(stages, abs=0.05)
+    # profile=1: a batch more (or the burst that completes it) under torch.profiler, its ops by
+    # self CPU time.
+    batches, updates = map(int, re.search(PROFILED, result.stdout).groups())
+    assert batches >= 1 and updates == 16 * batches
+    assert "aten::index_select" in result.stdout and "Self CPU" in result.stdout
 
 
 @pytest.mark.parametrize(("algorithm", "lr"), [("vtrace", 0.00025), ("sac", 0.0003)])

@@ -57,6 +57,9 @@ OPTIONS = {
     "obs_shape": [4, 84, 84],
     "num_actions": 6,
     "requests": 8,
+    # > 0: after the timed window, train this many more batches under torch.profiler and print
+    # the ops that took the most CPU (mode=loop).
+    "profile": 0,
 }
 STAGES = ("act", "record", "train")
 
@@ -120,6 +123,7 @@ class LearnerLoop:
         self.cpu = dict.fromkeys(STAGES, 0.0)
         self.env_steps = 0
         self.updates = 0
+        self.batches = 0
         self.trained_steps = 0
         self._next = 0
 
@@ -135,8 +139,12 @@ class LearnerLoop:
                 batch = train_queue.get_nowait()
             except queue.Empty:
                 return
+            before = self.agent.stats.updates
             self.agent.learn(batch, self.env_steps)
-            self.updates += 1
+            # Gradient steps, as a run's train/updates counts them (a batch takes
+            # epochs x minibatches of them).
+            self.updates += self.agent.stats.updates - before
+            self.batches += 1
             self.trained_steps += batch.num_columns * (int(batch.action.shape[0]) - 1)
 
     def step(self) -> None:
@@ -157,7 +165,7 @@ class LearnerLoop:
 
     def reset_counts(self) -> None:
         self.cpu = dict.fromkeys(STAGES, 0.0)
-        self.env_steps = self.updates = self.trained_steps = 0
+        self.env_steps = self.updates = self.batches = self.trained_steps = 0
 
 
 def run_config(options: dict[str, Any], overrides: list[str], run_dir: str) -> Any:
@@ -286,6 +294,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         "train_batch": cfg.algorithm.batch_size,
         "unroll_length": cfg.algorithm.unroll_length,
         "env_steps": loop.env_steps,
+        "batches": loop.batches,
         "updates": loop.updates,
         "trained_steps": loop.trained_steps,
         "us_per_step": round(sum(us.values()), 2),
@@ -303,4 +312,23 @@ def run(argv: list[str]) -> dict[str, Any]:
         [[figures["us_per_step"], *(figures[f"us_{s}"] for s in STAGES), steps, loop.updates]],
     )
     print_json("learner", figures)
+    if int(options["profile"]) > 0:
+        print(profile_batches(loop, int(options["profile"])))
     return figures
+
+
+def profile_batches(loop: LearnerLoop, batches: int, rows: int = 25) -> str:
+    """Where the learner thread's CPU goes: ``batches`` more training batches (and the acting
+    and recording that feed them) under torch.profiler, its ops by their own CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loop.reset_counts()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        while loop.batches < batches:
+            loop.step()
+    title = (
+        f"torch.profiler: {loop.batches} batches ({loop.updates} updates), {loop.env_steps} env "
+        f"steps acted, {loop.trained_steps} trained; ops by self CPU time"
+    )
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    return f"{title}\n{table}"
