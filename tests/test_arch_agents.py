@@ -16,9 +16,11 @@ from seedq.bench.common import compose
 from seedq.config import ConfigError
 
 # Small enough for a loaded 2-core box: each run stops on its step budget in a few seconds.
+# max_minutes is only the backstop: SAC takes an update per env step, and beside a test suite
+# and two Pong runs it stepped 35 a second, short of 3,000 in a minute.
 COMMON = [
     "total_env_steps=3000",
-    "max_minutes=1",
+    "max_minutes=3",
     "log_interval_s=0.2",
     "checkpoint.every_minutes=0",
     "hardware.num_threads=1",
