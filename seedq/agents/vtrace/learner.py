@@ -67,7 +67,6 @@ class VTraceLearner(OnPolicyLearner):
         step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
         super().__init__(model, cfg, step, total_env_steps=total_env_steps)
         self._rng = np.random.default_rng(seed)
-        self._gather_buffer: torch.Tensor | None = None
 
     def loss(self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
@@ -148,20 +147,6 @@ class VTraceLearner(OnPolicyLearner):
             returns.pg_advantages.reshape(-1),
         )
 
-    def _rows(self, flat: torch.Tensor, count: int) -> torch.Tensor:
-        """The minibatch gather's buffer, ``[count, *flat.shape[1:]]`` (grown when needed)."""
-        buffer = self._gather_buffer
-        shape = flat.shape[1:]
-        if (
-            buffer is None
-            or buffer.shape[1:] != shape
-            or buffer.dtype != flat.dtype
-            or buffer.device != flat.device
-            or len(buffer) < count
-        ):
-            buffer = self._gather_buffer = flat.new_empty((count, *shape))
-        return buffer[:count]
-
     def _transition_losses(
         self,
         batch: Unroll,
@@ -179,10 +164,7 @@ class VTraceLearner(OnPolicyLearner):
         for index in order.chunk(cfg.minibatches):
             # index_select copies whole rows; advanced indexing (flat[index]) goes element by
             # element: 18x slower on a CPU for a minibatch of Atari frames (4.7 vs 0.26 ms).
-            # Into one buffer, reused: a fresh 3.6 MB tensor a minibatch costs the CPU its
-            # page faults (0.9 against 0.27 ms). Each minibatch's backward and step end before
-            # the next gather overwrites it: the caller updates between two yields.
-            rows = torch.index_select(flat, 0, index, out=self._rows(flat, len(index)))[None]
+            rows = flat.index_select(0, index)[None]
             with self.step.autocast():
                 out, _ = self.model(
                     rows, torch.zeros(rows.shape[:2], dtype=torch.bool, device=rows.device), ()
