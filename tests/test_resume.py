@@ -149,6 +149,22 @@ def test_metrics_past_the_checkpoint_are_dropped_in_the_csv_and_in_tensorboard(t
     )
 
 
+def test_episodes_past_the_checkpoint_are_dropped_too(tmp_path):
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.write_episodes([(120, -21.0, 800), (250, 3.0, 900), (260, 5.0, 950)])
+    writer.close()
+    with open(tmp_path / "episodes.csv", "a") as f:
+        f.write("270,-2")  # a row cut short by kill -9
+
+    continue_metrics(str(tmp_path), 250)
+
+    assert (tmp_path / "episodes.csv").read_text().splitlines() == [
+        "env_steps,return,length",
+        "120,-21,800",
+        "250,3,900",
+    ]
+
+
 def test_resume_auto_needs_a_fixed_run_dir(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "seedq.cli", "resume=auto"],

@@ -2,8 +2,9 @@
 resumed any number of times reads as one run.
 
 The metrics of a run killed after its last checkpoint go past the step the resumed run starts
-from; :func:`continue_metrics` drops them, so ``metrics.csv`` and TensorBoard hold one curve:
-no step range twice, and missing only what the killed run did after its checkpoint.
+from; :func:`continue_metrics` drops them, so ``metrics.csv``, ``episodes.csv`` and TensorBoard
+hold one curve: no step range twice, and missing only what the killed run did after its
+checkpoint.
 """
 
 from __future__ import annotations
@@ -18,23 +19,28 @@ from torch.utils.tensorboard import SummaryWriter
 log = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.csv"
+EPISODES_NAME = "episodes.csv"
 TENSORBOARD_DIR = "tb"
 
 
 def continue_metrics(run_dir: str, env_steps: int) -> int:
     """Make ``run_dir``'s metrics end at ``env_steps`` (the checkpoint's): rows past it are
     removed from ``metrics.csv`` (and a row cut short by a kill), and TensorBoard is told to
-    hide its events past it. Returns the rows removed."""
+    hide its events past it; so are the episodes past it from ``episodes.csv``. Returns the
+    metrics rows removed."""
     dropped = _truncate_csv(Path(run_dir) / METRICS_NAME, env_steps)
+    episodes = _truncate_csv(Path(run_dir) / EPISODES_NAME, env_steps)
     tb = Path(run_dir) / TENSORBOARD_DIR
     if tb.is_dir() and any(tb.iterdir()):
         # A SessionLog START at step S makes TensorBoard drop the events of earlier files from
         # step S on (SummaryWriter's purge_step): the killed run's tail after the checkpoint.
         SummaryWriter(log_dir=str(tb), purge_step=env_steps + 1).close()
-    if dropped:
+    if dropped or episodes:
         log.info(
-            "metrics: %d rows after env step %d dropped (the resumed run redoes them)",
+            "metrics: %d rows and %d episodes after env step %d dropped (the resumed run "
+            "redoes them)",
             dropped,
+            episodes,
             env_steps,
         )
     return dropped
