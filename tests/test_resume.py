@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seedq.arch.base import TrainingRun
-from seedq.arch.resume import continue_metrics, read_steps
+from seedq.arch.resume import continue_metrics, read_steps, recent_episodes
 from seedq.learner.checkpoint import (
     CheckpointError,
     CheckpointWriteError,
@@ -163,6 +163,20 @@ def test_episodes_past_the_checkpoint_are_dropped_too(tmp_path):
         "120,-21,800",
         "250,3,900",
     ]
+
+
+def test_a_resumed_run_takes_its_recent_episodes_from_the_log(tmp_path):
+    assert recent_episodes(str(tmp_path)) == ([], [])  # a run from before the log
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.write_episodes([(10 * i, float(i), 100 + i) for i in range(150)])
+    writer.close()
+    with open(tmp_path / "episodes.csv", "a") as f:
+        f.write("1500,oops,1\n")  # a damaged row is skipped
+
+    returns, lengths = recent_episodes(str(tmp_path))
+
+    assert returns == [float(i) for i in range(50, 150)]
+    assert lengths == [100 + i for i in range(50, 150)]
 
 
 def test_resume_auto_needs_a_fixed_run_dir(tmp_path):

@@ -39,7 +39,7 @@ import torch
 
 from seedq.agents.registry import build_agent
 from seedq.arch.monitor import Monitor, RunSummary
-from seedq.arch.resume import continue_metrics
+from seedq.arch.resume import continue_metrics, recent_episodes
 from seedq.core.agent import RunContext
 from seedq.core.stats import RunFault
 from seedq.exit_status import stop_signals_to
@@ -208,6 +208,10 @@ class TrainingRun:
         self.agent.stats.updates = int(state["updates"])
         self.elapsed_before = float(state["wall_time_s"])
         continue_metrics(self.run_dir, self.stats.env_steps)
+        if self.dist.is_writer:  # the ranks share rank 0's log; one of them refills from it
+            returns, lengths = recent_episodes(self.run_dir)
+            self.stats.recent_returns.extend(returns)
+            self.stats.recent_lengths.extend(lengths)
         log.info(
             "resumed at %d env steps, %d updates, %.0f s of training",
             self.stats.env_steps,

@@ -9,6 +9,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import collections
 import csv
 import logging
 import os
@@ -44,6 +45,26 @@ def continue_metrics(run_dir: str, env_steps: int) -> int:
             env_steps,
         )
     return dropped
+
+
+def recent_episodes(run_dir: str, keep: int = 100) -> tuple[list[float], list[int]]:
+    """The returns and lengths of the last ``keep`` episodes in ``run_dir``'s ``episodes.csv``
+    (none without one): a resumed run's ``return_mean`` goes on from them instead of starting
+    a new 100-episode window."""
+    path = Path(run_dir) / EPISODES_NAME
+    if not path.exists():
+        return [], []
+    returns: collections.deque = collections.deque(maxlen=keep)
+    lengths: collections.deque = collections.deque(maxlen=keep)
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                ret, length = float(row["return"]), int(row["length"])
+            except (KeyError, TypeError, ValueError):
+                continue  # a damaged row costs that episode, not the resume
+            returns.append(ret)
+            lengths.append(length)
+    return list(returns), list(lengths)
 
 
 def _truncate_csv(path: Path, env_steps: int) -> int:
