@@ -14,6 +14,7 @@ from seedq.tracking import loggable, open_trackers
 
 REQUIRED_COLUMNS = ("wall_time", "env_steps", "return_mean", "steps_per_s")
 # episodes.csv: one row per finished episode, in the order the learner counted them.
+EPISODES_NAME = "episodes.csv"
 EPISODE_COLUMNS = ("env_steps", "return", "length")
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class MetricsWriter:
         if new_file:
             self._csv.writeheader()
         self.trackers = open_trackers(cfg, run_dir)
-        self.episodes_path = os.path.join(run_dir, "episodes.csv")
+        self.episodes_path = os.path.join(run_dir, EPISODES_NAME)
         self._episodes: Any = None  # opened at the first finished episode
 
     def write(self, row: Mapping[str, float]) -> None:
@@ -46,8 +47,18 @@ class MetricsWriter:
         if unknown:
             raise KeyError(f"metrics {sorted(unknown)} are not columns of {self.path}")
         written = {k: _fmt(v) for k, v in row.items()}
-        self._csv.writerow(written)
-        self._file.flush()
+        try:
+            self._csv.writerow(written)
+            self._file.flush()
+        except OSError as exc:
+            # A full disk costs rows of metrics.csv (this one; the file's buffer may carry it out
+            # later), not the run: the trackers still get it, and the checkpoint is untouched.
+            log.error(
+                "the metrics row at env_steps %s could not be written to %s: %s",
+                written.get("env_steps"),
+                self.path,
+                exc,
+            )
         values = loggable(written)
         for tracker in list(self.trackers):
             try:
@@ -62,17 +73,21 @@ class MetricsWriter:
         the last 100. A resumed run appends to the same file."""
         if not episodes:
             return
-        if self._episodes is None:
-            new_file = (
-                not os.path.exists(self.episodes_path) or os.path.getsize(self.episodes_path) == 0
+        try:
+            if self._episodes is None:
+                path = self.episodes_path
+                new_file = not os.path.exists(path) or os.path.getsize(path) == 0
+                self._episodes = open(path, "a", newline="")  # noqa: SIM115 - close()
+                if new_file:
+                    self._episodes.write(",".join(EPISODE_COLUMNS) + "\n")
+            self._episodes.writelines(
+                f"{steps},{_fmt(float(ret))},{length}\n" for steps, ret, length in episodes
             )
-            self._episodes = open(self.episodes_path, "a", newline="")  # noqa: SIM115 - close()
-            if new_file:
-                self._episodes.write(",".join(EPISODE_COLUMNS) + "\n")
-        self._episodes.writelines(
-            f"{steps},{_fmt(float(ret))},{length}\n" for steps, ret, length in episodes
-        )
-        self._episodes.flush()
+            self._episodes.flush()
+        except OSError as exc:
+            # A full disk or a bad folder costs these episodes' rows, not the run: metrics.csv
+            # still has their mean, and the next row tries again.
+            log.error("%d episodes not written to %s: %s", len(episodes), self.episodes_path, exc)
 
     def close(self) -> None:
         for tracker in self.trackers:
@@ -80,9 +95,13 @@ class MetricsWriter:
                 tracker.close()
             except Exception as exc:  # noqa: BLE001 - closing the others matters more
                 log.error("closing %s failed: %s", type(tracker).__name__, exc)
-        self._file.close()
-        if self._episodes is not None:
-            self._episodes.close()
+        for name, file in (("metrics", self._file), ("episodes", self._episodes)):
+            if file is None:
+                continue
+            try:
+                file.close()
+            except OSError as exc:  # the last buffered rows; the checkpoint is what matters
+                log.error("closing the %s log failed: %s", name, exc)
 
 
 def _fmt(value: float | None) -> str:

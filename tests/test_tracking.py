@@ -235,6 +235,31 @@ def test_the_episode_log_keeps_every_return_and_a_resumed_run_appends(tmp_path):
     ]
 
 
+def test_an_episode_log_that_cannot_be_written_costs_its_rows_not_the_run(tmp_path, caplog):
+    writer = MetricsWriter(str(tmp_path), [])
+    (tmp_path / "episodes.csv").mkdir()  # stands in for a full disk: open() raises OSError
+    writer.write_episodes([(8, -21.0, 812)])
+    writer.write({"wall_time": 1.0, "env_steps": 8, "return_mean": -21.0})
+    writer.close()
+    assert "1 episodes not written to" in caplog.text
+    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [8]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_metrics_log_on_a_full_disk_costs_its_rows_not_the_run(tmp_path, caplog):
+    # metrics.csv links to /dev/full, where every write fails with ENOSPC, as on a full disk.
+    os.symlink("/dev/full", tmp_path / "metrics.csv")
+    writer = MetricsWriter(str(tmp_path), ["loss/pg"])
+    seen = []
+    writer.trackers.append(SimpleNamespace(log_row=seen.append, close=lambda: None))
+    for steps in (8, 16):
+        writer.write({"wall_time": 1.0, "env_steps": steps, "return_mean": -21.0})
+    writer.close()
+    assert "the metrics row at env_steps 8 could not be written to" in caplog.text
+    assert "No space left on device" in caplog.text
+    assert [row["env_steps"] for row in seen] == [8, 16]  # the trackers still get every row
+
+
 def test_trackers_get_the_values_as_the_csv_has_them():
     row = {"env_steps": "64768", "loss/pg": "0.348227", "return_mean": "", "x": "inf"}
     assert loggable(row) == {"env_steps": 64768, "loss/pg": 0.348227}

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from seedq.metrics import EPISODES_NAME
+
 log = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.csv"
-EPISODES_NAME = "episodes.csv"
 TENSORBOARD_DIR = "tb"
 
 
