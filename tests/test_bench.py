@@ -249,3 +249,16 @@ def test_bench_against_names_a_bad_commit_and_an_unknown_metric():
     )
     assert result.returncode != 0 and "no number 'nope'" in result.stderr
     assert "us_per_step" in result.stderr
+
+
+def test_the_update_parts_probe_times_the_learners_own_update():
+    # benchmarks/learner_update_parts.py drives VTraceLearner's own methods by hand; if they
+    # change, the probe must fail here, not print figures of code that no longer runs.
+    script = Path(__file__).parent.parent / "benchmarks" / "learner_update_parts.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "zero", "1"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    parts = dict(re.findall(r"^(.+?)\s+([\d.]+) µs/step", result.stdout, re.MULTILINE))
+    assert {"gather + forward + loss", "backward", "clip", "adam", "total"} <= set(parts)
+    assert "1 batches of 512 env steps" in result.stdout  # the preset: 16 envs x 32 steps
