@@ -13,6 +13,7 @@ from typing import Any
 from seedq.tracking import loggable, open_trackers
 
 REQUIRED_COLUMNS = ("wall_time", "env_steps", "return_mean", "steps_per_s")
+METRICS_NAME = "metrics.csv"
 # episodes.csv: one row per finished episode, in the order the learner counted them.
 EPISODES_NAME = "episodes.csv"
 EPISODE_COLUMNS = ("env_steps", "return", "length")
@@ -32,7 +33,7 @@ class MetricsWriter:
     def __init__(self, run_dir: str, columns: list[str], cfg: Any = None) -> None:
         os.makedirs(run_dir, exist_ok=True)
         self.columns = list(REQUIRED_COLUMNS) + [c for c in columns if c not in REQUIRED_COLUMNS]
-        self.path = os.path.join(run_dir, "metrics.csv")
+        self.path = os.path.join(run_dir, METRICS_NAME)
         new_file = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
         self._csv = csv.DictWriter(self._file, fieldnames=self.columns, restval="")

@@ -17,11 +17,10 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-from seedq.metrics import EPISODES_NAME
+from seedq.metrics import EPISODES_NAME, METRICS_NAME
 
 log = logging.getLogger(__name__)
 
-METRICS_NAME = "metrics.csv"
 TENSORBOARD_DIR = "tb"
 
 
