@@ -51,7 +51,10 @@ def test_pixel_catch_is_solved_through_actors_broker_and_learner(tmp_path, algor
         "max_minutes=4",
         "log_interval_s=2",
     )
-    assert summary.return_mean >= 0.8, summary
+    # The window that met the target; the final one also holds the episodes that ended while
+    # the roles stopped (a fresh sample of a policy at ~0.8: see test_monitor.py).
+    assert summary.stop_reason == "target_return", summary
+    assert summary.return_at_target >= 0.8, summary
 
 
 def paddle_column(frame: np.ndarray) -> int:

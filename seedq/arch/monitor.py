@@ -46,6 +46,10 @@ class RunSummary:
     episodes: int
     updates: int
     time_to_target_s: float | None
+    # The mean that met ``stop_at_return`` (None if none did). ``return_mean`` is the final
+    # window's, which holds the episodes that ended while the roles stopped: on short episodes
+    # it can be a fresh sample below the target.
+    return_at_target: float | None
     stop_reason: str
 
 
@@ -71,6 +75,7 @@ class Monitor:
         self.last_batches, self.last_batch_envs = 0, 0
         self.last_wait, self.last_busy = 0.0, 0.0
         self.time_to_target: float | None = None
+        self.return_at_target: float | None = None
         self.return_mean: float | None = None
         self.progress = ProgressBar(cfg.total_env_steps, broker_stats.env_steps)
 
@@ -147,6 +152,7 @@ class Monitor:
             and self.return_mean >= target
         ):
             self.time_to_target = elapsed
+            self.return_at_target = self.return_mean
             return "target_return"
         return "" if final else self.budget_spent(now)
 
@@ -170,5 +176,6 @@ class Monitor:
             episodes=self.stats.episodes,
             updates=self.agent.stats.updates,
             time_to_target_s=None if self.time_to_target is None else round(self.time_to_target, 1),
+            return_at_target=self.return_at_target,
             stop_reason=reason,
         )

@@ -1,0 +1,74 @@
+"""The run monitor: its progress line and the run summary it hands back."""
+
+import logging
+import time
+from types import SimpleNamespace
+
+from seedq.arch.monitor import Monitor
+from seedq.core.stats import RunStats, TrainStats
+from seedq.parallel.agreement import NullWriter
+from seedq.progress import PROGRESS_LOGGER
+
+
+class QuietAgent:
+    metric_columns: list[str] = []
+
+    def __init__(self) -> None:
+        self.stats = TrainStats()
+
+    def metrics(self) -> dict:
+        return {}
+
+    def judged_returns(self, returns: list[float]) -> list[float]:
+        return returns
+
+    def progress(self, row: dict) -> str:
+        return ""
+
+
+def monitor_config(stop_at_return: float | None = None) -> SimpleNamespace:
+    return SimpleNamespace(
+        total_env_steps=10**6,
+        stop_at_return=stop_at_return,
+        max_minutes=0,
+        broker=SimpleNamespace(max_batch=1),
+    )
+
+
+def test_the_final_progress_line_reports_the_run_average(caplog):
+    """A run of 100 s and 1,000 steps whose last interval was a millisecond: 10 steps/s."""
+    stats = RunStats()
+    monitor = Monitor(monitor_config(), QuietAgent(), stats, NullWriter(), time.monotonic() - 100.0)
+    stats.env_steps = 1000
+    monitor.last_steps, monitor.last_time = 990, time.monotonic() - 0.001
+    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+        monitor.tick(final=True)
+    assert "| 10 steps/s on average |" in caplog.records[-1].getMessage()
+
+
+def test_a_run_stopped_at_its_target_reports_the_window_that_met_it():
+    """Episodes that end while the roles stop (after the stop was decided) move the final
+    window; the summary still says which mean met the target, and the final one beside it."""
+    stats = RunStats()
+    monitor = Monitor(monitor_config(0.8), QuietAgent(), stats, NullWriter(), time.monotonic())
+    stats.record_episodes(99, [1.0] * 99, [9] * 99)
+    assert monitor.tick() == ""  # 99 episodes: too few to judge
+    stats.record_episodes(1, [1.0], [9])
+    assert monitor.tick() == "target_return"
+    stats.record_episodes(40, [-1.0] * 40, [9] * 40)  # finished while the roles stopped
+    monitor.tick(final=True)
+    summary = monitor.summary("target_return")
+    assert summary.return_at_target == 1.0
+    assert summary.return_mean == 0.2  # 60 x 1 and 40 x -1
+    assert summary.time_to_target_s is not None
+
+
+def test_a_run_that_misses_its_target_reports_none_for_it():
+    stats = RunStats()
+    monitor = Monitor(monitor_config(0.8), QuietAgent(), stats, NullWriter(), time.monotonic())
+    stats.record_episodes(100, [0.5] * 100, [9] * 100)
+    assert monitor.tick() == ""
+    monitor.tick(final=True)
+    summary = monitor.summary("total_env_steps")
+    assert (summary.return_at_target, summary.time_to_target_s) == (None, None)
+    assert summary.return_mean == 0.5
