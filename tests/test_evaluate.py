@@ -16,6 +16,8 @@ def cartpole_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     result = run_cli(
         "total_env_steps=200000",
+        # A policy well above random play is all the tests need; stop there.
+        "stop_at_return=100",
         "actor.num_actors=1",
         # Few envs per batch: more updates per env step, so 200k steps train a real policy.
         "actor.envs_per_batch=16",

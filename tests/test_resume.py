@@ -212,12 +212,12 @@ def test_resume_auto_starts_continues_and_knows_a_finished_run(tmp_path):
 def test_resume_auto_skips_a_damaged_newest_checkpoint(tmp_path):
     run = [*FAKE, "resume=auto", f"run_dir={tmp_path}"]
     # two runs, each ending with a checkpoint: two files however fast the box steps
-    assert run_cli(*run, "total_env_steps=10000").returncode == 0
+    assert run_cli(*run, "total_env_steps=3000").returncode == 0
     done = json.loads((tmp_path / "summary.json").read_text())["env_steps"]
-    assert run_cli(*run, f"total_env_steps={done + 10000}").returncode == 0
+    assert run_cli(*run, f"total_env_steps={done + 3000}").returncode == 0
     saved = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))
     damage(saved[-1])
-    result = run_cli(*run, f"total_env_steps={done + 20000}")
+    result = run_cli(*run, f"total_env_steps={done + 6000}")
     previous = int(saved[-2].name[5:-3])
     assert (result.returncode, f"resumed at {previous} env steps" in result.stdout) == (0, True)
     assert f"{saved[-1].name} cannot be read" in result.stdout

@@ -94,7 +94,7 @@ def sweep(tmp_path_factory) -> tuple[Path, Path]:
         "logger=[wandb,mlflow]",
         f"logger.mlflow.tracking_uri=file:{store}",
         "seed=0,1",
-        "total_env_steps=20000",
+        "total_env_steps=8000",
         "actor.num_actors=1",
         "log_interval_s=0.5",
         f"hydra.sweep.dir={root / 'sweep'}",
