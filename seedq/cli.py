@@ -24,13 +24,7 @@ from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for,
 from seedq.envs.section import foreign_key
 from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
 from seedq.launch.sizing import size_config, size_run
-from seedq.learner.checkpoint import (
-    CheckpointError,
-    check_compatible,
-    find_checkpoint,
-    load_checkpoint,
-    load_newest,
-)
+from seedq.learner.errors import CheckpointError
 
 log = logging.getLogger("seedq")
 
@@ -56,6 +50,8 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
     what may change (``max_minutes=30``, ``total_env_steps=...``, ``hardware=gpu``). Choosing
     ``algorithm``, ``env`` or ``launcher`` groups is allowed only if they match the checkpoint.
     """
+    from seedq.learner.checkpoint import check_compatible, find_checkpoint, load_checkpoint
+
     path = find_checkpoint(str(composed.resume))
     state = load_checkpoint(path)
     saved = OmegaConf.create(state["config"])
@@ -90,6 +86,7 @@ def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dic
     """``resume=auto``: this command line's config, continued from the newest checkpoint of its
     run directory that reads (None: there is none yet, the run starts from scratch)."""
     from seedq.arch.resume import continue_metrics
+    from seedq.learner.checkpoint import check_compatible, load_newest
 
     if not fixed_run_dir(hydra_cfg):
         raise ConfigError(
@@ -192,7 +189,6 @@ def resolve_rank_config(cfg: DictConfig, hydra_cfg: Any, ranks_here: int) -> tup
 def _train(cfg: DictConfig) -> float | None:
     from seedq import learner_ranks
     from seedq.arch import ArchUnavailable, run_class
-    from seedq.arch.base import STOPPED
     from seedq.core.stats import RunFault
     from seedq.envs import EnvError
 
@@ -213,6 +209,9 @@ def _train(cfg: DictConfig) -> float | None:
             return None
         if config.hardware.learners > 1:
             return start_learners(config, list(hydra_cfg.overrides.task))
+        # torch comes in here: a config refused above costs no torch import (~2 s).
+        from seedq.arch.base import STOPPED
+
         run = run_class(config.arch.name)(config, config.run_dir, resume=state)
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)

@@ -14,6 +14,9 @@ EXIT_RUN_FAILED = 3  # a fault the run could not survive; its last good state is
 # Stopped by SIGINT, SIGTERM or SIGUSR1 after saving a checkpoint: the run is not finished, and
 # `seedq-train ... resume=auto` (the same command) continues it. sysexits.h's EX_TEMPFAIL.
 EXIT_STOPPED = 75
+# A learner rank's own exit when another rank stopped answering (a collective failed or timed
+# out): the run's failure is the other rank's, which the launcher names.
+EXIT_RANK_LOST = 4
 
 # Ctrl-C; SIGTERM from a scheduler, a supervisor or `kill`; SIGUSR1 from Slurm's
 # --signal=B:USR1@90 before a time limit. Each stops the run with a checkpoint first (a

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from seedq.parallel.group import EXIT_RANK_LOST
+from seedq.exit_status import EXIT_RANK_LOST
 from seedq.parallel.ranks import (
     RankInfo,
     check_learners,

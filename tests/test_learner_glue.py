@@ -22,7 +22,7 @@ from seedq.agents.common.normalize import RewardScaler
 from seedq.agents.common.replay import SampledSequences
 from seedq.agents.common.update import Placement, clip_grad_norm
 from seedq.agents.config import ModelConfig
-from seedq.agents.r2d2 import R2D2Agent
+from seedq.agents.r2d2.agent import R2D2Agent
 from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
 from seedq.agents.r2d2.network import build_network as build_q_network

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from seedq.actor.config import ActorConfig
-from seedq.agents.vtrace import VTraceAgent
+from seedq.agents.vtrace.agent import VTraceAgent
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.network import AgentOutput
 from seedq.arch.seed import SeedRun

@@ -15,7 +15,7 @@ from seedq.actor.config import ActorConfig
 from seedq.agents.common.distributions import Gaussian
 from seedq.agents.common.normalize import RewardScaler, RunningNorm, update_obs_norm
 from seedq.agents.common.targets import transition_rewards
-from seedq.agents.ppo import PPOAgent
+from seedq.agents.ppo.agent import PPOAgent
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.loss import gae, ppo_loss
 from seedq.arch.seed import SeedRun

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from seedq.agents.r2d2.config import QModelConfig, R2D2Config
-from seedq.agents.vtrace import VTraceAgent
+from seedq.agents.vtrace.agent import VTraceAgent
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.network import AgentOutput
 from seedq.arch.sebulba import SebulbaRun, build_env_batches, sebulba_layout

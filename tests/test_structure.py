@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import collections
+import subprocess
+import sys
 from pathlib import Path
 
 import seedq
@@ -122,3 +124,19 @@ def test_the_protocol_types_sit_below_the_learner_runtime_and_the_agents():
     graph = import_graph()
     assert set(graph["core"]) <= {"messages", "schema"}
     assert "agents" not in graph["learner"] and "arch" not in graph["agents"]
+
+
+def test_a_refused_command_line_never_imports_torch(tmp_path):
+    """seedq-train checks a config before anything imports torch (~2 s of a refusal's start;
+    the registry names agents by import path for this): a package ``__init__`` that pulls in
+    a learner, or a module-level import in the command line, breaks it."""
+    probe = (
+        "import sys; sys.argv = ['seedq-train', 'algorithm=ppo', 'algorithm.batch_size=-1'];"
+        "import seedq.cli\n"
+        "try:\n    seedq.cli.train_main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "print('exit', code, 'torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.stdout.split()[-3:] == ["exit", "2", "False"], result.stdout + result.stderr

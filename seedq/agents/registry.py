@@ -22,11 +22,15 @@ AGENTS: dict[str, AgentEntry] = {
     entry.name: entry
     for entry in [
         AgentEntry(
-            "vtrace", "seedq.agents.vtrace.config:VTraceConfig", "seedq.agents.vtrace:VTraceAgent"
+            "vtrace",
+            "seedq.agents.vtrace.config:VTraceConfig",
+            "seedq.agents.vtrace.agent:VTraceAgent",
         ),
-        AgentEntry("r2d2", "seedq.agents.r2d2.config:R2D2Config", "seedq.agents.r2d2:R2D2Agent"),
-        AgentEntry("ppo", "seedq.agents.ppo.config:PPOConfig", "seedq.agents.ppo:PPOAgent"),
-        AgentEntry("sac", "seedq.agents.sac.config:SACConfig", "seedq.agents.sac:SACAgent"),
+        AgentEntry(
+            "r2d2", "seedq.agents.r2d2.config:R2D2Config", "seedq.agents.r2d2.agent:R2D2Agent"
+        ),
+        AgentEntry("ppo", "seedq.agents.ppo.config:PPOConfig", "seedq.agents.ppo.agent:PPOAgent"),
+        AgentEntry("sac", "seedq.agents.sac.config:SACConfig", "seedq.agents.sac.agent:SACAgent"),
     ]
 }
 

@@ -28,6 +28,7 @@ import torch
 from omegaconf import OmegaConf
 
 from seedq.envs.section import saved_env_section
+from seedq.learner.errors import CheckpointError
 from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,6 @@ COMPATIBILITY_KEYS = ("algorithm.name", "algorithm.model", "env")
 # Settings added to those sections after checkpoints were written, with the value every run
 # before them had: a checkpoint without the key is read as having that value.
 LEGACY_VALUES = {"algorithm.model": {"activation": "relu"}}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be used; the message names the file and what is wrong."""
 
 
 class CheckpointWriteError(OSError):

@@ -30,14 +30,14 @@ import torch.distributed as dist
 from torch import Tensor
 
 from seedq.core.stats import RunFault
+from seedq.exit_status import EXIT_RANK_LOST
 from seedq.parallel.ranks import RankInfo
 
 log = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
-# A rank that lost a peer exits with this status (seedq.learner_ranks), at the latest this
+# A rank that lost a peer exits with EXIT_RANK_LOST (seedq.learner_ranks), at the latest this
 # many seconds after it noticed: before the launcher's 30 s grace ends in SIGKILL.
-EXIT_RANK_LOST = 4
 LOST_EXIT_S = 20.0
 
 

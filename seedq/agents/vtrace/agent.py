@@ -1,0 +1,57 @@
+"""The V-trace agent: what ``seedq.agents.registry`` builds for a run (the algorithm is described
+in the package's docstring, kept free of torch so configs validate without it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seedq.agents.common.base import discrete_network
+from seedq.agents.common.onpolicy import OnPolicyAgent
+from seedq.agents.common.update import Placement
+from seedq.agents.vtrace.acting import SampleFromPolicy
+from seedq.agents.vtrace.learner import VTraceLearner
+from seedq.agents.vtrace.network import build_network
+from seedq.core.agent import RunContext
+from seedq.messages import EnvSpec
+
+
+class VTraceAgent(OnPolicyAgent):
+    name = "vtrace"
+    columns = {
+        "loss/total": "loss/total",
+        "loss/pg": "loss/pg",
+        "loss/baseline": "loss/baseline",
+        "loss/entropy": "loss/entropy",
+        "train/grad_norm": "grad_norm",
+        "train/lr": "lr",
+    }
+
+    @classmethod
+    def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
+        return discrete_network(cls, build_network, spec, alg, channels_last)
+
+    @classmethod
+    def make_selector(cls, alg: Any, *, greedy: bool = False) -> SampleFromPolicy:
+        return SampleFromPolicy(greedy=greedy)
+
+    @classmethod
+    def samples_per_update(cls, alg: Any) -> int:
+        return alg.batch_size * alg.unroll_length // alg.minibatches
+
+    def make_learner(self, ctx: RunContext, placement: Placement) -> VTraceLearner:
+        return VTraceLearner(
+            self.model,
+            self.alg,
+            placement,
+            total_env_steps=ctx.cfg.total_env_steps,
+            spec=ctx.spec,
+            seed=ctx.cfg.seed,
+        )
+
+    def progress(self, row: dict[str, Any]) -> str:
+        if row.get("loss/pg") is None:
+            return "no update this interval"
+        return (
+            f"loss pg {row['loss/pg']:.3g} baseline {row['loss/baseline']:.3g} "
+            f"entropy {row['loss/entropy']:.3g}"
+        )
