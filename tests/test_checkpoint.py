@@ -142,12 +142,12 @@ def test_r2d2_resumes_with_its_target_network_counters_and_replay(tmp_path):
         "log_interval_s=1",
         "checkpoint.replay=true",
     ]
-    first = run_cli("algorithm=r2d2", "total_env_steps=30000", *tiny, f"hydra.run.dir={run_dir}")
+    first = run_cli("algorithm=r2d2", "total_env_steps=10000", *tiny, f"hydra.run.dir={run_dir}")
     assert first.returncode == 0, first.stdout
     before = load_checkpoint(find_checkpoint(str(run_dir)))
     again = run_cli(
         f"resume={run_dir}",
-        f"total_env_steps={before['env_steps'] + 30000}",
+        f"total_env_steps={before['env_steps'] + 10000}",
         f"hydra.run.dir={tmp_path / 'again'}",
     )
     after = load_checkpoint(find_checkpoint(str(run_dir)))
