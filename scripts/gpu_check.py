@@ -334,7 +334,14 @@ def judge(step: Step, code: int, output: str) -> tuple[str, dict[str, Any], str]
     summary = json.loads(summary_file.read_text()) if summary_file and summary_file.exists() else {}
     figures = {
         k: summary.get(k)
-        for k in ("env_steps", "steps_per_s", "return_mean", "updates", "time_to_target_s")
+        for k in (
+            "env_steps",
+            "steps_per_s",
+            "return_mean",
+            "updates",
+            "time_to_target_s",
+            "return_at_target",
+        )
         if k in summary
     }
     figures["stop_reason"] = summary.get("stop_reason")
