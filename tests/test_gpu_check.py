@@ -98,9 +98,18 @@ def finished(tmp_path: Path, name: str, judge: str, summary: dict | None) -> gpu
 
 
 def test_a_training_step_is_judged_by_the_summary_its_run_wrote(tmp_path):
-    reached = {"stop_reason": "target_return", "updates": 9, "env_steps": 100}
+    reached = {
+        "stop_reason": "target_return",
+        "updates": 9,
+        "env_steps": 100,
+        "return_mean": 470.0,
+        "return_at_target": 476.0,
+    }
     timed_out = {"stop_reason": "max_minutes", "updates": 9}
-    assert gpu_check.judge(finished(tmp_path, "a", "target", reached), 0, "")[0] == "pass"
+    status, figures, _ = gpu_check.judge(finished(tmp_path, "a", "target", reached), 0, "")
+    # The report carries the mean that met the target beside the final window's.
+    assert status == "pass" and figures["return_at_target"] == 476.0
+    assert figures["return_mean"] == 470.0
     status, _, note = gpu_check.judge(finished(tmp_path, "b", "target", timed_out), 0, "")
     assert status == "fail" and "max_minutes" in note
     assert gpu_check.judge(finished(tmp_path, "c", "ran", {"updates": 0}), 0, "")[0] == "fail"

@@ -123,6 +123,11 @@ class OnPolicyAgent(AgentBase):
         self.assembler = BatchAssembler(self.alg.batch_size)
         self._trained = threading.Event()
 
+    @classmethod
+    def samples_per_update(cls, alg: Any) -> int:
+        # A batch of batch_size unrolls, trained in ``minibatches`` shares per pass.
+        return alg.batch_size * alg.unroll_length // alg.minibatches
+
     def unroll_columns(self) -> int:
         # Central inference writes each training batch at once; the assembler passes it on.
         return int(self.alg.batch_size)

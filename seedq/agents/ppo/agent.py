@@ -34,10 +34,6 @@ class PPOAgent(OnPolicyAgent):
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
         return build_network(spec, alg, channels_last=channels_last)
 
-    @classmethod
-    def samples_per_update(cls, alg: Any) -> int:
-        return alg.batch_size * alg.unroll_length // alg.minibatches
-
     def make_learner(self, ctx: RunContext, placement: Placement) -> PPOLearner:
         return PPOLearner(
             self.model,

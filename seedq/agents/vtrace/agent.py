@@ -34,10 +34,6 @@ class VTraceAgent(OnPolicyAgent):
     def make_selector(cls, alg: Any, *, greedy: bool = False) -> SampleFromPolicy:
         return SampleFromPolicy(greedy=greedy)
 
-    @classmethod
-    def samples_per_update(cls, alg: Any) -> int:
-        return alg.batch_size * alg.unroll_length // alg.minibatches
-
     def make_learner(self, ctx: RunContext, placement: Placement) -> VTraceLearner:
         return VTraceLearner(
             self.model,
