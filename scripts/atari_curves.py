@@ -50,7 +50,10 @@ def run_game(game: str, frames: float, out: Path, overrides: list[str]) -> Path:
     skips = [o.split("=", 1)[1] for o in overrides if o.startswith("env.frame_skip=")]
     steps = int(frames) // int(skips[-1] if skips else 4)  # frames are agent steps x frame_skip
     cmd = [
-        "seedq-train",
+        # seedq of this interpreter (a venv's), whatever seedq-train PATH finds first
+        sys.executable,
+        "-m",
+        "seedq.cli",
         "env=atari",
         f"env.id=ALE/{game}-v5",
         f"total_env_steps={steps}",
@@ -64,8 +67,14 @@ def run_game(game: str, frames: float, out: Path, overrides: list[str]) -> Path:
         *overrides,
     ]
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    launch(cmd)
     return run_dir
+
+
+def launch(cmd: list[str]) -> None:
+    """Run one training command to its end (tests replace this, not ``subprocess.run``, which
+    matplotlib's first import on a fresh machine calls to build its font cache)."""
+    subprocess.run(cmd, check=True)
 
 
 def read_run(run_dir: Path) -> dict:

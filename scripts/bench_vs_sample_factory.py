@@ -28,6 +28,7 @@ import argparse
 import csv
 import datetime as dt
 import importlib.metadata
+import importlib.util
 import json
 import math
 import os
@@ -279,7 +280,10 @@ def seedq_command(
     preset: EnvPreset, budget: Budget, run_dir: Path, extra: Sequence[str]
 ) -> list[str]:
     return [
-        "seedq-train",
+        # seedq-train of this interpreter (a venv's), whatever PATH finds first
+        sys.executable,
+        "-m",
+        "seedq.cli",
         *preset.seedq_overrides,
         f"seed={budget.seed}",
         f"total_env_steps={budget.steps}",
@@ -863,8 +867,8 @@ def main(argv: Sequence[str]) -> int:
         interval_s=args.interval or preset.interval_s,
     )
     threshold = args.threshold if args.threshold is not None else preset.default_threshold
-    if shutil.which("seedq-train") is None:
-        raise SystemExit("seedq-train is not on PATH: install seedq first (pip install -e .)")
+    if importlib.util.find_spec("seedq") is None:
+        raise SystemExit(f"seedq is not installed for {sys.executable}: pip install -e .")
 
     install_s = ensure_sf_venv(args.venv.expanduser(), _version("torch"))
     venv = args.venv.expanduser()

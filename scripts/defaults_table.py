@@ -93,7 +93,8 @@ def run_name(algorithm: str, env: Env) -> str:
 
 
 def command(algorithm: str, env: Env, run_dir: Path) -> list[str]:
-    cmd = ["seedq-train", f"algorithm={algorithm}", *env.overrides]
+    # seedq-train of this interpreter (a venv's), whatever PATH finds first
+    cmd = [sys.executable, "-m", "seedq.cli", f"algorithm={algorithm}", *env.overrides]
     cmd += [f"total_env_steps={env.steps}", f"max_minutes={env.minutes}"]
     if env.threshold is not None:
         cmd.append(f"stop_at_return={env.threshold}")

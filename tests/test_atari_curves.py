@@ -2,7 +2,7 @@
 
 import csv
 import importlib.util
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,20 +83,20 @@ def test_run_trains_each_game_for_its_frames_and_continues_an_interrupted_run(
 ):
     commands = []
 
-    def fake_train(cmd, check):
+    def fake_train(cmd):
         commands.append(cmd)
         run_dir = Path(next(c for c in cmd if c.startswith("run_dir=")).split("=", 1)[1])
         fake_run(run_dir, {"id": "ALE/Breakout-v5", "frame_skip": 2}, [(500_000, 101.0)])
-        return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(curves.subprocess, "run", fake_train)
+    monkeypatch.setattr(curves, "launch", fake_train)
     out = tmp_path / "curves"
     code = curves.main(
         ["run", "--games", "Breakout", "--frames", "1e6", "--out", str(out), "env.frame_skip=2"]
     )
     assert code == 0
     (cmd,) = commands
-    assert cmd[:3] == ["seedq-train", "env=atari", "env.id=ALE/Breakout-v5"]
+    # This interpreter's seedq (a venv's), not whichever seedq-train PATH finds first.
+    assert cmd[:5] == [sys.executable, "-m", "seedq.cli", "env=atari", "env.id=ALE/Breakout-v5"]
     # 1 M frames at 2 frames per step; the same command again resumes from a checkpoint.
     assert "total_env_steps=500000" in cmd and "resume=auto" in cmd and "max_minutes=0" in cmd
     assert cmd[-1] == "env.frame_skip=2"
