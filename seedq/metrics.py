@@ -21,6 +21,38 @@ EPISODE_COLUMNS = ("env_steps", "return", "length")
 log = logging.getLogger(__name__)
 
 
+def _continue_header(path: str, columns: list[str]) -> list[str]:
+    """The columns to append to the existing ``path`` with: its own header, plus any of
+    ``columns`` it lacks (a resumed run whose seedq logs more than the one that started it).
+
+    New columns rewrite the file under the wider header (old rows blank there), through a
+    temporary file and a rename, so a crash leaves either file whole; appending rows of another
+    shape under the old header would misalign every column after the first difference.
+    """
+    with open(path, newline="") as f:
+        text = f.read()
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # a row cut short when the writer was killed
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or not rows[0]:
+        return columns
+    header = rows[0]
+    added = [c for c in columns if c not in header]
+    if not added:
+        return header
+    merged = header + added
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(merged)
+        writer.writerows(row + [""] * len(added) for row in rows[1:] if len(row) == len(header))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    log.info("%s: new columns %s (blank in the earlier rows)", path, ", ".join(added))
+    return merged
+
+
 class MetricsWriter:
     """Writes one row per logging interval to ``metrics.csv`` and the same values, as written
     there, to each tracker.
@@ -35,6 +67,8 @@ class MetricsWriter:
         self.columns = list(REQUIRED_COLUMNS) + [c for c in columns if c not in REQUIRED_COLUMNS]
         self.path = os.path.join(run_dir, METRICS_NAME)
         new_file = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+        if not new_file:
+            self.columns = _continue_header(self.path, self.columns)
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
         self._csv = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
         if new_file:

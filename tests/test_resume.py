@@ -2,6 +2,7 @@
 background, the newest checkpoint that reads, metrics cut back to the checkpoint, and
 ``seedq-train resume=auto`` / stop signals as a user meets them."""
 
+import csv
 import json
 import os
 import signal
@@ -300,3 +301,25 @@ def test_a_checkpoint_never_removes_a_file_this_process_is_writing_beside_it(tmp
         path.write_bytes(b"half")
     save_checkpoint(str(tmp_path), state(100), keep=3)
     assert (ours.exists(), killed.exists()) == (True, False)
+
+
+def test_a_resumed_run_that_logs_more_columns_widens_the_file_instead_of_misaligning_it(
+    tmp_path,
+):
+    # The run that started: an older seedq with one metric column fewer; killed mid-row.
+    old = MetricsWriter(str(tmp_path), ["loss/pg"])
+    old.write({"wall_time": 1.0, "env_steps": 100, "return_mean": -20.0, "loss/pg": 0.5})
+    old.close()
+    with open(tmp_path / "metrics.csv", "a") as f:
+        f.write("2.0,20")  # cut short by kill -9
+    # The resumed run logs a column the file lacks, and no longer one it has.
+    new = MetricsWriter(str(tmp_path), ["train/approx_kl"])
+    new.write({"wall_time": 3.0, "env_steps": 300, "return_mean": -19.0, "train/approx_kl": 0.01})
+    new.close()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["env_steps"], r["loss/pg"], r["train/approx_kl"]) for r in rows] == [
+        ("100", "0.5", ""),
+        ("300", "", "0.01"),
+    ]
+    assert all(None not in r for r in rows)  # no row has more fields than the header
