@@ -164,7 +164,7 @@ def test_vtrace_loss_is_the_reference_on_the_rows_sliced_by_the_convention():
     loss = vtrace_learner(model, cfg).loss(batch)
     expected = reference_vtrace_loss(model, batch, cfg)
     np.testing.assert_allclose(
-        [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
+        [float(t.detach()) for t in loss[:4]], [float(t.detach()) for t in expected], rtol=1e-5
     )
 
 
@@ -179,7 +179,7 @@ def test_vtrace_reward_scaling_trains_on_the_scalers_rewards_and_checkpoints_its
 
     expected = reference_vtrace_loss(model, scaled, cfg)
     np.testing.assert_allclose(
-        [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
+        [float(t.detach()) for t in loss[:4]], [float(t.detach()) for t in expected], rtol=1e-5
     )
     restored = vtrace_learner(LinearPolicy(), cfg)
     restored.load_state_dict(learner.state_dict())
@@ -203,7 +203,7 @@ def test_vtrace_clips_rewards_before_it_scales_them():
 
     expected = reference_vtrace_loss(model, scaled, dataclasses.replace(cfg, reward_clip="none"))
     np.testing.assert_allclose(
-        [float(t.detach()) for t in loss], [float(t.detach()) for t in expected], rtol=1e-5
+        [float(t.detach()) for t in loss[:4]], [float(t.detach()) for t in expected], rtol=1e-5
     )
 
 

@@ -414,7 +414,15 @@ def _numpy_loss_reference(inputs, baseline_cost, entropy_cost, clip_rho, clip_pg
     pg = -np.mean(taken_target * pg_adv)
     baseline = baseline_cost * 0.5 * np.mean((vs - arrays["values"]) ** 2)
     entropy = -entropy_cost * np.mean(-(np.exp(target_log_pi) * target_log_pi).sum(axis=-1))
-    return {"total": pg + baseline + entropy, "pg": pg, "baseline": baseline, "entropy": entropy}
+    log_ratio = taken_target - taken_behaviour
+    return {
+        "total": pg + baseline + entropy,
+        "pg": pg,
+        "baseline": baseline,
+        "entropy": entropy,
+        "approx_kl": np.mean(np.exp(log_ratio) - 1 - log_ratio),
+        "clip_fraction": 0.0,  # no clip_eps
+    }
 
 
 @pytest.mark.parametrize("term", VTraceLoss._fields)
@@ -474,6 +482,25 @@ def _numpy_clipped_pg(inputs, clip_eps, normalize):
         adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
     ratio = np.exp(log_rhos)
     return -np.mean(np.minimum(ratio * adv, np.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv))
+
+
+@pytest.mark.parametrize("clip_eps", [None, 0.2])
+def test_kl_and_clip_fraction_match_the_numpy_reference(clip_eps):
+    inputs = _loss_inputs(num_steps=6, batch=4)
+    loss = _loss(inputs, clip_eps=clip_eps)
+    arrays = {k: v.detach().numpy() for k, v in inputs.items()}
+
+    def log_pi(logits):
+        log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        return np.take_along_axis(log_probs, arrays["actions"][..., None], axis=-1)[..., 0]
+
+    log_ratio = log_pi(arrays["target_logits"]) - log_pi(arrays["behaviour_logits"])
+    ratio = np.exp(log_ratio)
+    np.testing.assert_allclose(float(loss.approx_kl), np.mean(ratio - 1 - log_ratio), rtol=1e-10)
+    clipped = np.mean(np.abs(ratio - 1) > clip_eps) if clip_eps else 0.0
+    assert float(loss.clip_fraction) == pytest.approx(clipped)
+    assert 0.0 < clipped < 1.0 or clip_eps is None  # the inputs exercise both sides
+    assert not loss.approx_kl.requires_grad and not loss.clip_fraction.requires_grad
 
 
 @pytest.mark.parametrize("normalize", [False, True])

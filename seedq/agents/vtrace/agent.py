@@ -22,6 +22,8 @@ class VTraceAgent(OnPolicyAgent):
         "loss/pg": "loss/pg",
         "loss/baseline": "loss/baseline",
         "loss/entropy": "loss/entropy",
+        "train/approx_kl": "loss/approx_kl",
+        "train/clip_fraction": "loss/clip_fraction",
         "train/grad_norm": "grad_norm",
         "train/lr": "lr",
     }
@@ -49,5 +51,5 @@ class VTraceAgent(OnPolicyAgent):
             return "no update this interval"
         return (
             f"loss pg {row['loss/pg']:.3g} baseline {row['loss/baseline']:.3g} "
-            f"entropy {row['loss/entropy']:.3g}"
+            f"entropy {row['loss/entropy']:.3g} kl {row['train/approx_kl']:.2g}"
         )

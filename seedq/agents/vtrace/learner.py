@@ -219,7 +219,7 @@ class VTraceLearner(OnPolicyLearner):
                     continue
                 taken += 1
                 # Summed where they are and read once per batch: no host sync per metric.
-                values = torch.stack([loss.total, loss.pg, loss.baseline, loss.entropy])
+                values = torch.stack(list(loss))
                 values = values.detach().double()
                 sums = values if sums is None else sums + values
                 grad_norms += grad_norm
@@ -237,7 +237,15 @@ class VTraceLearner(OnPolicyLearner):
         return stats
 
 
-LOSS_KEYS = ("loss/total", "loss/pg", "loss/baseline", "loss/entropy")
+# In VTraceLoss's order.
+LOSS_KEYS = (
+    "loss/total",
+    "loss/pg",
+    "loss/baseline",
+    "loss/entropy",
+    "loss/approx_kl",
+    "loss/clip_fraction",
+)
 
 
 def device_unroll(batch: Unroll, tensor: Callable[[np.ndarray], torch.Tensor]) -> Unroll:

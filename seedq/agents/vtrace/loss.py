@@ -30,12 +30,18 @@ class VTraceReturns(NamedTuple):
 
 
 class VTraceLoss(NamedTuple):
-    """The three IMPALA loss terms and their sum, each a 0-dim tensor."""
+    """The three IMPALA loss terms and their sum, each a 0-dim tensor, and two measures of how
+    far the policy trained on has moved from the one that acted (no gradient)."""
 
     total: Tensor
     pg: Tensor
     baseline: Tensor
     entropy: Tensor
+    # mean of (ratio - 1) - log ratio, ratio = pi(a) / mu(a): Schulman's low-variance estimator
+    # of KL(mu || pi), as PPO logs it.
+    approx_kl: Tensor
+    # share of steps whose ratio left [1 - clip_eps, 1 + clip_eps] (0 without clip_eps).
+    clip_fraction: Tensor
 
 
 def _check_threshold(name: str, threshold: float | None) -> None:
@@ -314,12 +320,27 @@ def actor_critic_loss(
     advantages = returns.pg_advantages
     if normalize_advantages and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    ratio = torch.exp(target_log_probs - behaviour_log_probs)
     if clip_eps is None:
         pg = -(target_log_probs * advantages).mean()
     else:
-        ratio = torch.exp(target_log_probs - behaviour_log_probs)
         clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
         pg = -torch.min(ratio * advantages, clipped * advantages).mean()
     baseline = baseline_cost * 0.5 * (returns.vs - values).pow(2).mean()
     entropy = -entropy_cost * policy_entropy(target_logits).mean()
-    return VTraceLoss(total=pg + baseline + entropy, pg=pg, baseline=baseline, entropy=entropy)
+    with torch.no_grad():
+        log_ratio = target_log_probs - behaviour_log_probs
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = (
+            ((ratio - 1).abs() > clip_eps).float().mean()
+            if clip_eps is not None
+            else torch.zeros((), device=ratio.device)
+        )
+    return VTraceLoss(
+        total=pg + baseline + entropy,
+        pg=pg,
+        baseline=baseline,
+        entropy=entropy,
+        approx_kl=approx_kl,
+        clip_fraction=clip_fraction,
+    )
