@@ -151,7 +151,14 @@ def dry_run(out: Path, *args: str, timeout: float) -> subprocess.CompletedProces
         text=True,
         timeout=timeout,
         # No carried wheels: a checkout's .whl/ holds CPython 3.12 wheels for the GPU machine.
-        env={**os.environ, "PYTHONPATH": str(TREE), "SEEDQ_WHEELS": str(out / "no-wheels")},
+        # PYTHON: the script's interpreter is this one (a venv's, activated or not), not the
+        # first python3 on PATH.
+        env={
+            **os.environ,
+            "PYTHON": sys.executable,
+            "PYTHONPATH": str(TREE),
+            "SEEDQ_WHEELS": str(out / "no-wheels"),
+        },
         cwd=TREE,
     )
 
