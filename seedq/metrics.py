@@ -4,6 +4,7 @@ chooses (TensorBoard by default; W&B, MLflow: ``seedq.tracking``)."""
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
 import os
@@ -21,36 +22,42 @@ EPISODE_COLUMNS = ("env_steps", "return", "length")
 log = logging.getLogger(__name__)
 
 
+def replace_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, fsync and a rename, so a crash
+    leaves either the old file or the new one whole."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def _continue_header(path: str, columns: list[str]) -> list[str]:
     """The columns to append to the existing ``path`` with: its own header, plus any of
     ``columns`` it lacks (a resumed run whose seedq logs more than the one that started it).
 
-    New columns rewrite the file under the wider header (old rows blank there), through a
-    temporary file and a rename, so a crash leaves either file whole; appending rows of another
-    shape under the old header would misalign every column after the first difference.
+    New columns rewrite the file under the wider header (old rows blank there; a header lost
+    to a kill is written again); appending rows of another shape under the old header would
+    misalign every column after the first difference.
     """
     with open(path, newline="") as f:
         text = f.read()
     if not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]  # a row cut short when the writer was killed
     rows = list(csv.reader(text.splitlines()))
-    if not rows or not rows[0]:
-        return columns
-    header = rows[0]
+    header = rows[0] if rows else []
     added = [c for c in columns if c not in header]
     if not added:
         return header
-    merged = header + added
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(merged)
-        writer.writerows(row + [""] * len(added) for row in rows[1:] if len(row) == len(header))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header + added)
+    writer.writerows(row + [""] * len(added) for row in rows[1:] if len(row) == len(header))
+    replace_text(path, out.getvalue())
     log.info("%s: new columns %s (blank in the earlier rows)", path, ", ".join(added))
-    return merged
+    return header + added
 
 
 class MetricsWriter:

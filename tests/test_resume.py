@@ -323,3 +323,11 @@ def test_a_resumed_run_that_logs_more_columns_widens_the_file_instead_of_misalig
         ("300", "", "0.01"),
     ]
     assert all(None not in r for r in rows)  # no row has more fields than the header
+
+
+def test_a_metrics_file_whose_header_was_cut_short_gets_its_header_back(tmp_path):
+    (tmp_path / "metrics.csv").write_text("wall_time,env_st")  # killed while writing the header
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.write({"wall_time": 1.0, "env_steps": 100, "return_mean": -20.0})
+    writer.close()
+    assert read_steps(tmp_path / "metrics.csv") == [100]

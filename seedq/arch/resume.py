@@ -12,12 +12,11 @@ from __future__ import annotations
 import collections
 import csv
 import logging
-import os
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-from seedq.metrics import EPISODES_NAME, METRICS_NAME
+from seedq.metrics import EPISODES_NAME, METRICS_NAME, replace_text
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +86,8 @@ def _truncate_csv(path: Path, env_steps: int) -> int:
             continue
     dropped = len(lines) - len(kept)
     if dropped or len(text) != path.stat().st_size:
-        _replace(path, "".join(kept))
+        replace_text(str(path), "".join(kept))
     return dropped
-
-
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_steps(path: Path) -> list[int]:

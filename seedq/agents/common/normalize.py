@@ -152,8 +152,9 @@ class RunningNorm(nn.Module):
             x = x.float()
         mean, scale = self._affine()
         # One new tensor and three passes over it: a batch of 528 Pong frames (60 MB as
-        # float32) took 92 ms of CPU as x.float(), -, / and clamp, each a fresh tensor (and
-        # fresh pages), and takes ~30 ms so; uint8 frames are promoted by the subtraction.
+        # float32) took 99 ms of CPU as x.float(), -, / and clamp, each a fresh tensor (and
+        # fresh pages), and takes 61 ms so (benchmarks/running_norm_forward.py); uint8 frames
+        # are promoted by the subtraction.
         return torch.sub(x, mean).mul_(scale).clamp_(-self.clip, self.clip)
 
     def _affine(self) -> tuple[Tensor, Tensor]:

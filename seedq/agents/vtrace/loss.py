@@ -320,7 +320,8 @@ def actor_critic_loss(
     advantages = returns.pg_advantages
     if normalize_advantages and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    ratio = torch.exp(target_log_probs - behaviour_log_probs)
+    log_ratio = target_log_probs - behaviour_log_probs
+    ratio = torch.exp(log_ratio)
     if clip_eps is None:
         pg = -(target_log_probs * advantages).mean()
     else:
@@ -329,7 +330,6 @@ def actor_critic_loss(
     baseline = baseline_cost * 0.5 * (returns.vs - values).pow(2).mean()
     entropy = -entropy_cost * policy_entropy(target_logits).mean()
     with torch.no_grad():
-        log_ratio = target_log_probs - behaviour_log_probs
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = (
             ((ratio - 1).abs() > clip_eps).float().mean()
