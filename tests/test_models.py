@@ -324,3 +324,33 @@ def test_deepcopy_and_state_dict_roundtrip() -> None:
             b, _ = other(obs, done, other.initial_state(2))
             assert_close(a.logits, b.logits)
             assert_close(a.baseline, b.baseline)
+
+
+def test_policy_init_gain_sets_the_policy_heads_initial_weights_of_vtrace_and_ppo() -> None:
+    """``algorithm.model.policy_init_gain`` reaches V-trace's and PPO's policy heads: an
+    orthogonal ``[A, F]`` matrix with gain ``g`` has every row of norm ``g``; the default keeps
+    the 0.01 of every run before the key, and the value heads keep gain 1."""
+    from seedq.agents.ppo.config import PPOConfig
+    from seedq.agents.ppo.network import build_network as build_ppo
+    from seedq.messages import EnvSpec
+
+    def row_norms(layer: nn.Linear) -> torch.Tensor:
+        return layer.weight.detach().norm(dim=1)
+
+    spec = EnvSpec(obs_shape=(8,), obs_dtype="float32", num_actions=NUM_ACTIONS)
+    for gain in (0.01, 1.0):
+        vtrace = build_network(
+            [8], NUM_ACTIONS, ModelConfig(policy_init_gain=gain), channels_last=False
+        )
+        assert_close(row_norms(vtrace.policy), torch.full((NUM_ACTIONS,), gain), rtol=1e-4)
+        assert_close(row_norms(vtrace.baseline), torch.ones(1), rtol=1e-4)
+        alg = PPOConfig(model=ModelConfig(policy_init_gain=gain))
+        ppo = build_ppo(spec, alg, channels_last=False)
+        assert_close(row_norms(ppo.policy_head.out), torch.full((NUM_ACTIONS,), gain), rtol=1e-4)
+    assert ModelConfig().policy_init_gain == 0.01
+    old = SimpleNamespace(torso="mlp", hidden_sizes=[8], use_lstm=False, lstm_size=1)
+    assert_close(
+        row_norms(build_network([8], 2, old, channels_last=False).policy),
+        torch.full((2,), 0.01),
+        rtol=1e-4,
+    )

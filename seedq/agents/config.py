@@ -54,6 +54,13 @@ class ModelConfig:
         "vectors: static pixels (walls, scores, backgrounds) go to 0 and the few that change "
         "stand out (Pong learnt ~10x faster per frame with it); false: pixels / 255",
     )
+    policy_init_gain: float = setting(
+        0.01,
+        "orthogonal gain of the policy head's weights at start (V-trace and PPO; R2D2 and SAC "
+        "have their own heads): 0.01 (CleanRL's) or 1.0 (Sample Factory's); either starts near "
+        "uniform, and the larger gain passes the policy gradient on to the torso from the "
+        "first update",
+    )
 
 
 @dataclass
@@ -110,6 +117,7 @@ def validate_common(alg: AlgorithmConfig) -> None:
     # 0 is an on-policy algorithm's "one unroll of every env", set at start (launch.sizing).
     check_positive(alg, "algorithm", ["batch_size"], zero_ok=batch_of_envs(alg))
     check_positive(alg.model, "algorithm.model", ["lstm_size"], zero_ok=True)
+    check_positive(alg.model, "algorithm.model", ["policy_init_gain"])
     in_unit_interval("algorithm.gamma", alg.gamma)
     if any(h <= 0 for h in alg.model.hidden_sizes):
         raise ConfigError(

@@ -34,15 +34,16 @@ class PolicyHead(nn.Module):
         squash: bool = False,
         log_std: str = "state_independent",
         init_log_std: float = 0.0,
+        init_gain: float = 0.01,
     ) -> None:
         super().__init__()
         if log_std not in LOG_STD_KINDS:
             raise ValueError(f"log_std={log_std!r}: choose one of {list(LOG_STD_KINDS)}")
         self.distribution = distribution_for(spec, squash=squash and _finite(spec))
         self.continuous = spec.continuous
-        # Gain 0.01: a near-uniform (or near-zero-mean) initial policy.
+        # Gain 0.01 by default: a near-uniform (or near-zero-mean) initial policy.
         self.out = nn.Linear(in_features, spec.num_actions)
-        orthogonal_(self.out, 0.01)
+        orthogonal_(self.out, init_gain)
         self.log_std_param: nn.Parameter | None = None
         self.log_std_layer: nn.Linear | None = None
         if self.continuous and log_std == "state_independent":

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from seedq.agents.common.distributions import ActionDistribution
-from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
+from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs, policy_init_gain
 from seedq.agents.common.policy_head import PolicyHead
 from seedq.agents.common.torsos import orthogonal_
 from seedq.messages import EnvSpec
@@ -65,7 +65,10 @@ class PPONet(nn.Module):
 
 def build_network(spec: EnvSpec, alg: Any, *, channels_last: bool) -> PPONet:
     head = dict(
-        squash=bool(alg.squash), log_std=str(alg.log_std), init_log_std=float(alg.init_log_std)
+        squash=bool(alg.squash),
+        log_std=str(alg.log_std),
+        init_log_std=float(alg.init_log_std),
+        init_gain=policy_init_gain(alg.model),
     )
     return PPONet(
         spec,

@@ -6,7 +6,12 @@ from typing import Any, NamedTuple
 
 from torch import Tensor, nn
 
-from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
+from seedq.agents.common.models import (
+    CoreState,
+    RecurrentBody,
+    body_kwargs,
+    policy_init_gain,
+)
 from seedq.agents.common.torsos import orthogonal_
 
 
@@ -20,12 +25,19 @@ class AgentOutput(NamedTuple):
 class ActorCriticNet(RecurrentBody):
     """Body -> policy logits and baseline heads. Arguments as :class:`RecurrentBody`."""
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, **body: Any) -> None:
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        *,
+        policy_init_gain: float = 0.01,
+        **body: Any,
+    ) -> None:
         super().__init__(obs_shape, num_actions, **body)
         self.policy = nn.Linear(self.core_out, num_actions)
         self.baseline = nn.Linear(self.core_out, 1)
-        # Near-uniform initial policy (gain 0.01) and unit-scale value head.
-        orthogonal_(self.policy, 0.01)
+        # A near-uniform initial policy (policy_init_gain) and a unit-scale value head.
+        orthogonal_(self.policy, policy_init_gain)
         orthogonal_(self.baseline, 1.0)
 
     def forward(
@@ -45,5 +57,6 @@ def build_network(
     return ActorCriticNet(
         tuple(int(d) for d in obs_shape),
         int(num_actions),
+        policy_init_gain=policy_init_gain(model_cfg),
         **body_kwargs(model_cfg, channels_last),
     )
