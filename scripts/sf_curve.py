@@ -1,0 +1,109 @@
+"""A Sample Factory run's learning curve as a CSV and a frames-to-score line, for putting its
+runs beside seedq's (docs/results.md).
+
+Run it with the Python of Sample Factory's venv (it reads TensorBoard event files), on the
+experiment directory of a run started with ``--summaries_use_frameskip=False`` (env steps are
+agent steps, as seedq counts them):
+
+    ~/.cache/seedq/sf-venv/bin/python scripts/sf_curve.py TRAIN_DIR/EXPERIMENT \\
+        --csv docs/results/sf_pong_seed0_curve.csv
+
+The curve is ``policy_stats/avg_RecordEpisodeStatistics_reward``: the mean unclipped return of
+the last 100 whole games (what ``return_mean`` is in seedq's ``metrics.csv``), which Sample
+Factory 2.1.1 starts writing late (on Pong at ~1 M frames). ``--log SF_STDOUT`` reads the curve
+from its console instead (``Avg episode reward`` after each ``Total num frames``), which starts
+with the first games: the mean of its own ``reward`` statistic over the last 100 episodes, the
+sum of the clipped rewards of each (on Pong, whose rewards are +-1, the game's score).
+``scripts/bench_vs_sample_factory.sh`` builds that venv and starts such runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_vs_sample_factory import read_scalars  # noqa: E402
+
+RETURN_TAG = "policy_stats/avg_RecordEpisodeStatistics_reward"
+
+
+def curve(experiment_dir: Path) -> list[tuple[int, float]]:
+    """``[(agent steps, 100-game mean return)]`` in logging order."""
+    summary = experiment_dir / ".summary" / "0"
+    if not summary.is_dir():
+        raise SystemExit(f"no Sample Factory summaries in {summary}")
+    return [(step, value) for _, step, value in read_scalars(summary).get(RETURN_TAG, [])]
+
+
+FRAMES = re.compile(r"Total num frames: (\d+)")
+AVG_REWARD = re.compile(r"Avg episode reward: \[\(0, '([-+0-9.e]+)'\)\]")
+
+
+def curve_from_log(text: str) -> list[tuple[int, float]]:
+    """``[(agent steps, mean return)]`` from Sample Factory's console: each ``Avg episode
+    reward`` at the step count of the ``Total num frames`` line before it (agent steps with
+    ``--summaries_use_frameskip=False``)."""
+    points: list[tuple[int, float]] = []
+    steps = None
+    for line in text.splitlines():
+        if (match := FRAMES.search(line)) is not None:
+            steps = int(match.group(1))
+        elif (match := AVG_REWARD.search(line)) is not None and steps is not None:
+            if not points or points[-1][0] != steps:
+                points.append((steps, float(match.group(1))))
+    return points
+
+
+def report(points: list[tuple[int, float]], frame_skip: int, marks: list[float]) -> str:
+    lines = []
+    cells = []
+    end = points[-1][0] * frame_skip if points else 0
+    for mark in (m for m in marks if m <= end):
+        before = [v for s, v in points if s * frame_skip <= mark]
+        cells.append(
+            f"{mark / 1e6:.1f} M: {before[-1]:+.1f}" if before else f"{mark / 1e6:.1f} M: -"
+        )
+    lines.append(" | ".join(cells))
+    for score in (0.0, 10.0, 18.0):
+        first = next((s * frame_skip for s, v in points if v >= score), None)
+        lines.append(
+            f"first >= {score:g}: " + (f"{first / 1e6:.2f} M frames" if first else "not reached")
+        )
+    if points:
+        steps, value = points[-1]
+        lines.append(f"last point: {steps * frame_skip / 1e6:.2f} M frames, {value:+.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment_dir", type=Path)
+    parser.add_argument("--csv", type=Path, help="write env_steps,frames,return_mean here")
+    parser.add_argument("--log", type=Path, help="read the curve from this console log instead")
+    parser.add_argument("--frame-skip", type=int, default=4)
+    parser.add_argument(
+        "--marks", type=float, nargs="+", default=[0.4e6 + 0.2e6 * i for i in range(11)]
+    )
+    args = parser.parse_args(argv)
+    points = (
+        curve_from_log(args.log.read_text(errors="replace"))
+        if args.log
+        else curve(args.experiment_dir)
+    )
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["env_steps", "frames", "return_mean"])
+            for steps, value in points:
+                writer.writerow([steps, steps * args.frame_skip, f"{value:.3f}"])
+    print(report(points, args.frame_skip, args.marks))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

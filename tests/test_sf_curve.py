@@ -1,0 +1,69 @@
+"""scripts/sf_curve.py: a Sample Factory run's curve from its TensorBoard scalars or console."""
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+@pytest.fixture(scope="module")
+def sf_curve():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        spec = importlib.util.spec_from_file_location("sf_curve", SCRIPTS / "sf_curve.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return module
+
+
+# Sample Factory's console, colour codes and all: the reward lines follow the frame counts.
+CONSOLE = """\
+\x1b[36m[2026-11-27 10:34:16,794][19032] Fps is (10 sec: 204.8). Total num frames: 10240.\x1b[0m
+\x1b[36m[2026-11-27 10:34:16,795][19032] Avg episode reward: [(0, '-20.500')]\x1b[0m
+\x1b[36m[2026-11-27 10:34:21,795][19032] Avg episode reward: [(0, '-20.500')]\x1b[0m
+[2026-11-27 10:34:26,794][19032] Fps is (10 sec: 102.4). Total num frames: 250000.
+[2026-11-27 10:34:26,795][19032] Avg episode reward: [(0, '-9.250')]
+[2026-11-27 10:34:31,794][19032] Fps is (10 sec: 102.4). Total num frames: 500000.
+[2026-11-27 10:34:31,795][19032] Saving new best policy, reward=18.500!
+[2026-11-27 10:34:31,796][19032] Avg episode reward: [(0, '18.500')]
+"""
+
+
+def test_the_console_curve_pairs_each_mean_with_the_frame_count_before_it(sf_curve) -> None:
+    points = sf_curve.curve_from_log(CONSOLE)
+    assert points == [(10240, -20.5), (250000, -9.25), (500000, 18.5)]
+    text = sf_curve.report(points, 4, [0.4e6, 1.0e6, 2.0e6, 3.0e6])
+    # Marks past the last point are left out rather than carried forward.
+    assert text.splitlines()[0] == "0.4 M: -20.5 | 1.0 M: -9.2 | 2.0 M: +18.5"
+    assert "first >= 0: 2.00 M frames" in text and "first >= 18: 2.00 M frames" in text
+
+
+def test_the_tensorboard_curve_is_written_as_a_csv_in_frames(sf_curve, tmp_path, capsys) -> None:
+    experiment = tmp_path / "sf"
+    with SummaryWriter(str(experiment / ".summary" / "0")) as writer:
+        for steps, value in [(100_000, -19.0), (300_000, 4.0), (450_000, 18.2)]:
+            writer.add_scalar(sf_curve.RETURN_TAG, value, steps)
+            writer.add_scalar("train/entropy", 1.5, steps)
+    out = tmp_path / "curve.csv"
+    assert sf_curve.main([str(experiment), "--csv", str(out)]) == 0
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["env_steps"], r["frames"]) for r in rows] == [
+        ("100000", "400000"),
+        ("300000", "1200000"),
+        ("450000", "1800000"),
+    ]
+    assert [float(r["return_mean"]) for r in rows] == pytest.approx([-19.0, 4.0, 18.2])
+    assert "first >= 18: 1.80 M frames" in capsys.readouterr().out
+
+
+def test_a_directory_without_summaries_is_refused_by_name(sf_curve, tmp_path) -> None:
+    with pytest.raises(SystemExit, match="no Sample Factory summaries"):
+        sf_curve.curve(tmp_path)
