@@ -19,7 +19,8 @@ above ``--threshold``, and the final return, and writes them as one section of
 ``benchmarks/RESULTS.md``, replacing that env's previous section and keeping the others.
 
 Internal mode (the script runs it under the Sample Factory venv for Atari):
-``python bench_vs_sample_factory.py --sf-train-atari SF_ARGS...``.
+``python bench_vs_sample_factory.py --sf-train-atari SF_ARGS...``. ``--build-sf-venv`` alone
+builds (or reuses) the Sample Factory venv and prints its Python, for runs outside the bench.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_PATH = REPO_ROOT / "benchmarks" / "RESULTS.md"
 SF_ATARI_MODE = "--sf-train-atari"
+# ``python bench_vs_sample_factory.py --build-sf-venv``: build (or reuse) the venv, print its
+# Python and exit, for runs of Sample Factory outside the bench (docs/results.md).
+BUILD_VENV_MODE = "--build-sf-venv"
+DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "seedq/sf-venv"
 SF_VERSION = "2.1.1"
 # ale-py 0.9.1 is the newest that still runs on gymnasium 0.29 and ships the ROMs in its wheel.
 SF_VENV_PACKAGES = (
@@ -808,7 +813,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--venv",
         type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "seedq/sf-venv",
+        default=DEFAULT_VENV,
         help="where the Sample Factory virtual environment is kept",
     )
     parser.add_argument(
@@ -857,6 +862,10 @@ def display_command(cmd: Sequence[str], paths: Sequence[Path]) -> str:
 def main(argv: Sequence[str]) -> int:
     if argv and argv[0] == SF_ATARI_MODE:
         return sf_train_atari(argv[1:])
+    if argv and argv[0] == BUILD_VENV_MODE:
+        ensure_sf_venv(DEFAULT_VENV, _version("torch"))
+        print(venv_python(DEFAULT_VENV))
+        return 0
     args = parse_args(argv)
     preset = PRESETS[args.env]
     budget = Budget(

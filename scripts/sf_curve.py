@@ -6,7 +6,7 @@ experiment directory of a run started with ``--summaries_use_frameskip=False`` (
 agent steps, as seedq counts them):
 
     ~/.cache/seedq/sf-venv/bin/python scripts/sf_curve.py TRAIN_DIR/EXPERIMENT \\
-        --csv docs/results/sf_pong_seed0_curve.csv
+        --log SF_STDOUT --csv curve.csv
 
 The curve is ``policy_stats/avg_RecordEpisodeStatistics_reward``: the mean unclipped return of
 the last 100 whole games (what ``return_mean`` is in seedq's ``metrics.csv``), which Sample
@@ -14,7 +14,7 @@ Factory 2.1.1 starts writing late (on Pong at ~1 M frames). ``--log SF_STDOUT`` 
 from its console instead (``Avg episode reward`` after each ``Total num frames``), which starts
 with the first games: the mean of its own ``reward`` statistic over the last 100 episodes, the
 sum of the clipped rewards of each (on Pong, whose rewards are +-1, the game's score).
-``scripts/bench_vs_sample_factory.sh`` builds that venv and starts such runs.
+``bash scripts/bench_vs_sample_factory.sh --build-sf-venv`` builds that venv.
 """
 
 from __future__ import annotations

@@ -160,3 +160,11 @@ def test_other_processes_cpu_share_is_the_machines_busy_time_less_the_runs_own()
     share = bench.others_cpu_share((10.0, 1_000.0), (160.0, 1_200.0), own_s=100.0)
 
     assert share == pytest.approx(0.25)
+
+
+def test_build_sf_venv_builds_the_default_venv_and_prints_its_python(monkeypatch, capsys):
+    built = []
+    monkeypatch.setattr(bench, "ensure_sf_venv", lambda venv, torch: built.append(venv) or 0.0)
+    assert bench.main([bench.BUILD_VENV_MODE]) == 0
+    assert built == [bench.DEFAULT_VENV]
+    assert capsys.readouterr().out.strip() == str(bench.venv_python(bench.DEFAULT_VENV))

@@ -354,3 +354,13 @@ def test_policy_init_gain_sets_the_policy_heads_initial_weights_of_vtrace_and_pp
         torch.full((2,), 0.01),
         rtol=1e-4,
     )
+
+
+def test_a_policy_init_gain_that_is_not_positive_is_refused_by_name() -> None:
+    from seedq.agents.config import validate_common
+    from seedq.agents.ppo.config import PPOConfig
+    from seedq.schema import ConfigError
+
+    for gain in (0.0, -1.0):
+        with pytest.raises(ConfigError, match="algorithm.model.policy_init_gain"):
+            validate_common(PPOConfig(model=ModelConfig(policy_init_gain=gain)))

@@ -19,6 +19,17 @@ def model_activation(model_cfg: Any) -> str:
     return str(getattr(model_cfg, "activation", LEGACY_ACTIVATION))
 
 
+# The policy head's initial orthogonal gain (algorithm.model.policy_init_gain) by default, and
+# of every saved config that predates the key.
+POLICY_INIT_GAIN = 0.01
+
+
+def model_policy_init_gain(model_cfg: Any) -> float:
+    """``model_cfg.policy_init_gain``; :data:`POLICY_INIT_GAIN` for a saved config without it
+    (only the initial weights depend on it, so a loaded checkpoint is the same either way)."""
+    return float(getattr(model_cfg, "policy_init_gain", POLICY_INIT_GAIN))
+
+
 REWARD_CLIPS = ("none", "abs_one", "tanh")
 # How a Gaussian policy head gets its log-std (seedq.agents.common.policy_head).
 LOG_STD_KINDS = ("state_independent", "learned")
@@ -55,7 +66,7 @@ class ModelConfig:
         "stand out (Pong learnt ~10x faster per frame with it); false: pixels / 255",
     )
     policy_init_gain: float = setting(
-        0.01,
+        POLICY_INIT_GAIN,
         "orthogonal gain of the policy head's weights at start (V-trace and PPO; R2D2 and SAC "
         "have their own heads): 0.01 (CleanRL's) or 1.0 (Sample Factory's); either starts near "
         "uniform, and the larger gain passes the policy gradient on to the torso from the "

@@ -193,12 +193,6 @@ class RecurrentBody(nn.Module):
         return torch.stack(outputs), (h, c)
 
 
-def policy_init_gain(model_cfg: Any) -> float:
-    """``model_cfg.policy_init_gain``; 0.01 for a saved config that predates the key (only the
-    initial weights depend on it, so a loaded checkpoint is the same either way)."""
-    return float(getattr(model_cfg, "policy_init_gain", 0.01))
-
-
 def body_kwargs(model_cfg: Any, channels_last: bool) -> dict[str, Any]:
     """:class:`RecurrentBody` arguments from a ``ModelConfig``-like object (dataclass or
     OmegaConf node): the part of every algorithm's network that is not its head."""

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from seedq.agents.common.distributions import ActionDistribution, distribution_for
 from seedq.agents.common.torsos import orthogonal_
-from seedq.agents.config import LOG_STD_KINDS
+from seedq.agents.config import LOG_STD_KINDS, POLICY_INIT_GAIN
 from seedq.core.agent import Selection
 from seedq.messages import EnvSpec
 
@@ -34,14 +34,14 @@ class PolicyHead(nn.Module):
         squash: bool = False,
         log_std: str = "state_independent",
         init_log_std: float = 0.0,
-        init_gain: float = 0.01,
+        init_gain: float = POLICY_INIT_GAIN,
     ) -> None:
         super().__init__()
         if log_std not in LOG_STD_KINDS:
             raise ValueError(f"log_std={log_std!r}: choose one of {list(LOG_STD_KINDS)}")
         self.distribution = distribution_for(spec, squash=squash and _finite(spec))
         self.continuous = spec.continuous
-        # Gain 0.01 by default: a near-uniform (or near-zero-mean) initial policy.
+        # A small gain (0.01 by default): a near-uniform (or near-zero-mean) initial policy.
         self.out = nn.Linear(in_features, spec.num_actions)
         orthogonal_(self.out, init_gain)
         self.log_std_param: nn.Parameter | None = None

@@ -8,9 +8,10 @@ import torch
 from torch import Tensor, nn
 
 from seedq.agents.common.distributions import ActionDistribution
-from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs, policy_init_gain
+from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
 from seedq.agents.common.policy_head import PolicyHead
 from seedq.agents.common.torsos import orthogonal_
+from seedq.agents.config import model_policy_init_gain
 from seedq.messages import EnvSpec
 
 
@@ -68,7 +69,7 @@ def build_network(spec: EnvSpec, alg: Any, *, channels_last: bool) -> PPONet:
         squash=bool(alg.squash),
         log_std=str(alg.log_std),
         init_log_std=float(alg.init_log_std),
-        init_gain=policy_init_gain(alg.model),
+        init_gain=model_policy_init_gain(alg.model),
     )
     return PPONet(
         spec,

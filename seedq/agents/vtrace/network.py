@@ -6,13 +6,9 @@ from typing import Any, NamedTuple
 
 from torch import Tensor, nn
 
-from seedq.agents.common.models import (
-    CoreState,
-    RecurrentBody,
-    body_kwargs,
-    policy_init_gain,
-)
+from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
 from seedq.agents.common.torsos import orthogonal_
+from seedq.agents.config import POLICY_INIT_GAIN, model_policy_init_gain
 
 
 class AgentOutput(NamedTuple):
@@ -30,7 +26,7 @@ class ActorCriticNet(RecurrentBody):
         obs_shape: tuple[int, ...],
         num_actions: int,
         *,
-        policy_init_gain: float = 0.01,
+        policy_init_gain: float = POLICY_INIT_GAIN,
         **body: Any,
     ) -> None:
         super().__init__(obs_shape, num_actions, **body)
@@ -57,6 +53,6 @@ def build_network(
     return ActorCriticNet(
         tuple(int(d) for d in obs_shape),
         int(num_actions),
-        policy_init_gain=policy_init_gain(model_cfg),
+        policy_init_gain=model_policy_init_gain(model_cfg),
         **body_kwargs(model_cfg, channels_last),
     )
