@@ -8,8 +8,23 @@ import subprocess
 import sys
 import time
 
+import pytest
 from cli_helpers import run_cli
 from fault_helpers import FAKE, alive, children, wait_for
+
+from seedq.actor.main import PARENT_EXIT_WAIT_S
+
+# An actor of a fake env whose learner is nowhere: it waits (and retries) until it is stopped.
+ACTOR_ARGV = [
+    sys.executable,
+    "-m",
+    "seedq.actor.main",
+    "--endpoint=tcp://127.0.0.1:9",
+    "--actor-ids=0",
+    "--envs-per-batch=2",
+    '--env-config={"kind": "fake"}',
+    "--learner-lost-s=120",
+]
 
 
 def free_port() -> int:
@@ -98,3 +113,80 @@ def test_an_actor_whose_parent_is_already_gone_exits_at_once(tmp_path):
         timeout=60,
     )
     assert (result.returncode, "is gone; exiting" in log.read_text()) == (1, True)
+
+
+# A learner stand-in: a thread starts the actor, waits until the actor has set its parent-death
+# signal up (its handler shows in /proc), and exits, which sends that signal while this process
+# lives on for ``hold`` seconds: the window in which a SIGKILLed learner's other threads are still
+# exiting and getppid() still names it.
+THREAD_STARTED_PARENT = """
+import os, subprocess, sys, threading, time
+from seedq.actor.main import PARENT_DEATH_SIGNAL
+
+def catches(pid, sig):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16) >> (sig - 1) & 1
+    return 0
+
+def start():
+    proc = subprocess.Popen(sys.argv[3:] + [f"--parent-pid={os.getpid()}"])
+    print(proc.pid, flush=True)
+    while not catches(proc.pid, PARENT_DEATH_SIGNAL):
+        time.sleep(0.02)
+
+thread = threading.Thread(target=start)
+thread.start()
+thread.join()
+time.sleep(float(sys.argv[1]))
+open(sys.argv[2], "w").close()
+"""
+
+
+@pytest.mark.parametrize(
+    ("hold_s", "says"),
+    [(1.0, "the learner (pid"), (PARENT_EXIT_WAIT_S + 2, "the learner thread that started")],
+    ids=["the-learner-exits-after-the-signal", "the-learner-lives-on"],
+)
+def test_the_parent_death_signal_is_told_from_a_live_learner(tmp_path, hold_s, says):
+    script = tmp_path / "learner.py"
+    script.write_text(THREAD_STARTED_PARENT)
+    log, done = tmp_path / "actor.log", tmp_path / "learner-done"
+    parent = subprocess.Popen(
+        [sys.executable, str(script), str(hold_s), str(done), *ACTOR_ARGV, f"--log-file={log}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        actor = int(parent.stdout.readline())
+        wait_for(lambda: not alive(actor), 60, "the actor to exit")
+        after_the_learner = done.exists()
+        parent.wait(timeout=30)
+    finally:
+        parent.kill()
+    text = log.read_text()
+    assert ("stopping" in text, says in text, "stopped after" in text) == (True, True, True), text
+    # It waited for the learner's exit, and gave up on one that did not come.
+    assert after_the_learner == (hold_s < PARENT_EXIT_WAIT_S)
+
+
+def test_a_deliberate_stop_with_the_learner_alive_is_clean_and_quick(tmp_path):
+    log = tmp_path / "actor.log"
+    script = tmp_path / "learner.py"
+    script.write_text(
+        "import os, signal, subprocess, sys, time\n"
+        "proc = subprocess.Popen(sys.argv[1:] + [f'--parent-pid={os.getpid()}'])\n"
+        f"while not os.path.exists({str(log)!r}): time.sleep(0.02)\n"
+        "time.sleep(1.0)\n"
+        "began = time.monotonic()\n"
+        "proc.terminate()\n"
+        "print(proc.wait(), time.monotonic() - began)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script), *ACTOR_ARGV, f"--log-file={log}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    code, took_s = result.stdout.split()
+    assert (int(code), float(took_s) < PARENT_EXIT_WAIT_S) == (0, True), log.read_text()

@@ -11,7 +11,9 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import asdict
+from pathlib import Path
 
 import zmq
 import zmq.asyncio
@@ -130,6 +132,13 @@ def run_actor_thread(
 
 PR_SET_PDEATHSIG = 1
 REPORT_EVERY_S = 10.0
+# The learner's death reaches its actors as SIGUSR2, apart from SIGTERM and SIGINT (a deliberate
+# stop: the launcher's, a user's, a scheduler's) and SIGHUP (which nohup ignores). Linux sends it
+# when the learner *thread* that started the actor exits, which comes before the reparenting that
+# getppid() shows (the other threads of a killed learner are still exiting), so the actor waits
+# up to PARENT_EXIT_WAIT_S for that.
+PARENT_DEATH_SIGNAL = signal.SIGUSR2
+PARENT_EXIT_WAIT_S = 5.0
 
 
 async def _report(actor_ids: str, stats: ActorStats) -> None:
@@ -141,16 +150,41 @@ async def _report(actor_ids: str, stats: ActorStats) -> None:
 
 
 def exit_with_parent(parent_pid: int) -> bool:
-    """Have Linux send us SIGTERM when ``parent_pid`` (our parent, the learner) dies.
+    """Have Linux send us ``PARENT_DEATH_SIGNAL`` when ``parent_pid`` (our parent, the learner)
+    dies.
 
     False when the parent is already gone: it may have died before ``prctl`` ran, which then
     never fires, so the parent pid is checked after it.
     """
     if sys.platform.startswith("linux"):
+        if signal.getsignal(PARENT_DEATH_SIGNAL) == signal.SIG_IGN:  # inherited: it must kill
+            signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_DFL)
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        if libc.prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL, 0, 0, 0) != 0:
             log.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d)", ctypes.get_errno())
     return os.getppid() == parent_pid
+
+
+def _dead(pid: int) -> bool:
+    """``pid`` has exited (a zombie not yet reaped, or gone); False where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"])
+
+
+def parent_gone(parent_pid: int, wait_s: float = 0.0) -> bool:
+    """Whether ``parent_pid`` is no longer our live parent, waiting up to ``wait_s`` for it to
+    become so (the learner's threads finishing their exit)."""
+    deadline = time.monotonic() + wait_s
+    while os.getppid() == parent_pid and not _dead(parent_pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, PARENT_DEATH_SIGNAL):
             loop.add_signal_handler(sig, _on_signal, sig, stop)
         ctx = zmq.asyncio.Context()
         # Each env batch holds a DEALER and its monitor socket.
@@ -221,12 +255,13 @@ def main(argv: list[str] | None = None) -> int:
             ctx.term()
 
     stats = ActorStats()
+    signals: set[int] = set()
 
     def _on_signal(sig: int, stop: asyncio.Event) -> None:
-        # The parent-death signal comes once per exiting learner thread, so it may arrive while
-        # getppid() still names the learner: the exit line below says which stop it was.
         if not stop.is_set():
-            log.info("%s: stopping", signal.Signals(sig).name)
+            why = " (the learner's parent-death signal)" if sig == PARENT_DEATH_SIGNAL else ""
+            log.info("%s%s: stopping", signal.Signals(sig).name, why)
+        signals.add(sig)
         stop.set()
 
     try:
@@ -240,8 +275,19 @@ def main(argv: list[str] | None = None) -> int:
         stats.env_steps,
         stats.rejoins,
     )
-    if args.parent_pid and os.getppid() != args.parent_pid:
+    if not args.parent_pid:
+        return 0
+    death_signal = PARENT_DEATH_SIGNAL in signals
+    if parent_gone(args.parent_pid, PARENT_EXIT_WAIT_S if death_signal else 0.0):
         log.error("the learner (pid %d) died; actors %s exiting", args.parent_pid, args.actor_ids)
+        return 1
+    if death_signal:
+        log.error(
+            "the learner thread that started actors %s exited, though the learner (pid %d) "
+            "still runs; exiting for the launcher to restart them",
+            args.actor_ids,
+            args.parent_pid,
+        )
         return 1
     return 0
 
