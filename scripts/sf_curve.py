@@ -15,6 +15,10 @@ from its console instead (``Avg episode reward`` after each ``Total num frames``
 with the first games: the mean of its own ``reward`` statistic over the last 100 episodes, the
 sum of the clipped rewards of each (on Pong, whose rewards are +-1, the game's score).
 ``bash scripts/bench_vs_sample_factory.sh --build-sf-venv`` builds that venv.
+
+``--scalar TAG`` (repeatable) adds a line per TensorBoard tag beside the curve, e.g. the policy's
+entropy and its change per batch (``--scalar train/entropy --scalar train/kl_divergence``): the
+mean of the tag's points logged between one mark and the one before it.
 """
 
 from __future__ import annotations
@@ -32,12 +36,34 @@ from bench_vs_sample_factory import read_scalars  # noqa: E402
 RETURN_TAG = "policy_stats/avg_RecordEpisodeStatistics_reward"
 
 
-def curve(experiment_dir: Path) -> list[tuple[int, float]]:
-    """``[(agent steps, 100-game mean return)]`` in logging order."""
+def scalars(experiment_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """``[(agent steps, value)]`` of one TensorBoard tag of policy 0, in logging order."""
     summary = experiment_dir / ".summary" / "0"
     if not summary.is_dir():
         raise SystemExit(f"no Sample Factory summaries in {summary}")
-    return [(step, value) for _, step, value in read_scalars(summary).get(RETURN_TAG, [])]
+    found = read_scalars(summary)
+    if tag != RETURN_TAG and tag not in found:
+        raise SystemExit(f"no scalar {tag!r} in {summary}; it has: {', '.join(sorted(found))}")
+    return [(step, value) for _, step, value in found.get(tag, [])]
+
+
+def curve(experiment_dir: Path) -> list[tuple[int, float]]:
+    """``[(agent steps, 100-game mean return)]`` in logging order."""
+    return scalars(experiment_dir, RETURN_TAG)
+
+
+def window_means(
+    points: list[tuple[int, float]], frame_skip: int, marks: list[float]
+) -> list[float | None]:
+    """The mean of the points in each window (previous mark, mark] of frames; None where the
+    window has none."""
+    means: list[float | None] = []
+    low = -1.0
+    for mark in marks:
+        inside = [v for s, v in points if low < s * frame_skip <= mark]
+        means.append(sum(inside) / len(inside) if inside else None)
+        low = mark
+    return means
 
 
 FRAMES = re.compile(r"Total num frames: (\d+)")
@@ -89,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--marks", type=float, nargs="+", default=[0.4e6 + 0.2e6 * i for i in range(11)]
     )
+    parser.add_argument(
+        "--scalar",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="also print this TensorBoard tag's mean between marks (repeatable)",
+    )
     args = parser.parse_args(argv)
     points = (
         curve_from_log(args.log.read_text(errors="replace"))
@@ -102,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             for steps, value in points:
                 writer.writerow([steps, steps * args.frame_skip, f"{value:.3f}"])
     print(report(points, args.frame_skip, args.marks))
+    for tag in args.scalar:
+        means = window_means(scalars(args.experiment_dir, tag), args.frame_skip, args.marks)
+        cells = [
+            f"{mark / 1e6:.1f} M: " + ("-" if mean is None else f"{mean:.4g}")
+            for mark, mean in zip(args.marks, means, strict=True)
+        ]
+        print(f"{tag}: " + " | ".join(cells))
     return 0
 
 

@@ -67,3 +67,18 @@ def test_the_tensorboard_curve_is_written_as_a_csv_in_frames(sf_curve, tmp_path,
 def test_a_directory_without_summaries_is_refused_by_name(sf_curve, tmp_path) -> None:
     with pytest.raises(SystemExit, match="no Sample Factory summaries"):
         sf_curve.curve(tmp_path)
+
+
+def test_a_scalar_is_printed_as_its_mean_between_marks(sf_curve, tmp_path, capsys) -> None:
+    experiment = tmp_path / "sf"
+    with SummaryWriter(str(experiment / ".summary" / "0")) as writer:
+        for steps, entropy in [(20_000, 1.7), (40_000, 1.5), (90_000, 1.2), (140_000, 1.0)]:
+            writer.add_scalar(sf_curve.RETURN_TAG, -20.0, steps)
+            writer.add_scalar("train/entropy", entropy, steps)
+    # Frames (x4): 80 k, 160 k | 360 k | 560 k; the window (0.4 M, 0.5 M] has none.
+    argv = [str(experiment), "--marks", "2e5", "4e5", "5e5", "6e5", "--scalar", "train/entropy"]
+    assert sf_curve.main(argv) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "train/entropy: 0.2 M: 1.6 | 0.4 M: 1.2 | 0.5 M: - | 0.6 M: 1"
+    with pytest.raises(SystemExit, match="no scalar 'train/kl'.*train/entropy"):
+        sf_curve.main([str(experiment), "--scalar", "train/kl"])
