@@ -5,8 +5,8 @@ Frames are agent steps x ``env.frame_skip`` (4 by default), the unit the Atari l
 Sample Factory report; they do not depend on the hardware, so a curve measured on a 2-core box
 says what it would on a GPU machine (only the wall time differs).
 
-    # run Pong and Breakout for 10 M frames each with the defaults, one after the other
-    python scripts/atari_curves.py run --games Pong Breakout --frames 10e6 --out runs/curves
+    # run Pong, Breakout and BeamRider (CleanRL's three) for 10 M frames each, one after the other
+    python scripts/atari_curves.py run --frames 10e6 --out runs/curves
     # extra seedq-train overrides go after --
     python scripts/atari_curves.py run --games Pong --frames 2e6 -- env.repeat_action_probability=0
     # the same command again continues interrupted runs from their newest checkpoints
@@ -16,7 +16,8 @@ says what it would on a GPU machine (only the wall time differs).
 The table gives, per run, the 100-episode mean return at the budget, the mean of its last
 ``--last`` episodes (from the run's ``episodes.csv``; a 100-episode window of a fast learner
 still holds episodes from far earlier), and the frames at which the 100-episode mean first
-reached each milestone of its game (``MILESTONES``).
+reached each milestone of its game (``MILESTONES``), beside a published figure for the game
+(``ANCHORS``, with its source) where there is one.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ MILESTONES = {
     "BeamRider": (1000.0, 2000.0, 4000.0),
 }
 DEFAULT_MILESTONES = (0.0, 100.0, 1000.0)
+
+# Published figures to read a run beside, with their source. CleanRL's `ppo_atari.py`
+# (docs.cleanrl.dev, "PPO", Atari: 10 M agent steps = 40 M frames, sticky actions off
+# (NoFrameskip-v4), the mean episodic return at the end of training over 3 seeds): four times a
+# 10 M-frame run's frames, so a ceiling to read the curve against, not a score at its budget.
+ANCHORS = {
+    "Pong": "CleanRL PPO 20.36 ± 0.20 at 40 M",
+    "Breakout": "CleanRL PPO 414.66 ± 28.09 at 40 M",
+    "BeamRider": "CleanRL PPO 1915.93 ± 484.58 at 40 M",
+}
 
 
 def game_of(env_id: str) -> str:
@@ -122,8 +133,8 @@ def last_mean(run: dict, last: int) -> str:
 def table(runs: list[dict], last: int = 20) -> str:
     lines = [
         "| game | algorithm | sticky | frames run | return at the end | last "
-        f"{last} episodes | frames to each score |",
-        "|---|---|---:|---:|---:|---:|---|",
+        f"{last} episodes | frames to each score | published |",
+        "|---|---|---:|---:|---:|---:|---|---|",
     ]
     for run in runs:
         marks = []
@@ -134,7 +145,8 @@ def table(runs: list[dict], last: int = 20) -> str:
         done = run["frames"][-1] if run["frames"] else 0
         lines.append(
             f"| {run['game']} | {run['algorithm']} | {run['sticky']:g} | {done / 1e6:.2f} M "
-            f"| {end:.1f} | {last_mean(run, last)} | {', '.join(marks)} |"
+            f"| {end:.1f} | {last_mean(run, last)} | {', '.join(marks)} "
+            f"| {ANCHORS.get(run['game'], '-')} |"
         )
     return "\n".join(lines)
 
@@ -165,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train each game for a frame budget, then tabulate")
-    run.add_argument("--games", nargs="+", default=["Pong", "Breakout", "SpaceInvaders"])
+    run.add_argument("--games", nargs="+", default=["Pong", "Breakout", "BeamRider"])
     run.add_argument("--frames", type=float, default=10e6)
     run.add_argument("--out", type=Path, default=Path("runs/atari_curves"))
     run.add_argument("--plot", type=Path, default=None)
