@@ -98,17 +98,8 @@ def test_actors_exit_when_the_learner_is_killed_and_resume_goes_on(tmp_path):
 def test_an_actor_whose_parent_is_already_gone_exits_at_once(tmp_path):
     log = tmp_path / "orphan.log"
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "seedq.actor.main",
-            "--endpoint=tcp://127.0.0.1:9",
-            "--actor-ids=0",
-            "--envs-per-batch=2",
-            '--env-config={"kind": "fake"}',
-            f"--log-file={log}",
-            "--parent-pid=1",  # not our parent: as if the learner died before prctl ran
-        ],
+        # pid 1 is not our parent: as if the learner died before prctl ran
+        [*ACTOR_ARGV, f"--log-file={log}", "--parent-pid=1"],
         capture_output=True,
         timeout=60,
     )
