@@ -3,6 +3,7 @@ children, a dropped connection for actors started elsewhere), and ``seedq-train 
 from the last checkpoint."""
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -181,3 +182,23 @@ def test_a_deliberate_stop_with_the_learner_alive_is_clean_and_quick(tmp_path):
     )
     code, took_s = result.stdout.split()
     assert (int(code), float(took_s) < PARENT_EXIT_WAIT_S) == (0, True), log.read_text()
+
+
+def test_an_ignored_parent_death_signal_inherited_from_the_shell_is_reset():
+    # nohup-like: the signal ignored before exec, so without the reset a broker shard (no
+    # handler of its own) would outlive the learner.
+    code = (
+        "import os, signal\n"
+        "from seedq.actor.main import PARENT_DEATH_SIGNAL, exit_with_parent\n"
+        "assert signal.getsignal(PARENT_DEATH_SIGNAL) == signal.SIG_IGN\n"
+        "assert exit_with_parent(os.getppid())\n"
+        "print(signal.getsignal(PARENT_DEATH_SIGNAL) == signal.SIG_DFL)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+    )
+    assert result.stdout.strip() == "True", result.stderr
