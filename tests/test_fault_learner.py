@@ -202,3 +202,34 @@ def test_an_ignored_parent_death_signal_inherited_from_the_shell_is_reset():
         preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
     )
     assert result.stdout.strip() == "True", result.stderr
+
+
+def test_a_process_without_a_handler_dies_with_its_parent_even_under_nohup(tmp_path):
+    # A broker shard's case: no handler for the parent-death signal, which its shell ignored
+    # (nohup-like, inherited by the learner and its children). Its parent is SIGKILLed.
+    child = (
+        "import os, time\n"
+        "from seedq.actor.main import exit_with_parent\n"
+        "assert exit_with_parent(os.getppid())\n"
+        "print(os.getpid(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = (
+        "import subprocess, sys, time\n"
+        f"proc = subprocess.Popen([sys.executable, '-c', {child!r}], stdout=subprocess.PIPE)\n"
+        "print(proc.stdout.readline().decode().strip(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    learner = subprocess.Popen(
+        [sys.executable, "-c", parent],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+    )
+    try:
+        shard = int(learner.stdout.readline())
+        learner.kill()
+        learner.wait(timeout=30)
+        wait_for(lambda: not alive(shard), 20, "the parentless process to die")
+    finally:
+        learner.kill()
