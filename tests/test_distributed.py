@@ -34,6 +34,10 @@ COMMON = [
     "checkpoint.every_minutes=0",
 ]
 STEPS = {"vtrace": 3000, "ppo": 3000, "r2d2": 3000, "sac": 1500}
+# SAC's updates trail its inserts by up to the replay's slack (32 batches by default), plus an
+# unroll and a block: with ~750 steps a rank at 0.125 updates a step that left as few as 48
+# updates. A slack of 8 batches puts the floor near 70, whatever the timing.
+RANK_EXTRA = {"sac": ["algorithm.replay_slack_batches=8"]}
 DIGEST = re.compile(
     r"learner rank (\d+) of (\d+): (\d+) updates, (\d+) env steps counted here, "
     r"weights digest (\w+)"
@@ -92,6 +96,7 @@ def algorithm_case(algorithm: str) -> list[str]:
         *ARCH[arch],
         *ALGORITHM[algorithm],
         f"total_env_steps={STEPS[algorithm]}",
+        *RANK_EXTRA.get(algorithm, []),
     ]
 
 
