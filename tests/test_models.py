@@ -364,3 +364,32 @@ def test_a_policy_init_gain_that_is_not_positive_is_refused_by_name() -> None:
     for gain in (0.0, -1.0):
         with pytest.raises(ConfigError, match="algorithm.model.policy_init_gain"):
             validate_common(PPOConfig(model=ModelConfig(policy_init_gain=gain)))
+
+
+def test_norm_clip_reaches_every_normaliser_and_old_configs_keep_ten() -> None:
+    """``algorithm.model.norm_clip`` is the clip of frame_norm (V-trace, PPO, R2D2) and of
+    obs_norm (SAC's too): a frame whose pixels sit far from the statistics comes out at exactly
+    the clip; a config without the key (an old checkpoint's) keeps 10; 0 is refused by name."""
+    from seedq.agents.config import validate_common
+    from seedq.agents.ppo.config import PPOConfig
+    from seedq.agents.sac.config import SACConfig
+    from seedq.agents.sac.network import build_network as build_sac
+    from seedq.messages import EnvSpec
+    from seedq.schema import ConfigError
+
+    frames = (2, 36, 36)
+    far = torch.full((1, 1, *frames), 255, dtype=torch.uint8)
+    for clip in (5.0, 10.0):
+        net = build_network(frames, 3, ModelConfig(norm_clip=clip), channels_last=False)
+        net.obs_norm.update(torch.zeros(4, *frames, dtype=torch.uint8))
+        assert net.obs_norm(far).max().item() == clip
+        sac = build_sac(
+            EnvSpec((3,), "float32", 2, "continuous", (-1.0, -1.0), (1.0, 1.0)),
+            SACConfig(model=ModelConfig(obs_norm=True, norm_clip=clip)),
+        )
+        assert sac.obs_norm.clip == clip
+    old = SimpleNamespace(torso="auto", hidden_sizes=[8], use_lstm=False, lstm_size=1)
+    assert body_kwargs(old, channels_last=False)["norm_clip"] == 10.0
+    assert ModelConfig().norm_clip == 10.0
+    with pytest.raises(ConfigError, match="algorithm.model.norm_clip"):
+        validate_common(PPOConfig(model=ModelConfig(norm_clip=0.0)))

@@ -65,6 +65,11 @@ class ModelConfig:
         "vectors: static pixels (walls, scores, backgrounds) go to 0 and the few that change "
         "stand out (Pong learnt ~10x faster per frame with it); false: pixels / 255",
     )
+    norm_clip: float = setting(
+        10.0,
+        "obs_norm's and frame_norm's clip, in running standard deviations: a normalised input "
+        "is clipped to [-norm_clip, norm_clip] (Sample Factory's is 5)",
+    )
     policy_init_gain: float = setting(
         POLICY_INIT_GAIN,
         "orthogonal gain of the policy head's weights at start (V-trace and PPO; R2D2 and SAC "
@@ -128,7 +133,7 @@ def validate_common(alg: AlgorithmConfig) -> None:
     # 0 is an on-policy algorithm's "one unroll of every env", set at start (launch.sizing).
     check_positive(alg, "algorithm", ["batch_size"], zero_ok=batch_of_envs(alg))
     check_positive(alg.model, "algorithm.model", ["lstm_size"], zero_ok=True)
-    check_positive(alg.model, "algorithm.model", ["policy_init_gain"])
+    check_positive(alg.model, "algorithm.model", ["policy_init_gain", "norm_clip"])
     in_unit_interval("algorithm.gamma", alg.gamma)
     if any(h <= 0 for h in alg.model.hidden_sizes):
         raise ConfigError(

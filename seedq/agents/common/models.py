@@ -53,6 +53,7 @@ class RecurrentBody(nn.Module):
         obs_norm: normalise 1-D observations by running statistics (a :class:`RunningNorm`
             the learner updates; see ``seedq.agents.common.normalize``); ignored for frames.
         frame_norm: the same for frames ``[C, H, W]``, per pixel; ignored for vectors.
+        norm_clip: either normaliser's clip, in running standard deviations.
     """
 
     def __init__(
@@ -68,6 +69,7 @@ class RecurrentBody(nn.Module):
         channels_last: bool = True,
         obs_norm: bool = False,
         frame_norm: bool = False,
+        norm_clip: float = 10.0,
     ) -> None:
         super().__init__()
         obs_shape = tuple(int(d) for d in obs_shape)
@@ -97,9 +99,9 @@ class RecurrentBody(nn.Module):
         if frame_norm and frames:
             # Statistics in pixel units; before the first update it divides by 255, as the
             # conv torsos would.
-            self.obs_norm = RunningNorm(obs_shape, initial_std=255.0)
+            self.obs_norm = RunningNorm(obs_shape, clip=norm_clip, initial_std=255.0)
         elif obs_norm and not frames:
-            self.obs_norm = RunningNorm(obs_shape)
+            self.obs_norm = RunningNorm(obs_shape, clip=norm_clip)
         settings = TorsoSettings(
             tuple(int(h) for h in hidden_sizes), activation, self.channels_last
         )
@@ -207,4 +209,6 @@ def body_kwargs(model_cfg: Any, channels_last: bool) -> dict[str, Any]:
         obs_norm=bool(getattr(model_cfg, "obs_norm", False)),
         # Checkpoints from before frame_norm existed fed frames to the torso as pixels / 255.
         frame_norm=bool(getattr(model_cfg, "frame_norm", False)),
+        # Checkpoints from before norm_clip existed clipped at 10.
+        norm_clip=float(getattr(model_cfg, "norm_clip", 10.0)),
     )

@@ -56,11 +56,12 @@ class SACNet(nn.Module):
         obs_norm: bool,
         init_temperature: float,
         activation: str = "relu",
+        norm_clip: float = 10.0,
     ) -> None:
         super().__init__()
         check_spec(spec)
         obs_dim, dim = int(spec.obs_shape[0]), spec.num_actions
-        self.obs_norm = RunningNorm((obs_dim,)) if obs_norm else None
+        self.obs_norm = RunningNorm((obs_dim,), clip=norm_clip) if obs_norm else None
         self.actor_torso = MLPTorso(obs_dim, hidden_sizes, activation)
         self.policy_head = PolicyHead(
             self.actor_torso.out_size, spec, squash=True, log_std="learned"
@@ -139,4 +140,6 @@ def build_network(spec: EnvSpec, alg: Any) -> SACNet:
         obs_norm=bool(alg.model.obs_norm),
         init_temperature=float(alg.init_temperature),
         activation=model_activation(alg.model),
+        # Checkpoints from before norm_clip existed clipped at 10.
+        norm_clip=float(getattr(alg.model, "norm_clip", 10.0)),
     )
