@@ -130,21 +130,40 @@ def last_mean(run: dict, last: int) -> str:
     return f"{sum(episodes[-last:]) / len(episodes[-last:]):.1f}"
 
 
+# Overrides that say where or how long a run ran, not what it learned with.
+_PLACE_KEYS = ("run_dir", "resume", "log_interval_s", "max_minutes", "hardware.num_threads")
+
+
+def differences(runs: list[dict]) -> list[list[str]]:
+    """For each run, its overrides that not every run of its game shares (what tells two
+    curves of one game apart), leaving out where and how long each ran."""
+
+    def kept(run: dict) -> list[str]:
+        return [o for o in run["overrides"] if o.split("=", 1)[0].lstrip("+~") not in _PLACE_KEYS]
+
+    out = []
+    for run in runs:
+        same_game = [kept(r) for r in runs if r["game"] == run["game"]]
+        out.append([o for o in kept(run) if not all(o in other for other in same_game)])
+    return out
+
+
 def table(runs: list[dict], last: int = 20) -> str:
     lines = [
         "| game | algorithm | sticky | frames run | return at the end | last "
         f"{last} episodes | frames to each score | published |",
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
-    for run in runs:
+    for run, differs in zip(runs, differences(runs), strict=True):
         marks = []
         for score in MILESTONES.get(run["game"], DEFAULT_MILESTONES):
             at = first_frames(run, score)
             marks.append(f"{score:g}: {'-' if at is None else f'{at / 1e6:.2f} M'}")
         end = run["returns"][-1] if run["returns"] else float("nan")
         done = run["frames"][-1] if run["frames"] else 0
+        name = " ".join([run["game"], *differs])
         lines.append(
-            f"| {run['game']} | {run['algorithm']} | {run['sticky']:g} | {done / 1e6:.2f} M "
+            f"| {name} | {run['algorithm']} | {run['sticky']:g} | {done / 1e6:.2f} M "
             f"| {end:.1f} | {last_mean(run, last)} | {', '.join(marks)} "
             f"| {ANCHORS.get(run['game'], '-')} |"
         )
@@ -159,9 +178,14 @@ def plot(runs: list[dict], out: Path) -> None:
 
     games = sorted({r["game"] for r in runs})
     fig, axes = plt.subplots(1, len(games), figsize=(5.5 * len(games), 4), squeeze=False)
+    labels = differences(runs)
     for ax, game in zip(axes[0], games, strict=True):
-        for run in (r for r in runs if r["game"] == game):
-            label = f"{run['dir'].name}: {run['algorithm']}, sticky {run['sticky']:g}"
+        for run, differs in zip(runs, labels, strict=True):
+            if run["game"] != game:
+                continue
+            label = ", ".join(
+                [f"{run['dir'].name}: {run['algorithm']}", f"sticky {run['sticky']:g}", *differs]
+            )
             ax.plot([f / 1e6 for f in run["frames"]], run["returns"], label=label)
         ax.set_title(game)
         ax.set_xlabel("frames (M)")

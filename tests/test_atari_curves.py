@@ -67,6 +67,32 @@ def test_the_table_gives_frames_to_each_score_in_the_runs_own_frame_skip(curves,
     assert curves.table([curves.read_run(other)]).endswith("| 0: -, 100: -, 1000: - | - |")
 
 
+def test_two_runs_of_one_game_are_told_apart_by_the_overrides_they_do_not_share(
+    curves, tmp_path, capsys
+):
+    """Two Breakout runs that differ in one key: each row (and each curve's label) names the
+    key, not the overrides both share or where each ran; a game's single run names none."""
+    env = {"id": "ALE/Breakout-v5"}
+    shared = ["env=atari", "seed=0"]
+    decay = fake_run(tmp_path / "a" / "Breakout", env, [(100_000, 5.0)], [*shared, "run_dir=/x/a"])
+    const = fake_run(
+        tmp_path / "b" / "Breakout",
+        env,
+        [(100_000, 6.0)],
+        [*shared, "algorithm.lr_schedule=constant", "run_dir=/x/b", "resume=auto"],
+    )
+    pong = fake_run(tmp_path / "Pong", {"id": "ALE/Pong-v5"}, [(100_000, -20.0)], shared)
+    plot = tmp_path / "curves.png"
+    assert curves.main(["table", str(decay), str(const), str(pong), "--plot", str(plot)]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:5]
+    assert rows[0].startswith("| Breakout | vtrace |")
+    assert rows[1].startswith("| Breakout algorithm.lr_schedule=constant | vtrace |")
+    assert rows[2].startswith("| Pong | vtrace |")
+    runs = [curves.read_run(d) for d in (decay, const, pong)]
+    assert curves.differences(runs) == [[], ["algorithm.lr_schedule=constant"], []]
+    assert plot.stat().st_size > 0
+
+
 def test_the_last_episodes_column_averages_the_episode_log(curves, tmp_path, capsys):
     with_log = fake_run(
         tmp_path / "new",
