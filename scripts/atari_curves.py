@@ -131,7 +131,14 @@ def last_mean(run: dict, last: int) -> str:
 
 
 # Overrides that say where or how long a run ran, not what it learned with.
-_PLACE_KEYS = ("run_dir", "resume", "log_interval_s", "max_minutes", "hardware.num_threads")
+_PLACE_KEYS = (
+    "run_dir",
+    "resume",
+    "log_interval_s",
+    "max_minutes",
+    "stop_at_return",
+    "hardware.num_threads",
+)
 
 
 def differences(runs: list[dict]) -> list[list[str]]:
