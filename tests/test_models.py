@@ -367,9 +367,10 @@ def test_a_policy_init_gain_that_is_not_positive_is_refused_by_name() -> None:
 
 
 def test_norm_clip_reaches_every_normaliser_and_old_configs_keep_ten() -> None:
-    """``algorithm.model.norm_clip`` is the clip of frame_norm (V-trace, PPO, R2D2) and of
-    obs_norm (SAC's too): a frame whose pixels sit far from the statistics comes out at exactly
-    the clip; a config without the key (an old checkpoint's) keeps 10; 0 is refused by name."""
+    """``algorithm.model.norm_clip`` is the clip of frame_norm and obs_norm: a frame whose
+    pixels sit far from the statistics comes out of V-trace's network at exactly the clip
+    (PPO's and R2D2's bodies take the same ``body_kwargs``), SAC's own normaliser gets it too;
+    a config without the key (an old checkpoint's) keeps 10; 0 is refused by name."""
     from seedq.agents.config import validate_common
     from seedq.agents.ppo.config import PPOConfig
     from seedq.agents.sac.config import SACConfig
