@@ -113,6 +113,14 @@ def test_a_family_without_cpp_threads_sizes_the_workers_only(caplog):
     )
 
 
+@pytest.mark.parametrize("key", ["actor.num_actors", "arch.sebulba.threads", "env.num_threads"])
+def test_a_negative_key_is_left_to_validation_and_nothing_is_sized_or_logged(caplog, key):
+    cfg = compose_config("env=atari", f"{key}=-1")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        changed = size_config(cfg, cores=16)
+    assert (changed, caplog.text, cfg.actor.num_actors == 0) == ({}, "", key != "actor.num_actors")
+
+
 def test_keys_on_the_command_line_win():
     cfg = compose_config("env=atari", "actor.num_actors=3", "env.num_threads=2")
     size_run(cfg, ["actor.num_actors=3", "env.num_threads=2"], cores=16)

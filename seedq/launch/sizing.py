@@ -111,6 +111,10 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     Nothing is set, and nothing logged, when no key is 0.
     """
     keys = auto_keys(cfg)
+    if any(int(_get(cfg, key)) < 0 for key in keys):
+        # Out of range: validation refuses it by name. Sizing around it would log the bad
+        # value among the chosen ones first.
+        return {}
     if all(_get(cfg, key) for key in keys):
         return size_batch(cfg)
     env_key = env_threads_key(cfg.env)
