@@ -2,7 +2,9 @@
 children, a dropped connection for actors started elsewhere), and ``seedq-train resume=`` goes on
 from the last checkpoint."""
 
+import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -226,6 +228,7 @@ def test_a_process_without_a_handler_dies_with_its_parent_even_under_nohup(tmp_p
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
     )
+    shard = None
     try:
         shard = int(learner.stdout.readline())
         learner.kill()
@@ -233,3 +236,6 @@ def test_a_process_without_a_handler_dies_with_its_parent_even_under_nohup(tmp_p
         wait_for(lambda: not alive(shard), 20, "the parentless process to die")
     finally:
         learner.kill()
+        if shard is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(shard, signal.SIGKILL)  # a failed run leaves no orphan sleeping

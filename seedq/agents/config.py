@@ -30,6 +30,16 @@ def model_policy_init_gain(model_cfg: Any) -> float:
     return float(getattr(model_cfg, "policy_init_gain", POLICY_INIT_GAIN))
 
 
+# The clip of the observation normalisers, in running standard deviations (norm_clip).
+NORM_CLIP = 10.0
+
+
+def model_norm_clip(model_cfg: Any) -> float:
+    """``model_cfg.norm_clip``; :data:`NORM_CLIP` for a saved config without it (checkpoints
+    from before the key clipped at 10)."""
+    return float(getattr(model_cfg, "norm_clip", NORM_CLIP))
+
+
 REWARD_CLIPS = ("none", "abs_one", "tanh")
 # How a Gaussian policy head gets its log-std (seedq.agents.common.policy_head).
 LOG_STD_KINDS = ("state_independent", "learned")
@@ -66,7 +76,7 @@ class ModelConfig:
         "stand out (Pong learnt ~10x faster per frame with it); false: pixels / 255",
     )
     norm_clip: float = setting(
-        10.0,
+        NORM_CLIP,
         "obs_norm's and frame_norm's clip, in running standard deviations: a normalised input "
         "is clipped to [-norm_clip, norm_clip] (Sample Factory's is 5)",
     )

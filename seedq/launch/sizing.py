@@ -108,7 +108,8 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     """Resolve the 0 keys of :func:`auto_keys` in ``cfg`` (a ``SeedqConfig`` or a DictConfig
     of one) in place, for ``cores`` (default: this process's); returns the keys set, logged.
 
-    Nothing is set, and nothing logged, when no key is 0.
+    Nothing is set, and nothing logged, when no key is 0, or when one is negative (left for
+    validation to refuse by name).
     """
     keys = auto_keys(cfg)
     if any(int(_get(cfg, key)) < 0 for key in keys):

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from seedq.agents.common.normalize import RunningNorm
-from seedq.agents.config import model_activation
+from seedq.agents.config import NORM_CLIP, model_activation, model_norm_clip
 from seedq.agents.torsos import TORSOS, TorsoSettings, auto_torso, torso_class
 
 __all__ = ["CoreState", "RecurrentBody", "body_kwargs"]
@@ -69,7 +69,7 @@ class RecurrentBody(nn.Module):
         channels_last: bool = True,
         obs_norm: bool = False,
         frame_norm: bool = False,
-        norm_clip: float = 10.0,
+        norm_clip: float = NORM_CLIP,
     ) -> None:
         super().__init__()
         obs_shape = tuple(int(d) for d in obs_shape)
@@ -209,6 +209,5 @@ def body_kwargs(model_cfg: Any, channels_last: bool) -> dict[str, Any]:
         obs_norm=bool(getattr(model_cfg, "obs_norm", False)),
         # Checkpoints from before frame_norm existed fed frames to the torso as pixels / 255.
         frame_norm=bool(getattr(model_cfg, "frame_norm", False)),
-        # Checkpoints from before norm_clip existed clipped at 10.
-        norm_clip=float(getattr(model_cfg, "norm_clip", 10.0)),
+        norm_clip=model_norm_clip(model_cfg),
     )

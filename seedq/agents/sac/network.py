@@ -19,7 +19,7 @@ from seedq.agents.common.models import CoreState
 from seedq.agents.common.normalize import RunningNorm
 from seedq.agents.common.policy_head import PolicyHead
 from seedq.agents.common.torsos import MLPTorso, orthogonal_
-from seedq.agents.config import model_activation
+from seedq.agents.config import NORM_CLIP, model_activation, model_norm_clip
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
 
@@ -56,7 +56,7 @@ class SACNet(nn.Module):
         obs_norm: bool,
         init_temperature: float,
         activation: str = "relu",
-        norm_clip: float = 10.0,
+        norm_clip: float = NORM_CLIP,
     ) -> None:
         super().__init__()
         check_spec(spec)
@@ -140,6 +140,5 @@ def build_network(spec: EnvSpec, alg: Any) -> SACNet:
         obs_norm=bool(alg.model.obs_norm),
         init_temperature=float(alg.init_temperature),
         activation=model_activation(alg.model),
-        # Checkpoints from before norm_clip existed clipped at 10.
-        norm_clip=float(getattr(alg.model, "norm_clip", 10.0)),
+        norm_clip=model_norm_clip(alg.model),
     )
