@@ -12,12 +12,20 @@ says what it would on a GPU machine (only the wall time differs).
     # the same command again continues interrupted runs from their newest checkpoints
     # tabulate (and plot) run directories that already exist
     python scripts/atari_curves.py table runs/curves/* --plot curves.png
+    # and the value at frame marks: the return, and the policy entropy (nats) around each
+    python scripts/atari_curves.py table runs/pong/* --marks 0.4e6 0.6e6 0.8e6 1e6 --scalar entropy
 
 The table gives, per run, the 100-episode mean return at the budget, the mean of its last
 ``--last`` episodes (from the run's ``episodes.csv``; a 100-episode window of a fast learner
 still holds episodes from far earlier), and the frames at which the 100-episode mean first
 reached each milestone of its game (``MILESTONES``), beside a published figure for the game
 (``ANCHORS``, with its source) where there is one.
+
+With ``--marks`` a second table reads the runs at frame marks: the 100-episode mean last
+logged at or before each mark, and for each ``--scalar`` (a metrics.csv column, or
+``entropy``: the policy entropy in nats, ``-loss/entropy / entropy_cost``) its mean over the
+rows logged in the ``--window`` frames up to the mark. A run that ended before a mark has no
+value there ("-").
 """
 
 from __future__ import annotations
@@ -88,11 +96,17 @@ def launch(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True)
 
 
-def read_run(run_dir: Path) -> dict:
+def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> dict:
+    """A run directory as seedq-train leaves it, or a bare ``*_metrics.csv`` (as
+    docs/results keeps them, beside their ``*_episodes.csv``), which has no config: its game
+    is read from its name, and ``frame_skip`` and ``entropy_cost`` are taken as given."""
+    if run_dir.is_file():
+        return read_csv_run(run_dir, frame_skip, entropy_cost)
     config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     skip = int(config["env"].get("frame_skip", 4))
     with open(run_dir / "metrics.csv") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("return_mean") not in ("", None)]
+        every_row = list(csv.DictReader(f))
+    rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
     frames = [int(float(r["env_steps"])) * skip for r in rows]
     returns = [float(r["return_mean"]) for r in rows]
     overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
@@ -112,6 +126,37 @@ def read_run(run_dir: Path) -> dict:
         "episode_returns": episode_returns,
         "minutes": [float(r["wall_time"]) / 60 for r in rows],
         "overrides": [line[2:] for line in overrides.splitlines() if line.startswith("- ")],
+        "rows": every_row,
+        "frame_skip": skip,
+        "entropy_cost": config["algorithm"].get("entropy_cost"),
+    }
+
+
+def read_csv_run(path: Path, frame_skip: int, entropy_cost: float) -> dict:
+    with open(path) as f:
+        every_row = list(csv.DictReader(f))
+    rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
+    label = path.name.removesuffix(".csv").removesuffix("_metrics")
+    games = [g for g in (*MILESTONES, *ANCHORS) if g.lower() in label.lower()]
+    episodes = path.with_name(f"{label}_episodes.csv")
+    episode_returns = None
+    if episodes.exists():
+        with open(episodes) as f:
+            episode_returns = [float(r["return"]) for r in csv.DictReader(f)]
+    return {
+        "dir": path,
+        "label": label,
+        "game": games[0] if games else label,
+        "algorithm": "-",
+        "sticky": None,
+        "frames": [int(float(r["env_steps"])) * frame_skip for r in rows],
+        "returns": [float(r["return_mean"]) for r in rows],
+        "episode_returns": episode_returns,
+        "minutes": [float(r["wall_time"]) / 60 for r in rows],
+        "overrides": [],
+        "rows": every_row,
+        "frame_skip": frame_skip,
+        "entropy_cost": entropy_cost,
     }
 
 
@@ -155,22 +200,77 @@ def differences(runs: list[dict]) -> list[list[str]]:
     return out
 
 
+def names(runs: list[dict]) -> list[str]:
+    """Each run's game and the overrides that tell it from the other runs of its game (a bare
+    metrics CSV's own name)."""
+    return [
+        run.get("label") or " ".join([run["game"], *differs])
+        for run, differs in zip(runs, differences(runs), strict=True)
+    ]
+
+
+def series(run: dict, tag: str) -> list[tuple[int, float]]:
+    """``[(frames, value)]`` of one metrics.csv column, rows without a value left out;
+    ``entropy`` is the policy's entropy in nats, read from ``loss/entropy`` (the entropy
+    bonus, ``-entropy_cost x entropy``)."""
+    column = "loss/entropy" if tag == "entropy" else tag
+    if run["rows"] and column not in run["rows"][0]:
+        raise SystemExit(f"{run['dir']}: metrics.csv has no column {column!r}")
+    scale = 1.0
+    if tag == "entropy":
+        cost = run["entropy_cost"]
+        if not cost:
+            raise SystemExit(f"{run['dir']}: entropy_cost is {cost!r}; read loss/entropy instead")
+        scale = -1.0 / float(cost)
+    return [
+        (int(float(r["env_steps"])) * run["frame_skip"], float(r[column]) * scale)
+        for r in run["rows"]
+        if r.get(column) not in ("", None)
+    ]
+
+
+def at_marks(
+    runs: list[dict], marks: list[float], scalars: list[str] = (), window: float = 1e5
+) -> str:
+    """Markdown: each run's 100-episode mean at each frame mark (the last logged at or before
+    it) and, per scalar, its mean over the rows in (mark - window, mark]."""
+    lines = [
+        "| run | " + " | ".join(f"{m / 1e6:g} M" for m in marks) + " |",
+        "|---|" + "---:|" * len(marks),
+    ]
+    for run, name in zip(runs, names(runs), strict=True):
+        ran = max((int(float(r["env_steps"])) * run["frame_skip"] for r in run["rows"]), default=0)
+        cells = []
+        for mark in marks:
+            before = [v for f, v in zip(run["frames"], run["returns"], strict=True) if f <= mark]
+            cells.append(f"{before[-1]:+.1f}" if before and mark <= ran else "-")
+        lines.append(f"| {name}: return | " + " | ".join(cells) + " |")
+        for tag in scalars:
+            points = series(run, tag)
+            cells = []
+            for mark in marks:
+                inside = [v for f, v in points if mark - window < f <= mark]
+                cells.append(f"{sum(inside) / len(inside):.3g}" if inside and mark <= ran else "-")
+            lines.append(f"| {name}: {tag} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def table(runs: list[dict], last: int = 20) -> str:
     lines = [
         "| game | algorithm | sticky | frames run | return at the end | last "
         f"{last} episodes | frames to each score | published |",
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
-    for run, differs in zip(runs, differences(runs), strict=True):
+    for run, name in zip(runs, names(runs), strict=True):
         marks = []
         for score in MILESTONES.get(run["game"], DEFAULT_MILESTONES):
             at = first_frames(run, score)
             marks.append(f"{score:g}: {'-' if at is None else f'{at / 1e6:.2f} M'}")
         end = run["returns"][-1] if run["returns"] else float("nan")
         done = run["frames"][-1] if run["frames"] else 0
-        name = " ".join([run["game"], *differs])
+        sticky = "-" if run["sticky"] is None else f"{run['sticky']:g}"
         lines.append(
-            f"| {name} | {run['algorithm']} | {run['sticky']:g} | {done / 1e6:.2f} M "
+            f"| {name} | {run['algorithm']} | {sticky} | {done / 1e6:.2f} M "
             f"| {end:.1f} | {last_mean(run, last)} | {', '.join(marks)} "
             f"| {ANCHORS.get(run['game'], '-')} |"
         )
@@ -213,26 +313,54 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("runs/atari_curves"))
     run.add_argument("--plot", type=Path, default=None)
     run.add_argument("overrides", nargs="*", help="seedq-train overrides (after --)")
-    tab = sub.add_parser("table", help="tabulate finished run directories")
+    tab = sub.add_parser("table", help="tabulate finished run directories (or metrics CSVs)")
     tab.add_argument("runs", nargs="+", type=Path)
     tab.add_argument("--plot", type=Path, default=None)
+    tab.add_argument(
+        "--frame-skip", type=int, default=4, help="of bare metrics CSVs (run directories: theirs)"
+    )
+    tab.add_argument(
+        "--entropy-cost",
+        type=float,
+        default=0.01,
+        help="of bare metrics CSVs, to read 'entropy' (run directories: theirs; presets: 0.01)",
+    )
     for sub_parser in (run, tab):
         sub_parser.add_argument(
             "--last", type=int, default=20, help="episodes in the last-episodes column"
         )
+        sub_parser.add_argument(
+            "--marks", type=float, nargs="+", default=[], help="frames to read each run at"
+        )
+        sub_parser.add_argument(
+            "--scalar",
+            action="append",
+            default=[],
+            metavar="COLUMN",
+            help="also read this metrics.csv column (or 'entropy', in nats) at the marks",
+        )
+        sub_parser.add_argument(
+            "--window", type=float, default=1e5, help="frames each scalar is averaged over"
+        )
     args = parser.parse_args(argv)
+    if args.scalar and not args.marks:
+        parser.error("--scalar needs --marks")
 
     if args.command == "run":
         dirs = [run_game(g, args.frames, args.out, args.overrides) for g in args.games]
         plot_path = args.plot or args.out / "curves.png"
     else:
         dirs, plot_path = args.runs, args.plot
-    missing = [d for d in dirs if not (d / "metrics.csv").exists()]
+    missing = [d for d in dirs if not d.is_file() and not (d / "metrics.csv").exists()]
     if missing:
         print(f"no metrics.csv in {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
-    runs = [read_run(d) for d in dirs]
+    skip, cost = getattr(args, "frame_skip", 4), getattr(args, "entropy_cost", 0.01)
+    runs = [read_run(d, skip, cost) for d in dirs]
     print(table(runs, args.last))
+    if args.marks:
+        print()
+        print(at_marks(runs, sorted(args.marks), args.scalar, args.window))
     if plot_path is not None:
         plot(runs, plot_path)
         print(f"wrote {plot_path}")

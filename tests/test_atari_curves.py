@@ -139,3 +139,78 @@ def test_table_refuses_directories_without_metrics(curves, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert curves.main(["table", str(tmp_path / "empty")]) == 2
     assert "no metrics.csv in" in capsys.readouterr().err
+
+
+def write_metrics(path: Path, rows: list[tuple[int, float | str, float | str]]) -> Path:
+    """metrics.csv rows of (env_steps, return_mean, loss/entropy)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["wall_time", "env_steps", "return_mean", "loss/entropy"])
+        for i, row in enumerate(rows):
+            writer.writerow([10.0 * (i + 1), *row])
+    return path
+
+
+def test_marks_read_each_run_at_frame_marks_and_scalars_over_a_window(curves, tmp_path, capsys):
+    """The return is the last logged at or before each mark; a scalar is the mean of the rows
+    in (mark - window, mark]; `entropy` is -loss/entropy / entropy_cost, in nats; a run that
+    ended before a mark has no value there."""
+    run = fake_run(tmp_path / "run", {"id": "ALE/Pong-v5"}, [])
+    config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+    config["algorithm"]["entropy_cost"] = 0.02
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    # frames = steps x 4: 40 k, 90 k, 100 k, 110 k, 200 k, 240 k
+    write_metrics(
+        run / "metrics.csv",
+        [
+            (10_000, "", -0.0358),
+            (22_500, -20.5, -0.0340),
+            (25_000, -20.0, -0.0320),
+            (27_500, -19.0, ""),
+            (50_000, -15.0, -0.0300),
+            (60_000, -12.0, -0.0280),
+        ],
+    )
+    code = curves.main(
+        ["table", str(run), "--marks", "2e5", "1e5", "3e5"]
+        + ["--scalar", "entropy", "--window", "7e4"]
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.split("\n\n")[1].splitlines()
+    assert lines[0] == "| run | 0.1 M | 0.2 M | 0.3 M |"  # marks in order
+    # 0.1 M: the row at 100 k frames (-20.0); 0.2 M: the row at 200 k; 0.3 M: past the run.
+    assert lines[2] == "| Pong: return | -20.0 | -15.0 | - |"
+    # 0.1 M: rows at 40 k, 90 k, 100 k are in (30 k, 100 k] -> (1.79 + 1.70 + 1.60) / 3;
+    # 0.2 M: (130 k, 200 k] holds only the row at 200 k -> 1.50 (110 k has no entropy).
+    assert lines[3] == "| Pong: entropy | 1.7 | 1.5 | - |"
+
+    # A bare metrics CSV (as docs/results keeps them): its game from its name, its episodes
+    # from the file beside it, the frame skip and entropy cost as given.
+    kept = write_metrics(tmp_path / "vtrace_pong_x_seed0_metrics.csv", [(25_000, -20.0, -0.05)])
+    (tmp_path / "vtrace_pong_x_seed0_episodes.csv").write_text(
+        "env_steps,return,length\n10,-21,900\n20,-19,900\n"
+    )
+    code = curves.main(
+        ["table", str(kept), "--frame-skip", "2", "--entropy-cost", "0.025"]
+        + ["--marks", "5e4", "--scalar", "entropy", "--scalar", "loss/entropy"]
+    )
+    assert code == 0
+    table, marks = capsys.readouterr().out.split("\n\n")
+    row = table.splitlines()[2]
+    assert row.startswith("| vtrace_pong_x_seed0 | - | - | 0.05 M | -20.0 | -20.0 |")
+    assert "0: -, 10: -, 18: -, 20: -" in row  # Pong's milestones, read from the name
+    assert marks.splitlines()[2:] == [
+        "| vtrace_pong_x_seed0: return | -20.0 |",
+        "| vtrace_pong_x_seed0: entropy | 2 |",
+        "| vtrace_pong_x_seed0: loss/entropy | -0.05 |",
+    ]
+
+
+def test_marks_refuse_a_scalar_without_marks_or_a_column_the_runs_lack(curves, tmp_path, capsys):
+    kept = write_metrics(tmp_path / "a_metrics.csv", [(25_000, -20.0, -0.05)])
+    with pytest.raises(SystemExit) as exit_info:
+        curves.main(["table", str(kept), "--scalar", "entropy"])
+    assert exit_info.value.code == 2
+    assert "--scalar needs --marks" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no column 'train/nothing'"):
+        curves.main(["table", str(kept), "--marks", "1e5", "--scalar", "train/nothing"])
