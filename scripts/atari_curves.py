@@ -290,9 +290,16 @@ def plot(runs: list[dict], out: Path) -> None:
         for run, differs in zip(runs, labels, strict=True):
             if run["game"] != game:
                 continue
-            label = ", ".join(
-                [f"{run['dir'].name}: {run['algorithm']}", f"sticky {run['sticky']:g}", *differs]
-            )
+            if run["sticky"] is None:  # a bare metrics CSV: its name says what it is
+                label = run["label"]
+            else:
+                label = ", ".join(
+                    [
+                        f"{run['dir'].name}: {run['algorithm']}",
+                        f"sticky {run['sticky']:g}",
+                        *differs,
+                    ]
+                )
             ax.plot([f / 1e6 for f in run["frames"]], run["returns"], label=label)
         ax.set_title(game)
         ax.set_xlabel("frames (M)")

@@ -190,12 +190,14 @@ def test_marks_read_each_run_at_frame_marks_and_scalars_over_a_window(curves, tm
     (tmp_path / "vtrace_pong_x_seed0_episodes.csv").write_text(
         "env_steps,return,length\n10,-21,900\n20,-19,900\n"
     )
+    plot = tmp_path / "kept.png"
     code = curves.main(
-        ["table", str(kept), "--frame-skip", "2", "--entropy-cost", "0.025"]
+        ["table", str(kept), "--frame-skip", "2", "--entropy-cost", "0.025", "--plot", str(plot)]
         + ["--marks", "5e4", "--scalar", "entropy", "--scalar", "loss/entropy"]
     )
     assert code == 0
-    table, marks = capsys.readouterr().out.split("\n\n")
+    table, marks = capsys.readouterr().out.removesuffix(f"wrote {plot}\n").split("\n\n")
+    assert plot.stat().st_size > 0
     row = table.splitlines()[2]
     assert row.startswith("| vtrace_pong_x_seed0 | - | - | 0.05 M | -20.0 | -20.0 |")
     assert "0: -, 10: -, 18: -, 20: -" in row  # Pong's milestones, read from the name
