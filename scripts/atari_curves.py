@@ -134,7 +134,10 @@ def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> 
 
 def read_csv_run(path: Path, frame_skip: int, entropy_cost: float) -> dict:
     with open(path) as f:
-        every_row = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        every_row = list(reader)
+    if not {"env_steps", "return_mean", "wall_time"} <= set(reader.fieldnames or ()):
+        raise SystemExit(f"{path}: not a seedq metrics.csv (no env_steps/return_mean/wall_time)")
     rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
     label = path.name.removesuffix(".csv").removesuffix("_metrics")
     games = [g for g in (*MILESTONES, *ANCHORS) if g.lower() in label.lower()]
@@ -352,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.scalar and not args.marks:
         parser.error("--scalar needs --marks")
+    if args.window <= 0:
+        parser.error(f"--window must be > 0 frames, not {args.window:g}")
 
     if args.command == "run":
         dirs = [run_game(g, args.frames, args.out, args.overrides) for g in args.games]

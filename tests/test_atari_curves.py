@@ -216,3 +216,12 @@ def test_marks_refuse_a_scalar_without_marks_or_a_column_the_runs_lack(curves, t
     assert "--scalar needs --marks" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no column 'train/nothing'"):
         curves.main(["table", str(kept), "--marks", "1e5", "--scalar", "train/nothing"])
+    with pytest.raises(SystemExit) as exit_info:
+        curves.main(["table", str(kept), "--marks", "1e5", "--window", "0"])
+    assert exit_info.value.code == 2
+    assert "--window must be > 0 frames" in capsys.readouterr().err
+    # An episode log (or any other CSV) given where a metrics CSV belongs is named, not a KeyError.
+    episodes = tmp_path / "a_episodes.csv"
+    episodes.write_text("env_steps,return,length\n10,-21,900\n")
+    with pytest.raises(SystemExit, match="a_episodes.csv: not a seedq metrics.csv"):
+        curves.main(["table", str(episodes)])
