@@ -101,65 +101,53 @@ def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> 
     docs/results keeps them, beside their ``*_episodes.csv``), which has no config: its game
     is read from its name, and ``frame_skip`` and ``entropy_cost`` are taken as given."""
     if run_dir.is_file():
-        return read_csv_run(run_dir, frame_skip, entropy_cost)
+        label = run_dir.name.removesuffix(".csv").removesuffix("_metrics")
+        games = [g for g in (*MILESTONES, *ANCHORS) if g.lower() in label.lower()]
+        episodes = run_dir.with_name(f"{label}_episodes.csv")
+        return {
+            **read_logs(run_dir, episodes, frame_skip),
+            "dir": run_dir,
+            "label": label,
+            "game": games[0] if games else label,
+            "algorithm": "-",
+            "sticky": None,
+            "overrides": [],
+            "entropy_cost": entropy_cost,
+        }
     config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
-    skip = int(config["env"].get("frame_skip", 4))
-    with open(run_dir / "metrics.csv") as f:
-        every_row = list(csv.DictReader(f))
-    rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
-    frames = [int(float(r["env_steps"])) * skip for r in rows]
-    returns = [float(r["return_mean"]) for r in rows]
     overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
-    episodes = run_dir / "episodes.csv"  # runs before seedq wrote it have none
-    if episodes.exists():
-        with open(episodes) as f:
-            episode_returns = [float(r["return"]) for r in csv.DictReader(f)]
-    else:
-        episode_returns = None
+    skip = int(config["env"].get("frame_skip", 4))
     return {
+        **read_logs(run_dir / "metrics.csv", run_dir / "episodes.csv", skip),
         "dir": run_dir,
         "game": game_of(config["env"]["id"]),
         "algorithm": config["algorithm"]["name"],
         "sticky": float(config["env"].get("repeat_action_probability", 0.25)),
-        "frames": frames,
-        "returns": returns,
-        "episode_returns": episode_returns,
-        "minutes": [float(r["wall_time"]) / 60 for r in rows],
         "overrides": [line[2:] for line in overrides.splitlines() if line.startswith("- ")],
-        "rows": every_row,
-        "frame_skip": skip,
         "entropy_cost": config["algorithm"].get("entropy_cost"),
     }
 
 
-def read_csv_run(path: Path, frame_skip: int, entropy_cost: float) -> dict:
-    with open(path) as f:
+def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
+    """A run's curve from its metrics log (every row, and the rows with a 100-episode mean
+    as frames / returns / minutes) and its episode log (None for runs from before it)."""
+    with open(metrics) as f:
         reader = csv.DictReader(f)
         every_row = list(reader)
     if not {"env_steps", "return_mean", "wall_time"} <= set(reader.fieldnames or ()):
-        raise SystemExit(f"{path}: not a seedq metrics.csv (no env_steps/return_mean/wall_time)")
+        raise SystemExit(f"{metrics}: not a seedq metrics.csv (no env_steps/return_mean/wall_time)")
     rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
-    label = path.name.removesuffix(".csv").removesuffix("_metrics")
-    games = [g for g in (*MILESTONES, *ANCHORS) if g.lower() in label.lower()]
-    episodes = path.with_name(f"{label}_episodes.csv")
     episode_returns = None
     if episodes.exists():
         with open(episodes) as f:
             episode_returns = [float(r["return"]) for r in csv.DictReader(f)]
     return {
-        "dir": path,
-        "label": label,
-        "game": games[0] if games else label,
-        "algorithm": "-",
-        "sticky": None,
         "frames": [int(float(r["env_steps"])) * frame_skip for r in rows],
         "returns": [float(r["return_mean"]) for r in rows],
         "episode_returns": episode_returns,
         "minutes": [float(r["wall_time"]) / 60 for r in rows],
-        "overrides": [],
         "rows": every_row,
         "frame_skip": frame_skip,
-        "entropy_cost": entropy_cost,
     }
 
 
@@ -323,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("runs/atari_curves"))
     run.add_argument("--plot", type=Path, default=None)
     run.add_argument("overrides", nargs="*", help="seedq-train overrides (after --)")
+    run.set_defaults(frame_skip=4, entropy_cost=0.01)  # its runs are directories: theirs
     tab = sub.add_parser("table", help="tabulate finished run directories (or metrics CSVs)")
     tab.add_argument("runs", nargs="+", type=Path)
     tab.add_argument("--plot", type=Path, default=None)
@@ -367,8 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"no metrics.csv in {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
-    skip, cost = getattr(args, "frame_skip", 4), getattr(args, "entropy_cost", 0.01)
-    runs = [read_run(d, skip, cost) for d in dirs]
+    runs = [read_run(d, args.frame_skip, args.entropy_cost) for d in dirs]
     print(table(runs, args.last))
     if args.marks:
         print()
