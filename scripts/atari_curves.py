@@ -17,9 +17,10 @@ says what it would on a GPU machine (only the wall time differs).
 
 The table gives, per run, the 100-episode mean return at the budget, the mean of its last
 ``--last`` episodes (from the run's ``episodes.csv``; a 100-episode window of a fast learner
-still holds episodes from far earlier), and the frames at which the 100-episode mean first
-reached each milestone of its game (``MILESTONES``), beside a published figure for the game
-(``ANCHORS``, with its source) where there is one.
+still holds episodes from far earlier), its best 100-episode mean (the first time it was
+logged, with its frames), its best single game (from ``episodes.csv``), and the frames at
+which the 100-episode mean first reached each milestone of its game (``MILESTONES``), beside a
+published figure for the game (``ANCHORS``, with its source) where there is one.
 
 With ``--marks`` a second table reads the runs at frame marks: the 100-episode mean last
 logged at or before each mark, and for each ``--scalar`` (a metrics.csv column, or
@@ -158,6 +159,18 @@ def first_frames(run: dict, score: float) -> int | None:
     return None
 
 
+def best(run: dict) -> tuple[str, str]:
+    """The run's best 100-episode mean with the frames it was logged at, and its best game
+    ("-" without an episode log)."""
+    if run["returns"]:
+        at = max(range(len(run["returns"])), key=lambda i: (run["returns"][i], -i))
+        mean = f"{run['returns'][at]:.1f} at {run['frames'][at] / 1e6:.2f} M"
+    else:
+        mean = "-"
+    game = f"{max(run['episode_returns']):g}" if run["episode_returns"] else "-"
+    return mean, game
+
+
 def last_mean(run: dict, last: int) -> str:
     """The mean return of the run's last ``last`` episodes, or "-" without an episode log."""
     episodes = run["episode_returns"]
@@ -249,8 +262,8 @@ def at_marks(
 def table(runs: list[dict], last: int = 20) -> str:
     lines = [
         "| game | algorithm | sticky | frames run | return at the end | last "
-        f"{last} episodes | frames to each score | published |",
-        "|---|---|---:|---:|---:|---:|---|---|",
+        f"{last} episodes | best mean | best game | frames to each score | published |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for run, name in zip(runs, names(runs), strict=True):
         marks = []
@@ -260,9 +273,11 @@ def table(runs: list[dict], last: int = 20) -> str:
         end = run["returns"][-1] if run["returns"] else float("nan")
         done = run["frames"][-1] if run["frames"] else 0
         sticky = "-" if run["sticky"] is None else f"{run['sticky']:g}"
+        best_mean, best_game = best(run)
         lines.append(
             f"| {name} | {run['algorithm']} | {sticky} | {done / 1e6:.2f} M "
-            f"| {end:.1f} | {last_mean(run, last)} | {', '.join(marks)} "
+            f"| {end:.1f} | {last_mean(run, last)} | {best_mean} | {best_game} "
+            f"| {', '.join(marks)} "
             f"| {ANCHORS.get(run['game'], '-')} |"
         )
     return "\n".join(lines)

@@ -58,6 +58,8 @@ def test_the_table_gives_frames_to_each_score_in_the_runs_own_frame_skip(curves,
     # Pong first reached 0 and 10 at 1.2 M frames and 18 at 1.8 M, never 20; it ended at 17.9.
     assert "| Pong | vtrace | 0 | 2.00 M | 17.9 |" in pong_row
     assert "0: 1.20 M, 10: 1.80 M, 18: 1.80 M, 20: -" in pong_row
+    # Its best 100-episode mean and where it was logged; no episode log, so no best game.
+    assert "| 17.9 | - | 18.5 at 1.80 M | - |" in pong_row
     # Breakout: sticky actions by default, frames = steps x its frame_skip of 2.
     assert "| Breakout | vtrace | 0.25 | 4.00 M | 60.0 |" in breakout_row
     assert "10: 2.00 M, 50: 4.00 M, 100: -" in breakout_row
@@ -106,6 +108,20 @@ def test_the_last_episodes_column_averages_the_episode_log(curves, tmp_path, cap
     new_row, old_row = capsys.readouterr().out.splitlines()[2:]
     assert "| 1.60 M | 12.5 | 19.0 |" in new_row  # (17 + 19 + 21) / 3
     assert "| 1.60 M | 12.5 | - |" in old_row  # a run from before the episode log
+    assert "| 19.0 | 12.5 at 1.60 M | 21 |" in new_row  # the best game from the episode log
+    assert "| - | 12.5 at 1.60 M | - |" in old_row
+
+
+def test_the_best_mean_is_the_first_time_the_highest_mean_was_logged(curves, tmp_path):
+    run = fake_run(
+        tmp_path / "breakout",
+        {"id": "ALE/Breakout-v5"},
+        [(1_000, ""), (100_000, 40.0), (200_000, 80.9), (300_000, 70.0), (400_000, 80.9)],
+        episodes=[3.0, 412.0, 7.5],
+    )
+    assert curves.best(curves.read_run(run)) == ("80.9 at 0.80 M", "412")
+    empty = fake_run(tmp_path / "empty", {"id": "ALE/Breakout-v5"}, [(1_000, "")], episodes=[])
+    assert curves.best(curves.read_run(empty)) == ("-", "-")
 
 
 def test_run_trains_each_game_for_its_frames_and_continues_an_interrupted_run(
