@@ -65,6 +65,18 @@ def game_of(env_id: str) -> str:
     return env_id.split("/")[-1].split("-")[0]
 
 
+# seedq-train's exit status when a signal stopped it after writing a checkpoint (seedq/cli.py).
+STOPPED = 75
+
+
+class RunEnded(Exception):
+    """A game's training run ended before its budget: stopped (``STOPPED``) or failed."""
+
+    def __init__(self, game: str, run_dir: Path, status: int) -> None:
+        self.game, self.run_dir, self.status = game, run_dir, status
+        super().__init__(game, run_dir, status)
+
+
 def run_game(game: str, frames: float, out: Path, overrides: list[str]) -> Path:
     run_dir = out / game
     skips = [o.split("=", 1)[1] for o in overrides if o.startswith("env.frame_skip=")]
@@ -87,14 +99,22 @@ def run_game(game: str, frames: float, out: Path, overrides: list[str]) -> Path:
         *overrides,
     ]
     print("+", " ".join(cmd), flush=True)
-    launch(cmd)
+    status = launch(cmd)
+    if status:
+        raise RunEnded(game, run_dir, status)
     return run_dir
 
 
-def launch(cmd: list[str]) -> None:
-    """Run one training command to its end (tests replace this, not ``subprocess.run``, which
-    matplotlib's first import on a fresh machine calls to build its font cache)."""
-    subprocess.run(cmd, check=True)
+def launch(cmd: list[str]) -> int:
+    """Run one training command to its end and return its exit status (tests replace this,
+    not ``subprocess.run``, which matplotlib's first import on a fresh machine calls to build
+    its font cache). Ctrl-C reaches the training run too, which writes a checkpoint and exits
+    with ``STOPPED``: wait for it."""
+    process = subprocess.Popen(cmd)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        return process.wait()
 
 
 def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> dict:
@@ -363,7 +383,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--window must be > 0 frames, not {args.window:g}")
 
     if args.command == "run":
-        dirs = [run_game(g, args.frames, args.out, args.overrides) for g in args.games]
+        try:
+            dirs = [run_game(g, args.frames, args.out, args.overrides) for g in args.games]
+        except RunEnded as ended:
+            if ended.status == STOPPED:
+                print(
+                    f"{ended.game}: stopped with a checkpoint in {ended.run_dir}; the same "
+                    "command continues it (and then the games after it)",
+                    file=sys.stderr,
+                )
+            else:
+                print(
+                    f"{ended.game}: training exited with status {ended.status} (its log: "
+                    f"{ended.run_dir}/cli.log); the same command resumes from the newest "
+                    "checkpoint",
+                    file=sys.stderr,
+                )
+            return ended.status
         plot_path = args.plot or args.out / "curves.png"
     else:
         dirs, plot_path = args.runs, args.plot

@@ -133,6 +133,7 @@ def test_run_trains_each_game_for_its_frames_and_continues_an_interrupted_run(
         commands.append(cmd)
         run_dir = Path(next(c for c in cmd if c.startswith("run_dir=")).split("=", 1)[1])
         fake_run(run_dir, {"id": "ALE/Breakout-v5", "frame_skip": 2}, [(500_000, 101.0)])
+        return 0
 
     monkeypatch.setattr(curves, "launch", fake_train)
     out = tmp_path / "curves"
@@ -149,6 +150,29 @@ def test_run_trains_each_game_for_its_frames_and_continues_an_interrupted_run(
     printed = capsys.readouterr().out
     assert "| Breakout | vtrace | 0.25 | 1.00 M | 101.0 |" in printed
     assert (out / "curves.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [(75, "Pong: stopped with a checkpoint in"), (1, "Pong: training exited with status 1")],
+)
+def test_run_stops_at_a_stopped_or_failed_game_with_its_status_and_no_traceback(
+    curves, tmp_path, monkeypatch, capsys, status, says
+):
+    commands = []
+    monkeypatch.setattr(curves, "launch", lambda cmd: commands.append(cmd) or status)
+    out = tmp_path / "curves"
+    code = curves.main(["run", "--games", "Pong", "Breakout", "--out", str(out)])
+    assert code == status
+    assert len(commands) == 1  # the games after a stopped one wait for the next command
+    err = capsys.readouterr().err
+    assert says in err and "the same command" in err and str(out / "Pong") in err
+    assert not (out / "curves.png").exists()
+
+
+def test_launch_returns_the_training_runs_exit_status(curves):
+    assert curves.launch([sys.executable, "-c", "raise SystemExit(75)"]) == 75
+    assert curves.launch([sys.executable, "-c", "pass"]) == 0
 
 
 def test_table_refuses_directories_without_metrics(curves, tmp_path, capsys):
