@@ -80,12 +80,13 @@ def round_trips_per_s(obs: np.ndarray, seconds: float, keys_dir: str | None) -> 
 
 def train_steps_per_s(seconds: float, overrides: list[str]) -> float:
     """Env steps/s of one ``seedq-bench train`` run (its last line is its JSON summary)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "seedq.bench.cli", "train", f"seconds={seconds}", *overrides],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    cmd = [sys.executable, "-m", "seedq.bench.cli", "train", f"seconds={seconds}", *overrides]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.strip().splitlines()[-5:])
+        raise SystemExit(
+            f"bench_curve: {' '.join(cmd[2:])} exited with status {result.returncode}:\n{tail}"
+        )
     return json.loads(result.stdout.strip().splitlines()[-1])["env_steps_per_s"]
 
 
