@@ -127,7 +127,7 @@ def test_learner_times_the_learners_own_work_per_env_step_with_the_torso_left_ou
     assert "aten::index_select" in result.stdout and "Self CPU" in result.stdout
 
 
-@pytest.mark.parametrize(("algorithm", "lr"), [("vtrace", 0.0005), ("sac", 0.0003)])
+@pytest.mark.parametrize(("algorithm", "lr"), [("vtrace", 0.00025), ("sac", 0.0003)])
 def test_learner_run_mode_feeds_fake_pong_frames_with_ataris_preset(tmp_path, algorithm, lr):
     from seedq.bench.learner import OPTIONS, run_config
 

@@ -68,7 +68,7 @@ def test_atari_tuning_clips_rewards_and_the_command_line_still_wins():
     plain = to_config(compose_config()).algorithm
     assert (tuned.reward_clip, tuned.lr, overridden.lr, plain.reward_clip, plain.lr) == (
         "abs_one",
-        0.0005,
+        0.00025,
         0.002,
         "none",
         0.001,
