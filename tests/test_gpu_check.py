@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -83,9 +84,19 @@ def test_sample_factory_is_judged_by_its_progress_lines_and_compared_with_seedq(
 
 
 def test_a_step_past_its_time_limit_is_interrupted_and_its_output_kept():
-    code = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved')"
+    # The step inherits SIGINT blocked and unblocks it inside its try: on a loaded box the
+    # limit's SIGINT may come before its interpreter has started, and then waits for it.
+    code = (
+        "import signal, time\ntry:\n"
+        "    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])\n"
+        "    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved')"
+    )
     step = gpu_check.Step("slow", "slow", [sys.executable, "-c", code], 1)
-    code, output = gpu_check.run_bounded(step)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    try:
+        code, output = gpu_check.run_bounded(step)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     assert code == -1 and "saved" in output and "time limit" in output
 
 
