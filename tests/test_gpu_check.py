@@ -85,9 +85,11 @@ def test_sample_factory_is_judged_by_its_progress_lines_and_compared_with_seedq(
 
 def test_a_step_past_its_time_limit_is_interrupted_and_its_output_kept():
     # The step inherits SIGINT blocked and unblocks it inside its try: on a loaded box the
-    # limit's SIGINT may come before its interpreter has started, and then waits for it.
+    # limit's SIGINT may come before its interpreter has started, and then waits for it. It
+    # sets Ctrl-C's handler itself, as an ignored SIGINT (SIG_IGN) is inherited too.
     code = (
-        "import signal, time\ntry:\n"
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\ntry:\n"
         "    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])\n"
         "    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved')"
     )
