@@ -39,6 +39,8 @@ from pathlib import Path
 
 import yaml
 
+from seedq.exit_status import EXIT_STOPPED
+
 # Scores worth naming per game: the issue's targets and the usual reading points.
 MILESTONES = {
     "Pong": (0.0, 10.0, 18.0, 20.0),
@@ -65,12 +67,8 @@ def game_of(env_id: str) -> str:
     return env_id.split("/")[-1].split("-")[0]
 
 
-# seedq-train's exit status when a signal stopped it after writing a checkpoint (seedq/cli.py).
-STOPPED = 75
-
-
 class RunEnded(Exception):
-    """A game's training run ended before its budget: stopped (``STOPPED``) or failed."""
+    """A game's training run ended before its budget: stopped (``EXIT_STOPPED``) or failed."""
 
     def __init__(self, game: str, run_dir: Path, status: int) -> None:
         self.game, self.run_dir, self.status = game, run_dir, status
@@ -109,7 +107,7 @@ def launch(cmd: list[str]) -> int:
     """Run one training command to its end and return its exit status (tests replace this,
     not ``subprocess.run``, which matplotlib's first import on a fresh machine calls to build
     its font cache). Ctrl-C reaches the training run too, which writes a checkpoint and exits
-    with ``STOPPED``: wait for it."""
+    with ``EXIT_STOPPED``: wait for it."""
     process = subprocess.Popen(cmd)
     try:
         return process.wait()
@@ -386,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             dirs = [run_game(g, args.frames, args.out, args.overrides) for g in args.games]
         except RunEnded as ended:
-            if ended.status == STOPPED:
+            if ended.status == EXIT_STOPPED:
                 print(
                     f"{ended.game}: stopped with a checkpoint in {ended.run_dir}; the same "
                     "command continues it (and then the games after it)",
