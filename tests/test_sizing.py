@@ -6,6 +6,7 @@ import logging
 import pytest
 from test_config import compose_config
 
+from seedq.actor.config import ActorConfig
 from seedq.agents.config import batch_of_envs
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.cli import to_config
@@ -96,8 +97,10 @@ def test_a_composed_config_is_sized_and_the_choice_logged(caplog):
         "actor.num_actors": 14,
         "arch.sebulba.threads": 14,
         "env.num_threads": 1,
-        # The Atari preset's batch: one unroll of each of 14 actors x 2 batches x 4 envs.
+        # The Atari preset's batch: one unroll of each of 14 actors x 2 batches x 4 envs,
+        # in minibatches of 128 of its 112 x 32 transitions.
         "algorithm.batch_size": 112,
+        "algorithm.minibatches": 28,
     }
     assert (cfg.actor.num_actors, cfg.env.num_threads) == (14, 1)
     assert "actor.num_actors=14" in caplog.text and "env.num_threads=1" in caplog.text
@@ -181,3 +184,95 @@ def test_batch_size_0_means_every_env_for_on_policy_algorithms_only(algorithm, b
     composed = compose_config(f"algorithm={algorithm}", *env)
     assert batch_of_envs(composed.algorithm) is by_envs
     assert batch_of_envs(to_config(composed).algorithm) is by_envs
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "cores", "batch", "minibatches"),
+    [
+        # The 2-core box keeps the presets' old 4 minibatches (16 envs).
+        ("vtrace", 2, 16, 4),
+        ("ppo", 2, 16, 4),
+        # 16 cores: 112 envs; the same transitions per minibatch, so the same updates per frame.
+        ("vtrace", 16, 112, 28),
+        ("ppo", 16, 112, 28),
+    ],
+)
+def test_atari_presets_keep_their_updates_per_frame_on_any_machine(
+    algorithm, cores, batch, minibatches
+):
+    cfg = compose_config("env=atari", f"algorithm={algorithm}")
+    size_config(cfg, cores=cores)
+    alg = to_config(cfg).algorithm
+    assert (alg.batch_size, alg.minibatches) == (batch, minibatches)
+    transitions = alg.batch_size * alg.unroll_length
+    assert transitions // alg.minibatches == alg.minibatch_size
+
+
+@pytest.mark.parametrize(
+    ("overrides", "minibatches"),
+    [
+        # Not a whole number of shares: the floor, each share a little larger.
+        (
+            [
+                "algorithm.batch_size=10",
+                "algorithm.unroll_length=20",
+                "algorithm.minibatch_size=64",
+            ],
+            3,
+        ),
+        # Larger than the batch: one.
+        (
+            ["algorithm.batch_size=2", "algorithm.unroll_length=8", "algorithm.minibatch_size=999"],
+            1,
+        ),
+        # A recurrent model splits whole env columns: 64 transitions are 4 columns of 16.
+        (
+            [
+                "algorithm.batch_size=12",
+                "algorithm.unroll_length=16",
+                "algorithm.minibatch_size=64",
+                "algorithm.model.use_lstm=true",
+            ],
+            3,
+        ),
+        # V-trace without shuffling splits by column too.
+        (
+            [
+                "algorithm.batch_size=12",
+                "algorithm.unroll_length=16",
+                "algorithm.minibatch_size=64",
+                "algorithm.shuffle_transitions=false",
+            ],
+            3,
+        ),
+    ],
+)
+def test_minibatches_0_are_shares_of_minibatch_size_transitions(overrides, minibatches):
+    cfg = compose_config("algorithm.minibatches=0", *overrides)
+    changed = size_config(cfg, cores=2)
+    assert changed["algorithm.minibatches"] == minibatches
+    assert to_config(cfg).algorithm.minibatches == minibatches
+
+
+def test_a_number_of_minibatches_wins_over_minibatch_size():
+    cfg = compose_config("env=atari", "algorithm.minibatches=8")
+    size_config(cfg, cores=16)
+    assert (cfg.algorithm.minibatches, cfg.algorithm.minibatch_size) == (8, 128)
+
+
+@pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
+def test_minibatches_0_without_a_minibatch_size_is_refused_by_name(algorithm):
+    cfg = compose_config(f"algorithm={algorithm}", "algorithm.minibatches=0")
+    with pytest.raises(ConfigError, match="algorithm.minibatch_size"):
+        to_config(cfg)
+    with pytest.raises(ConfigError, match="algorithm.minibatch_size"):
+        to_config(compose_config(f"algorithm={algorithm}", "algorithm.minibatch_size=-1"))
+
+
+def test_minibatches_0_in_code_are_sized_in_the_copy():
+    cfg = SeedqConfig(
+        algorithm=VTraceConfig(batch_size=8, unroll_length=16, minibatches=0, minibatch_size=32),
+        actor=ActorConfig(num_actors=2),
+    )
+    copy = sized(cfg, cores=2)
+    assert (cfg.algorithm.minibatches, copy.algorithm.minibatches) == (0, 4)

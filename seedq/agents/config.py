@@ -119,6 +119,47 @@ def batch_of_envs(alg: Any) -> bool:
     return bool(getattr(kind, "batch_of_envs", False))
 
 
+def splits_by_transition(alg: Any) -> bool:
+    """Whether ``alg``'s minibatches share out a batch's transitions (a feed-forward model,
+    and for V-trace ``shuffle_transitions``) rather than its env columns (a recurrent model)."""
+    return bool(getattr(alg, "shuffle_transitions", True)) and not alg.model.use_lstm
+
+
+def sized_minibatches(alg: Any) -> int:
+    """The minibatches per pass that ``algorithm.minibatches`` 0 stands for: the batch
+    (``batch_size`` unrolls of ``unroll_length`` transitions, sized already) in shares of about
+    ``algorithm.minibatch_size`` transitions each, at least one. A model that splits by env
+    column gets shares of whole columns. Set so, the updates per frame stay the same when a
+    larger machine runs more envs and so larger batches."""
+    columns, length = int(alg.batch_size), int(alg.unroll_length)
+    if splits_by_transition(alg):
+        return max(1, columns * length // int(alg.minibatch_size))
+    return max(1, columns // max(1, int(alg.minibatch_size) // length))
+
+
+def validate_minibatches(alg: Any) -> None:
+    """``algorithm.minibatches`` and ``algorithm.minibatch_size`` of an on-policy algorithm:
+    0 minibatches (sized at start) needs a minibatch size; a number of them must fit the
+    batch (when its size is known)."""
+    check_positive(alg, "algorithm", ["minibatches", "minibatch_size"], zero_ok=True)
+    if alg.minibatches == 0:
+        if alg.minibatch_size <= 0:
+            raise ConfigError(
+                "algorithm.minibatches=0 sizes the minibatches at start from "
+                "algorithm.minibatch_size, which is 0: set algorithm.minibatch_size "
+                "(transitions per minibatch) or a number of minibatches"
+            )
+        return
+    by_transition = splits_by_transition(alg)
+    shares = alg.batch_size * alg.unroll_length if by_transition else alg.batch_size
+    if alg.batch_size and alg.minibatches > shares:
+        raise ConfigError(
+            f"algorithm.minibatches={alg.minibatches} exceeds the batch's {shares} "
+            f"{'transitions' if by_transition else 'env columns (algorithm.batch_size)'}; each "
+            "minibatch needs at least one"
+        )
+
+
 # The on-policy learners' rate schedules (algorithm.lr_schedule).
 LR_SCHEDULES = ("constant", "linear")
 

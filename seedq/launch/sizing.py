@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seedq.agents.config import batch_of_envs
+from seedq.agents.config import batch_of_envs, sized_minibatches
 from seedq.cores import usable_cores
 from seedq.launch.sharing import fit_to_share, runs_at_once, share_of_cores
 
@@ -169,13 +169,27 @@ def size_batch(cfg: Any) -> dict[str, int]:
     """An on-policy algorithm's ``batch_size`` 0, "one unroll of every env", set to
     :func:`run_envs` in place (after the actors are sized): each batch then holds the unrolls
     every env collected with the same weights, and trains before any env acts again with
-    older ones (no policy lag beyond the batch's own passes). Returns the key set, logged."""
+    older ones (no policy lag beyond the batch's own passes). Then ``minibatches`` 0, shares
+    of ``minibatch_size`` transitions (:func:`~seedq.agents.config.sized_minibatches`), so a
+    larger batch takes more updates. Returns the keys set, logged."""
     alg = cfg.algorithm
-    if not batch_of_envs(alg) or int(alg.batch_size) != 0:
+    if not batch_of_envs(alg):
         return {}
-    alg.batch_size = envs = run_envs(cfg)
-    log.info("algorithm.batch_size=%d: one unroll of each of the run's envs", envs)
-    return {"algorithm.batch_size": envs}
+    changed = {}
+    if int(alg.batch_size) == 0:
+        alg.batch_size = changed["algorithm.batch_size"] = envs = run_envs(cfg)
+        log.info("algorithm.batch_size=%d: one unroll of each of the run's envs", envs)
+    if int(alg.minibatches) == 0 and int(alg.minibatch_size) > 0:
+        alg.minibatches = changed["algorithm.minibatches"] = shares = sized_minibatches(alg)
+        log.info(
+            "algorithm.minibatches=%d: shares of about %d transitions (algorithm.minibatch_size) "
+            "of %d unrolls of %d",
+            shares,
+            alg.minibatch_size,
+            alg.batch_size,
+            alg.unroll_length,
+        )
+    return changed
 
 
 def _parent(cfg: Any, key: str) -> tuple[Any, str]:
@@ -215,7 +229,7 @@ def sized(cfg: Any, cores: int | None = None) -> Any:
     config itself is left as it was."""
     alg = cfg.algorithm
     if all(_get(cfg, key) for key in auto_keys(cfg)) and not (
-        batch_of_envs(alg) and not alg.batch_size
+        batch_of_envs(alg) and not (alg.batch_size and alg.minibatches)
     ):
         return cfg
     copy = dataclasses.replace(

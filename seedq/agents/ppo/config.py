@@ -18,6 +18,7 @@ from seedq.agents.config import (
     ModelConfig,
     validate_common,
     validate_lr_schedule,
+    validate_minibatches,
 )
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
@@ -35,7 +36,14 @@ class PPOConfig(AlgorithmConfig):
     )
     epochs: int = setting(4, "passes over each collected batch")
     minibatches: int = setting(
-        4, "minibatches per epoch (split by transitions; by env column with an LSTM)"
+        4,
+        "minibatches per epoch (split by transitions; by env column with an LSTM); 0: sized "
+        "at start to shares of minibatch_size transitions",
+    )
+    minibatch_size: int = setting(
+        0,
+        "minibatches=0: transitions per minibatch, so a machine that runs more envs (larger "
+        "batches) takes more updates per batch and as many per frame; ignored otherwise",
     )
     lr: float = setting(2.5e-4, "learning rate")
     lr_schedule: str = setting("linear", "constant, or linear (anneals to 0 at total_env_steps)")
@@ -93,15 +101,10 @@ def validate(alg: PPOConfig, cfg: object) -> None:
     check_positive(
         alg,
         "algorithm",
-        ["unroll_length", "epochs", "minibatches", "clip_eps", "indicator_lr_scale"],
+        ["unroll_length", "epochs", "clip_eps", "indicator_lr_scale"],
     )
+    validate_minibatches(alg)
     check_positive(alg, "algorithm", ["value_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.gae_lambda", alg.gae_lambda)
     if alg.value_clip is not None and alg.value_clip <= 0:
         raise ConfigError(f"algorithm.value_clip={alg.value_clip} must be > 0 or null")
-    transitions = alg.batch_size if alg.model.use_lstm else alg.batch_size * alg.unroll_length
-    if alg.batch_size and alg.minibatches > transitions:
-        raise ConfigError(
-            f"algorithm.minibatches={alg.minibatches} exceeds the {transitions} "
-            f"{'env columns' if alg.model.use_lstm else 'transitions'} of a batch"
-        )

@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common, validate_lr_schedule
+from seedq.agents.config import (
+    AlgorithmConfig,
+    ModelConfig,
+    splits_by_transition,
+    validate_common,
+    validate_lr_schedule,
+    validate_minibatches,
+)
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 OPTIMIZERS = ("adam", "rmsprop")
@@ -39,7 +46,13 @@ class VTraceConfig(AlgorithmConfig):
     minibatches: int = setting(
         1,
         "updates per pass, each on a share of the batch (<= batch_size): of its transitions "
-        "for a feed-forward model with shuffle_transitions, else of its env columns",
+        "for a feed-forward model with shuffle_transitions, else of its env columns; 0: sized "
+        "at start to shares of minibatch_size transitions",
+    )
+    minibatch_size: int = setting(
+        0,
+        "minibatches=0: transitions per minibatch, so a machine that runs more envs (larger "
+        "batches) takes more updates per batch and as many per frame; ignored otherwise",
     )
     shuffle_transitions: bool = setting(
         True,
@@ -105,20 +118,12 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
     check_positive(
         alg,
         "algorithm",
-        ["unroll_length", "epochs", "minibatches", "train_queue_batches", "indicator_lr_scale"],
+        ["unroll_length", "epochs", "train_queue_batches", "indicator_lr_scale"],
     )
+    validate_minibatches(alg)
     if alg.clip_eps is not None and not alg.clip_eps > 0:
         raise ConfigError(f"algorithm.clip_eps={alg.clip_eps} must be > 0, or null for none")
-    # Shuffled minibatches share out transitions; by column (an LSTM, or shuffling off),
-    # each needs a whole env column.
-    by_transition = alg.shuffle_transitions and not alg.model.use_lstm
-    shares = alg.batch_size * alg.unroll_length if by_transition else alg.batch_size
-    if alg.batch_size and alg.minibatches > shares:
-        raise ConfigError(
-            f"algorithm.minibatches={alg.minibatches} exceeds the batch's {shares} "
-            f"{'transitions' if by_transition else 'env columns (algorithm.batch_size)'}; each "
-            "minibatch needs at least one"
-        )
+    by_transition = splits_by_transition(alg)
     if alg.fixed_targets and not by_transition:
         raise ConfigError(
             "algorithm.fixed_targets=true needs a feed-forward model and "
