@@ -7,10 +7,11 @@
 #   scripts/gpu_check.sh --pong-minutes 8 --merge earlier/gpu_check.json
 #   scripts/gpu_check.sh --scale 0.5      # every timed step at half its length
 # Steps (scripts/gpu_check.py): cuda_tests (pytest -m cuda), cartpole_475 (hardware=gpu to 475),
-# pong_bf16 (Pong to 18, AMP bf16, at most --pong-minutes), pong_compile_{default,
-# reduce-overhead,max-autotune}, raw_env (the envs alone), pong_share (training frames/s as a
-# share of raw_env's, GPU utilisation), sample_factory (Sample Factory 2.1.1's fastest Pong
-# configuration, when its wheels are here), bench_inference, bench_train, bench_pipeline,
+# pong_bf16 (Pong, no sticky actions, to 18, AMP bf16, at most --pong-minutes),
+# pong_compile_{default,reduce-overhead,max-autotune}, raw_env (the envs alone), pong_share
+# (training frames/s as a share of raw_env's, GPU utilisation), sample_factory (Sample
+# Factory 2.1.1's fastest Pong configuration, when its wheels are here), bench_inference,
+# bench_train, bench_pipeline,
 # anakin, sebulba, learners (hardware.learners=<GPUs> over NCCL; skipped with one GPU).
 # Needs Python >= 3.11 with torch (CUDA build) installed. seedq's other dependencies, if they
 # are missing and the machine is offline, come from wheels carried in: scripts/fetch_gpu_wheels.sh
