@@ -133,10 +133,13 @@ def plan(
     pong_minutes: float,
     sf_site: str | None = None,
     scale: float = 1.0,
+    pong_overrides: tuple[str, ...] = (),
 ) -> list[Step]:
     """Every step, sized for a GPU machine, or shrunk to seconds on the CPU (``cpu``).
     ``scale`` shortens (or lengthens) every timed step on the GPU: training minutes, bench
-    seconds and Sample Factory's time, each above a floor that still gives a steady figure."""
+    seconds and Sample Factory's time, each above a floor that still gives a steady figure.
+    ``pong_overrides`` go to every Pong step of seedq's but Sebulba's (the time to 18, the
+    compile modes, raw_env and pong_share), so one lease can measure a variant throughout."""
     hw = "hardware=cpu" if cpu else "hardware=gpu"
     # On the CPU each training step gets a twentieth of its minutes (at least 9 s) and an
     # easy target: the dry run checks the steps and the report, not the learning.
@@ -154,6 +157,7 @@ def plan(
     # Sebulba's threads, and time enough to reach the easy target.
     anakin_envs = ["arch.anakin.num_envs=256"] if cpu else []
     sebulba_env = [] if cpu else PONG
+    pong = [*PONG, *pong_overrides]
     to_target = 0.5
 
     steps = [
@@ -178,7 +182,7 @@ def plan(
             train(
                 runs / "pong",
                 hw,
-                *PONG,
+                *pong,
                 NO_STICKY,
                 "hardware.amp=bf16",
                 f"stop_at_return={PONG_TARGET}",
@@ -197,7 +201,7 @@ def plan(
                 train(
                     runs / f"pong-{mode}",
                     hw,
-                    *PONG,
+                    *pong,
                     "hardware.amp=bf16",
                     f"hardware.compile={mode}",
                     minutes(1.5),
@@ -212,7 +216,7 @@ def plan(
         Step(
             "raw_env",
             "seedq-bench raw-env Pong: the envs alone, the ceiling",
-            bench("raw-env", hw, *PONG, seconds_(30, 3)),
+            bench("raw-env", hw, *pong, seconds_(30, 3)),
             300,
             "bench",
         ),
@@ -223,7 +227,7 @@ def plan(
             bench(
                 "train",
                 hw,
-                *PONG,
+                *pong,
                 "hardware.amp=none" if cpu else "hardware.amp=bf16",
                 seconds_(120, 5, floor=30),
                 "warmup_s=10" if cpu else f"warmup_s={max(10, 20 * scale):g}",
@@ -516,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help="comma-separated steps to leave out")
     parser.add_argument("--pong-minutes", type=float, default=10.0)
     parser.add_argument(
+        "--pong-overrides",
+        default="",
+        help="space-separated seedq overrides for the Pong steps (not Sebulba's), e.g. "
+        "'actor.batches_per_actor=4 algorithm.minibatch_size=256'",
+    )
+    parser.add_argument(
         "--scale",
         type=float,
         default=1.0,
@@ -535,7 +545,13 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.cpu)
     runs = Path(tempfile.mkdtemp(prefix="seedq-gpu-check-"))
     steps = plan(
-        args.cpu, int(info.get("gpus") or 0), runs, args.pong_minutes, args.sf_site, args.scale
+        args.cpu,
+        int(info.get("gpus") or 0),
+        runs,
+        args.pong_minutes,
+        args.sf_site,
+        args.scale,
+        tuple(shlex.split(args.pong_overrides)),
     )
     only = {s for s in args.only.split(",") if s}
     skip = {s for s in args.skip.split(",") if s}

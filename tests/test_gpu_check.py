@@ -53,6 +53,15 @@ def test_the_gpu_plan_covers_every_step_and_skips_nccl_on_one_gpu(tmp_path):
     assert "hardware.learners=8" in eight["learners"].argv and not eight["learners"].skip
 
 
+def test_pong_overrides_reach_every_pong_step_but_sebulbas(tmp_path):
+    extra = ("actor.batches_per_actor=4", "algorithm.minibatch_size=256")
+    steps = {s.name: s for s in gpu_check.plan(False, 1, tmp_path, 10, pong_overrides=extra)}
+    pong = ["pong_bf16", "raw_env", "pong_share", *(n for n in steps if "compile" in n)]
+    assert all(set(extra) <= set(steps[name].argv) for name in pong)
+    others = [s for name, s in steps.items() if name not in pong]
+    assert not any(set(extra) & set(s.argv) for s in others)
+
+
 def test_the_cpu_plan_runs_everything_but_the_compile_modes_on_the_cpu(tmp_path):
     steps = gpu_check.plan(True, 0, tmp_path, 10)
     skipped = [n for n in EVERY_STEP if "compile" in n or n == "sample_factory"]
