@@ -97,10 +97,9 @@ def test_a_composed_config_is_sized_and_the_choice_logged(caplog):
         "actor.num_actors": 14,
         "arch.sebulba.threads": 14,
         "env.num_threads": 1,
-        # The Atari preset's batch: one unroll of each of 14 actors x 2 batches x 4 envs,
-        # in minibatches of 128 of its 112 x 32 transitions.
-        "algorithm.batch_size": 112,
-        "algorithm.minibatches": 28,
+        # The V-trace Atari preset's batch stays 16 unrolls (the 112 envs feed several), in
+        # minibatches of 128 of its 16 x 32 transitions.
+        "algorithm.minibatches": 4,
     }
     assert (cfg.actor.num_actors, cfg.env.num_threads) == (14, 1)
     assert "actor.num_actors=14" in caplog.text and "env.num_threads=1" in caplog.text
@@ -192,8 +191,9 @@ def test_batch_size_0_means_every_env_for_on_policy_algorithms_only(algorithm, b
         # The 2-core box keeps the presets' old 4 minibatches (16 envs).
         ("vtrace", 2, 16, 4),
         ("ppo", 2, 16, 4),
-        # 16 cores: 112 envs; the same transitions per minibatch, so the same updates per frame.
-        ("vtrace", 16, 112, 28),
+        # 16 cores: 112 envs; V-trace's batch stays 16 unrolls, PPO's takes one of each env;
+        # either way the same transitions per minibatch, so the same updates per frame.
+        ("vtrace", 16, 16, 4),
         ("ppo", 16, 112, 28),
     ],
 )
