@@ -26,7 +26,11 @@ With ``--marks`` a second table reads the runs at frame marks: the 100-episode m
 logged at or before each mark, and for each ``--scalar`` (a metrics.csv column, or
 ``entropy``: the policy entropy in nats, ``-loss/entropy / entropy_cost``) its mean over the
 rows logged in the ``--window`` frames up to the mark. A run that ended before a mark has no
-value there ("-").
+value there ("-"). With ``--midpoint-envs N`` (the run's envs) it also gives the mean return
+of the games (from ``episodes.csv``) whose midpoint falls within 125 k frames of each mark,
+with their count: a game's midpoint is its end less half its length x N envs x the frame
+skip. The 100-episode window reports policies up to a game's length x N envs old (about 1 M
+frames for Pong at 112 envs); the midpoint places each game nearer the policy that played it.
 """
 
 from __future__ import annotations
@@ -156,14 +160,20 @@ def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
     if not {"env_steps", "return_mean", "wall_time"} <= set(reader.fieldnames or ()):
         raise SystemExit(f"{metrics}: not a seedq metrics.csv (no env_steps/return_mean/wall_time)")
     rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
-    episode_returns = None
+    games = None
     if episodes.exists():
         with open(episodes) as f:
-            episode_returns = [float(r["return"]) for r in csv.DictReader(f)]
+            games = list(csv.DictReader(f))
     return {
         "frames": [int(float(r["env_steps"])) * frame_skip for r in rows],
         "returns": [float(r["return_mean"]) for r in rows],
-        "episode_returns": episode_returns,
+        "episode_returns": None if games is None else [float(g["return"]) for g in games],
+        # (end frames, length in agent steps, return) of each game.
+        "games": None
+        if games is None
+        else [
+            (int(g["env_steps"]) * frame_skip, int(g["length"]), float(g["return"])) for g in games
+        ],
         "minutes": [float(r["wall_time"]) / 60 for r in rows],
         "rows": every_row,
         "frame_skip": frame_skip,
@@ -251,11 +261,33 @@ def series(run: dict, tag: str) -> list[tuple[int, float]]:
     ]
 
 
+# Half the width of the frames around a mark whose games' midpoints count (--midpoint-envs).
+MIDPOINT_HALF_WIDTH = 125_000
+
+
+def games_around(run: dict, mark: float, envs: int) -> str:
+    """The mean return of the run's games whose midpoint (end - length x envs x frame skip / 2)
+    is within :data:`MIDPOINT_HALF_WIDTH` of ``mark``, with their count; "-" without any."""
+    if not run["games"]:
+        return "-"
+    returns = [
+        ret
+        for end, length, ret in run["games"]
+        if abs(end - length * envs * run["frame_skip"] / 2 - mark) <= MIDPOINT_HALF_WIDTH
+    ]
+    return f"{sum(returns) / len(returns):+.1f} ({len(returns)})" if returns else "-"
+
+
 def at_marks(
-    runs: list[dict], marks: list[float], scalars: list[str] = (), window: float = 1e5
+    runs: list[dict],
+    marks: list[float],
+    scalars: list[str] = (),
+    window: float = 1e5,
+    midpoint_envs: int = 0,
 ) -> str:
     """Markdown: each run's 100-episode mean at each frame mark (the last logged at or before
-    it) and, per scalar, its mean over the rows in (mark - window, mark]."""
+    it), per scalar its mean over the rows in (mark - window, mark], and with
+    ``midpoint_envs`` the games played around each mark (:func:`games_around`)."""
     lines = [
         "| run | " + " | ".join(f"{m / 1e6:g} M" for m in marks) + " |",
         "|---|" + "---:|" * len(marks),
@@ -274,6 +306,9 @@ def at_marks(
                 inside = [v for f, v in points if mark - window < f <= mark]
                 cells.append(f"{sum(inside) / len(inside):.3g}" if inside and mark <= ran else "-")
             lines.append(f"| {name}: {tag} | " + " | ".join(cells) + " |")
+        if midpoint_envs:
+            cells = [games_around(run, mark, midpoint_envs) for mark in marks]
+            lines.append(f"| {name}: games around (midpoint) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -374,11 +409,22 @@ def main(argv: list[str] | None = None) -> int:
         sub_parser.add_argument(
             "--window", type=float, default=1e5, help="frames each scalar is averaged over"
         )
+        sub_parser.add_argument(
+            "--midpoint-envs",
+            type=int,
+            default=0,
+            metavar="N",
+            help="the runs' envs: also give the games played around each mark",
+        )
     args = parser.parse_args(argv)
     if args.scalar and not args.marks:
         parser.error("--scalar needs --marks")
     if args.window <= 0:
         parser.error(f"--window must be > 0 frames, not {args.window:g}")
+    if args.midpoint_envs and not args.marks:
+        parser.error("--midpoint-envs needs --marks")
+    if args.midpoint_envs < 0:
+        parser.error(f"--midpoint-envs must be a number of envs, not {args.midpoint_envs}")
 
     if args.command == "run":
         try:
@@ -409,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(runs, args.last))
     if args.marks:
         print()
-        print(at_marks(runs, sorted(args.marks), args.scalar, args.window))
+        print(at_marks(runs, sorted(args.marks), args.scalar, args.window, args.midpoint_envs))
     if plot_path is not None:
         plot(runs, plot_path)
         print(f"wrote {plot_path}")

@@ -157,3 +157,13 @@ def test_seedq_eval_plays_the_gymnasium_env_with_the_anakin_checkpoint(trained, 
     returns, _ = evaluate(str(run_dir), episodes=3, seed=0)
     assert main([f"checkpoint={run_dir}", "episodes=2"]) == 0
     assert len(returns) == 3 and all(math.isfinite(r) and r > 0 for r in returns)
+
+
+def test_a_config_built_in_code_with_minibatches_0_is_sized_as_seed_and_sebulba_size_it(tmp_path):
+    cfg = compose([*TINY], run_dir=str(tmp_path))
+    cfg.algorithm.minibatches, cfg.algorithm.minibatch_size = 0, 256
+    run = AnakinRun(cfg, str(tmp_path))
+    # Each update call gets one of 2 shares of 128 envs x 16 steps: 64 x 16 = 1,024 transitions,
+    # 4 minibatches of 256. The caller's config is left as it was.
+    assert (run.cfg.algorithm.minibatches, cfg.algorithm.minibatches) == (4, 0)
+    assert run.agent.alg.minibatches == 4

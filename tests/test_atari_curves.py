@@ -265,3 +265,23 @@ def test_marks_refuse_a_scalar_without_marks_or_a_column_the_runs_lack(curves, t
     episodes.write_text("env_steps,return,length\n10,-21,900\n")
     with pytest.raises(SystemExit, match="a_episodes.csv: not a seedq metrics.csv"):
         curves.main(["table", str(episodes)])
+
+
+def test_midpoint_envs_place_each_game_at_its_middle_in_the_runs_frames(curves, tmp_path, capsys):
+    """A game's midpoint is its end less half its length x envs x frame skip; the row averages
+    the games within 125 k frames of each mark, with their count."""
+    run = fake_run(tmp_path / "run", {"id": "ALE/Pong-v5"}, [(250_000, -5.0), (500_000, 10.0)])
+    # (end env steps, length, return): with 10 envs and frame skip 4 the midpoints are
+    # 4 x (100 k - 5 x 1,000) = 380 k, 4 x (260 k - 5 x 2,000) = 1.0 M, 4 x (280 k - 5 x 4,000)
+    # = 1.04 M, and 4 x (300 k - 5 x 500) = 1.19 M.
+    games = [(100_000, 1_000, -21), (260_000, 2_000, 5), (280_000, 4_000, 9), (300_000, 500, 20)]
+    lines = [f"{end},{ret},{length}" for end, length, ret in games]
+    (run / "episodes.csv").write_text("\n".join(["env_steps,return,length", *lines]) + "\n")
+    code = curves.main(["table", str(run), "--marks", "1e6", "0.4e6", "--midpoint-envs", "10"])
+    assert code == 0
+    rows = capsys.readouterr().out.split("\n\n")[1].splitlines()
+    assert rows[3] == "| Pong: games around (midpoint) | -21.0 (1) | +7.0 (2) |"
+    # (Those two games ended at 1.04 M and 1.12 M frames: by its end each reads as later.)
+    with pytest.raises(SystemExit):
+        curves.main(["table", str(run), "--midpoint-envs", "10"])  # needs --marks
+    assert "needs --marks" in capsys.readouterr().err

@@ -125,13 +125,12 @@ def splits_by_transition(alg: Any) -> bool:
     return bool(getattr(alg, "shuffle_transitions", True)) and not alg.model.use_lstm
 
 
-def sized_minibatches(alg: Any) -> int:
-    """The minibatches per pass that ``algorithm.minibatches`` 0 stands for: the batch
-    (``batch_size`` unrolls of ``unroll_length`` transitions, sized already) in shares of about
+def sized_minibatches(alg: Any, columns: int, length: int) -> int:
+    """The minibatches per pass that ``algorithm.minibatches`` 0 stands for: a batch of
+    ``columns`` unrolls of ``length`` transitions in shares of about
     ``algorithm.minibatch_size`` transitions each, at least one. A model that splits by env
     column gets shares of whole columns. Set so, the updates per frame stay the same when a
     larger machine runs more envs and so larger batches."""
-    columns, length = int(alg.batch_size), int(alg.unroll_length)
     if splits_by_transition(alg):
         return max(1, columns * length // int(alg.minibatch_size))
     return max(1, columns // max(1, int(alg.minibatch_size) // length))

@@ -32,6 +32,7 @@ from seedq.arch.rollout import DeviceRollout
 from seedq.core.agent import RunContext
 from seedq.core.stats import RunStats
 from seedq.envs.tensor import make_tensor_env
+from seedq.launch.sizing import sized
 from seedq.learner.device import AMP_DTYPES, prepare_learner_process
 from seedq.messages import EnvSpec
 
@@ -48,7 +49,8 @@ class AnakinRun(TrainingRun):
     def __init__(self, cfg: Any, run_dir: str, *, resume: dict | None = None) -> None:
         """``resume``: a loaded checkpoint (already checked against ``cfg``) to continue."""
         super().__init__()
-        self.cfg, self.run_dir = cfg, run_dir
+        self.cfg = cfg = sized(cfg)
+        self.run_dir = run_dir
         hw, anakin = cfg.hardware, cfg.arch.anakin
         self.device = prepare_learner_process(cfg)
         self.unroll_length = anakin.unroll_length or cfg.algorithm.unroll_length

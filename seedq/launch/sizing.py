@@ -180,16 +180,31 @@ def size_batch(cfg: Any) -> dict[str, int]:
         alg.batch_size = changed["algorithm.batch_size"] = envs = run_envs(cfg)
         log.info("algorithm.batch_size=%d: one unroll of each of the run's envs", envs)
     if int(alg.minibatches) == 0 and int(alg.minibatch_size) > 0:
-        alg.minibatches = changed["algorithm.minibatches"] = shares = sized_minibatches(alg)
+        columns, length = trained_batch(cfg)
+        alg.minibatches = changed["algorithm.minibatches"] = shares = sized_minibatches(
+            alg, columns, length
+        )
         log.info(
             "algorithm.minibatches=%d: shares of about %d transitions (algorithm.minibatch_size) "
             "of %d unrolls of %d",
             shares,
             alg.minibatch_size,
-            alg.batch_size,
-            alg.unroll_length,
+            columns,
+            length,
         )
     return changed
+
+
+def trained_batch(cfg: Any) -> tuple[int, int]:
+    """``(env columns, transitions each)`` of what one on-policy training call gets: a batch
+    of ``algorithm.batch_size`` unrolls, or under Anakin one of ``arch.anakin.minibatches``
+    shares of its envs' unroll."""
+    alg = cfg.algorithm
+    if str(cfg.arch.name) == "anakin":
+        anakin = cfg.arch.anakin
+        length = int(anakin.unroll_length or alg.unroll_length)
+        return int(anakin.num_envs) // int(anakin.minibatches), length
+    return int(alg.batch_size), int(alg.unroll_length)
 
 
 def _parent(cfg: Any, key: str) -> tuple[Any, str]:
