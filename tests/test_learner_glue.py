@@ -357,6 +357,57 @@ def test_a_stopping_run_ends_a_batch_between_updates_except_where_other_ranks_wa
     assert "skipped" not in stats and collective.averages == 4
 
 
+def onpolicy_agent(alg):  # noqa: ANN201 - a VTraceAgent or PPOAgent
+    from seedq.agents.registry import agent_class
+
+    run = SeedqConfig(
+        env=FakeConfig(obs_shape=[OBS], num_actions=ACTIONS), actor=ActorConfig(num_actors=1)
+    )
+    run.algorithm = alg
+    spec = EnvSpec((OBS,), "float32", ACTIONS)
+    return agent_class(alg.name)(RunContext(run, spec, CPU, threading.Lock(), threading.Event()))
+
+
+@pytest.mark.parametrize("name", ["vtrace", "ppo"])
+@pytest.mark.parametrize("pause", [True, False])
+def test_pause_acting_holds_the_sink_until_its_batch_is_trained(name, pause):
+    """With ``pause_acting`` the sink (central inference's thread) returns only once the batch
+    it queued has been trained on, so the next steps are acted by the new weights; without
+    it the sink returns as soon as the batch is queued and the envs act on meanwhile."""
+    if name == "vtrace":
+        alg = VTraceConfig(batch_size=2, pause_acting=pause)
+    else:
+        from seedq.agents.ppo.config import PPOConfig
+
+        alg = PPOConfig(batch_size=2, unroll_length=4, minibatches=1, pause_acting=pause)
+    agent = onpolicy_agent(alg)
+    assert agent.pauses_acting is pause
+    returned = threading.Event()
+
+    def sink() -> None:
+        agent.on_unroll(vtrace_batch())
+        returned.set()
+
+    acting = threading.Thread(target=sink)
+    acting.start()
+    trained_while_waiting = []
+
+    def train_batch(batch: Unroll) -> dict:
+        trained_while_waiting.append(not returned.is_set())
+        agent.ctx.stop.set()
+        return {}
+
+    if pause:
+        # Queued but not trained: the sink must still be waiting, however long it is given.
+        assert not returned.wait(0.3)
+    else:
+        assert returned.wait(10)
+    agent.learner.train_batch = train_batch
+    agent.train(lambda: 0)
+    acting.join(10)
+    assert returned.is_set() and trained_while_waiting == [pause]
+
+
 def test_vtrace_reward_scaler_sees_a_batch_once_whatever_the_passes_over_it():
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
     cfg.reward_scaling, cfg.epochs, cfg.minibatches = True, 3, 2

@@ -122,6 +122,7 @@ class OnPolicyAgent(AgentBase):
         self.train_queue: queue.Queue[Unroll] = queue.Queue(maxsize=size)
         self.assembler = BatchAssembler(self.alg.batch_size)
         self._trained = threading.Event()
+        self.pauses_acting = bool(getattr(self.alg, "pause_acting", self.pauses_acting))
 
     @classmethod
     def samples_per_update(cls, alg: Any) -> int:

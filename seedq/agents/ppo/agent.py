@@ -26,10 +26,6 @@ class PPOAgent(OnPolicyAgent):
         "train/lr": "lr",
     }
 
-    def __init__(self, ctx: RunContext) -> None:
-        super().__init__(ctx)
-        self.pauses_acting = bool(self.alg.pause_acting)
-
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
         return build_network(spec, alg, channels_last=channels_last)

@@ -76,6 +76,12 @@ class VTraceConfig(AlgorithmConfig):
     train_queue_batches: int = setting(
         2, "bounded queue of ready training batches: small keeps the data fresh"
     )
+    pause_acting: bool = setting(
+        False,
+        "inference waits while a batch trains, so the next batch is acted by the weights its "
+        "training starts from (Sample Factory's synchronous regime); false: envs act on "
+        "during training and each batch starts a batch's updates behind its data",
+    )
     lambda_: float = setting(1.0, "V-trace lambda (1.0: the paper's targets)")
     clip_rho_threshold: float | None = setting(
         1.0, "rho-bar of the value targets (null: no clipping)"
