@@ -79,10 +79,13 @@ def build_env_batches(make: Callable[[int], EnvBatch], count: int) -> list[EnvBa
     Built one after another, 14 Atari batches of 32 envs took 85 s before the first step on the
     16-core GPU machine. Threads overlap whatever a builder does without the GIL (a backend's
     subprocesses, its C++ work, file reads). ale_py 0.12's ``AtariVectorEnv`` constructor does
-    not release it: it builds its envs one after another in C++ (~0.14 s of CPU per Pong env on
-    the 2-core box), so Atari batches still build in turn until ale_py's binding releases the
-    GIL; their resets, in each env thread, run in parallel already. ``scripts/ale_build_gil.py``
-    measures it: a Python loop on another thread kept 1.5 % of its speed during a build.
+    not release it: it builds its envs one after another in C++ (~0.09 s per Pong env on the
+    2-core box), so Atari batches still build in turn; their resets, in each env thread, run in
+    parallel already. ``scripts/ale_build_gil.py`` measures it: a Python loop on another thread
+    kept a few per cent of its speed during a build. 85 % of that time is one colour-averaging
+    table each ALE instance computes in its constructor, the same for every env of a game
+    (``perf``; benchmarks/RESULTS.md, "Sebulba's start-up"); upstream ALE's pull request #740
+    shares it between envs.
 
     If a build fails, the batches already built are closed and the failure of the
     lowest-numbered batch is raised as it was, with a note naming that batch (the others'
