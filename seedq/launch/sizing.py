@@ -167,9 +167,9 @@ def run_envs(cfg: Any) -> int:
 
 def size_batch(cfg: Any) -> dict[str, int]:
     """An on-policy algorithm's ``batch_size`` 0, "one unroll of every env", set to
-    :func:`run_envs` in place (after the actors are sized): each batch then holds the unrolls
-    every env collected with the same weights, and trains before any env acts again with
-    older ones (no policy lag beyond the batch's own passes). Then ``minibatches`` 0, shares
+    :func:`run_envs` in place (after the actors are sized): each batch then holds one unroll
+    of every env, and no batch's data waits behind another's (the envs act on while it trains
+    unless the algorithm's ``pause_acting`` holds them). Then ``minibatches`` 0, shares
     of ``minibatch_size`` transitions (:func:`~seedq.agents.config.sized_minibatches`), so a
     larger batch takes more updates. Returns the keys set, logged."""
     alg = cfg.algorithm

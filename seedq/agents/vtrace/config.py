@@ -36,7 +36,8 @@ class VTraceConfig(AlgorithmConfig):
     batch_size: int = setting(
         32,
         "unrolls (env columns) per training batch; 0: one of each env of the run (sized at "
-        "start), so no env acts with older weights than the batch's",
+        "start), so no batch waits behind another's data (the envs still act while it trains, "
+        "unless pause_acting)",
     )
     epochs: int = setting(
         1,
