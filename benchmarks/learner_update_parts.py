@@ -5,6 +5,8 @@ zero-cost model by default) through one training batch by hand and times each pa
 thread's CPU clock: the upload, the V-trace targets of each pass, each minibatch's gather +
 forward + loss (the learner's own ``_transition_losses``), backward, clip, Adam, the
 observation statistics. ``python benchmarks/learner_update_parts.py [zero|real] [repeats]``.
+A third argument ``ops`` also counts the aten ops of each part of one minibatch update
+(``torch.profiler``): the op count that eager PyTorch pays a few µs of host time for each.
 """
 
 from __future__ import annotations
@@ -75,6 +77,39 @@ def main() -> None:
     for _ in range(repeats):
         learner.train_batch(batch)
     print(f"{'train_batch itself':28s} {(clock() - start) / steps * 1e6:7.1f} µs/step")
+    if len(sys.argv) > 3 and sys.argv[3] == "ops":
+        count_ops(learner, batch)
+
+
+def count_ops(learner, batch) -> None:  # noqa: ANN001
+    """The aten ops of each part of one minibatch update, counted by ``torch.profiler``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on = device_unroll(batch, learner.step.tensor)
+    transitions = learner.transitions(batch, on.done)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        targets = learner._batch_targets(on, transitions)
+    ops = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
+    every = learner.cfg.minibatches
+    print(f"{'V-trace targets (per pass)':28s} {ops:5d} aten ops, once per {every} updates")
+    losses = learner._transition_losses(on, transitions, targets)
+    parts = {
+        "gather + forward + loss": lambda: next(losses),
+        "backward": lambda: loss.total.backward(),
+        "clip": lambda: clip_grad_norm(learner.step.parameters, learner.cfg.grad_clip),
+        "adam": learner.optimizer.step,
+    }
+    learner.step.zero_grad()
+    total = 0
+    for part, fn in parts.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            result = fn()
+        if part == "gather + forward + loss":
+            loss = result
+        ops = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
+        total += ops
+        print(f"{part:28s} {ops:5d} aten ops")
+    print(f"{'one minibatch update':28s} {total:5d} aten ops")
 
 
 if __name__ == "__main__":

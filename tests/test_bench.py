@@ -157,6 +157,29 @@ def test_the_zero_cost_model_skips_the_torso_and_still_learns_with_its_heads():
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
+def test_the_learner_loop_trains_a_config_that_pauses_acting():
+    """The loop acts, records and trains on one thread: a sink waiting for a training thread
+    (``pause_acting``) would wait for ever, so the loop turns the pause off."""
+    import threading
+
+    from seedq.bench.common import compose
+    from seedq.bench.learner import LearnerLoop
+    from seedq.messages import EnvSpec
+
+    cfg = compose(["env=atari", "algorithm.train_queue_batches=64", "algorithm.pause_acting=true"])
+    loop = LearnerLoop(cfg, EnvSpec((4, 12, 12), "uint8", 6), "zero", requests=4)
+
+    def until_an_update() -> None:
+        while loop.updates == 0:
+            loop.step()
+
+    worker = threading.Thread(target=until_an_update, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive() and loop.updates > 0
+    assert loop.agent.pauses_acting is False
+
+
 def test_train_runs_the_real_loop_for_a_few_seconds():
     figures = last_json(bench("train", "seconds=3", "warmup_s=2", "actor.transport=inproc"))
     assert figures["algorithm"] == "vtrace" and figures["env_steps_per_s"] > 0
@@ -256,9 +279,14 @@ def test_the_update_parts_probe_times_the_learners_own_update():
     # change, the probe must fail here, not print figures of code that no longer runs.
     script = Path(__file__).parent.parent / "benchmarks" / "learner_update_parts.py"
     result = subprocess.run(
-        [sys.executable, str(script), "zero", "1"], capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), "zero", "1", "ops"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     parts = dict(re.findall(r"^(.+?)\s+([\d.]+) µs/step", result.stdout, re.MULTILINE))
     assert {"gather + forward + loss", "backward", "clip", "adam", "total"} <= set(parts)
     assert "1 batches of 512 env steps" in result.stdout  # the preset: 16 envs x 32 steps
+    # ops: the aten ops of one minibatch update, by part.
+    assert re.search(r"^one minibatch update\s+\d+ aten ops", result.stdout, re.MULTILINE)

@@ -100,6 +100,10 @@ class LearnerLoop:
 
     def __init__(self, cfg: Any, spec: EnvSpec, model: str, requests: int) -> None:
         hw = cfg.hardware
+        if getattr(cfg.algorithm, "pause_acting", False):
+            # One thread acts, records and trains in turn, so the sink must not wait for a
+            # training thread (there is none): the next act already follows the updates.
+            cfg.algorithm.pause_acting = False
         # The process-wide settings of a learner process too (its allocator's among them).
         self.device = prepare_learner_process(cfg)
         ctx = RunContext(
@@ -266,10 +270,6 @@ def run(argv: list[str]) -> dict[str, Any]:
         raise BenchError("learner: an on-policy algorithm (vtrace, ppo) trains in this loop")
     # The queue holds every batch one record completes: the loop trains them right after.
     cfg.algorithm.train_queue_batches = 1024
-    if getattr(cfg.algorithm, "pause_acting", False):
-        # One thread acts, records and trains in turn, so the sink must not wait for a
-        # training thread (there is none): the next act already follows the updates.
-        cfg.algorithm.pause_acting = False
     spec = EnvSpec(tuple(options["obs_shape"]), "uint8", int(options["num_actions"]))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     loop = LearnerLoop(cfg, spec, options["model"], int(options["requests"]))

@@ -18,7 +18,7 @@ import queue
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -110,9 +110,6 @@ class OnPolicyLearner(ABC):
 class OnPolicyAgent(AgentBase):
     """An agent whose learner trains on each batch of fresh unrolls once it is complete."""
 
-    # Wait in the sink until the batch just queued has been trained on (see the module doc).
-    pauses_acting: ClassVar[bool] = False
-
     learner: OnPolicyLearner
 
     def __init__(self, ctx: RunContext) -> None:
@@ -122,7 +119,9 @@ class OnPolicyAgent(AgentBase):
         self.train_queue: queue.Queue[Unroll] = queue.Queue(maxsize=size)
         self.assembler = BatchAssembler(self.alg.batch_size)
         self._trained = threading.Event()
-        self.pauses_acting = bool(getattr(self.alg, "pause_acting", self.pauses_acting))
+        # Wait in the sink until the batch just queued has been trained on (the module doc);
+        # every on-policy algorithm's config has the key.
+        self.pauses_acting = bool(self.alg.pause_acting)
 
     @classmethod
     def samples_per_update(cls, alg: Any) -> int:
