@@ -180,6 +180,40 @@ def test_the_learner_loop_trains_a_config_that_pauses_acting():
     assert loop.agent.pauses_acting is False
 
 
+@pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
+def test_the_learner_loop_trains_every_on_policy_algorithm(algorithm):
+    """PPO's config has no train_queue_batches; the loop's own unbounded queue takes every
+    batch a record completes (a queue of one would block the loop's only thread)."""
+    import threading
+
+    from seedq.bench.common import compose
+    from seedq.bench.learner import LearnerLoop
+    from seedq.messages import EnvSpec
+
+    overrides = ["algorithm.unroll_length=8", "algorithm.batch_size=4"]
+    cfg = compose(["env=atari", f"algorithm={algorithm}", *overrides])
+    loop = LearnerLoop(cfg, EnvSpec((4, 12, 12), "uint8", 6), "zero", requests=4)
+
+    def until_two_batches() -> None:
+        while loop.batches < 2:
+            loop.step()
+
+    worker = threading.Thread(target=until_two_batches, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive() and loop.updates > 0 and loop.agent.stats.updates > 0
+
+
+def test_the_learner_loop_names_the_algorithms_it_trains():
+    from seedq.bench.common import BenchError, compose
+    from seedq.bench.learner import LearnerLoop
+    from seedq.messages import EnvSpec
+
+    cfg = compose(["env=atari", "algorithm=r2d2"])
+    with pytest.raises(BenchError, match="algorithm=r2d2 is not on-policy.*algorithm=ppo"):
+        LearnerLoop(cfg, EnvSpec((4, 12, 12), "uint8", 6), "zero", requests=4)
+
+
 def test_train_runs_the_real_loop_for_a_few_seconds():
     figures = last_json(bench("train", "seconds=3", "warmup_s=2", "actor.transport=inproc"))
     assert figures["algorithm"] == "vtrace" and figures["env_steps_per_s"] > 0

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from seedq.agents.common.models import RecurrentBody
-from seedq.agents.registry import build_agent
+from seedq.agents.common.onpolicy import OnPolicyAgent
+from seedq.agents.registry import agent_class, build_agent
 from seedq.bench.common import CONF_DIR, BenchError, compose, print_json, print_table, split_args
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.core.agent import RunContext
@@ -99,6 +100,11 @@ class LearnerLoop:
     """The learner's per-step work for ``requests`` env batches, driven by one thread."""
 
     def __init__(self, cfg: Any, spec: EnvSpec, model: str, requests: int) -> None:
+        if not issubclass(agent_class(cfg.algorithm.name), OnPolicyAgent):
+            raise BenchError(
+                f"learner: algorithm={cfg.algorithm.name} is not on-policy; this loop trains "
+                "each batch of fresh unrolls as it completes: algorithm=vtrace or algorithm=ppo"
+            )
         hw = cfg.hardware
         if getattr(cfg.algorithm, "pause_acting", False):
             # One thread acts, records and trains in turn, so the sink must not wait for a
@@ -110,6 +116,10 @@ class LearnerLoop:
             cfg, spec, self.device, threading.Lock(), threading.Event(), AMP_DTYPES[hw.amp]
         )
         self.agent = build_agent(ctx)
+        # Unbounded: one record can complete several batches (every env batch's unrolls end
+        # on the same step), and the loop trains them all right after it; a bounded queue
+        # would block the only thread in the sink.
+        self.agent.train_queue = queue.Queue()
         if model == "zero":
             zero_cost(self.agent.model)
         self.engine = InferenceEngine(
@@ -266,10 +276,6 @@ def run(argv: list[str]) -> dict[str, Any]:
         return run_process(options, overrides)
     # Atari's presets (tuning/<algorithm>_atari) by default: the data is Pong-shaped.
     cfg = compose(["env=atari", *overrides])
-    if not hasattr(cfg.algorithm, "train_queue_batches"):
-        raise BenchError("learner: an on-policy algorithm (vtrace, ppo) trains in this loop")
-    # The queue holds every batch one record completes: the loop trains them right after.
-    cfg.algorithm.train_queue_batches = 1024
     spec = EnvSpec(tuple(options["obs_shape"]), "uint8", int(options["num_actions"]))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     loop = LearnerLoop(cfg, spec, options["model"], int(options["requests"]))
