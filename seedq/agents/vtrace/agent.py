@@ -3,6 +3,7 @@ in the package's docstring, kept free of torch so configs validate without it)."
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from seedq.agents.common.base import discrete_network
@@ -30,7 +31,9 @@ class VTraceAgent(OnPolicyAgent):
 
     @classmethod
     def build_model(cls, spec: EnvSpec, alg: Any, *, channels_last: bool):  # noqa: ANN206
-        return discrete_network(cls, build_network, spec, alg, channels_last)
+        # A config saved before algorithm.value_norm existed built its network without it.
+        build = functools.partial(build_network, value_norm=bool(getattr(alg, "value_norm", False)))
+        return discrete_network(cls, build, spec, alg, channels_last)
 
     @classmethod
     def make_selector(cls, alg: Any, *, greedy: bool = False) -> SampleFromPolicy:

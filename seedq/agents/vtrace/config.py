@@ -90,6 +90,11 @@ class VTraceConfig(AlgorithmConfig):
     clip_pg_rho_threshold: float | None = setting(
         1.0, "rho-bar of the policy-gradient advantages (null: no clipping)"
     )
+    value_norm: bool = setting(
+        False,
+        "PopArt: the value head learns its V-trace targets standardised by moving moments "
+        "of them (saved in the weights), its outputs rescaled so values keep their meaning",
+    )
     baseline_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
     reward_scaling: bool = setting(

@@ -22,6 +22,7 @@ from seedq.agents.vtrace.loss import (
     vtrace_loss,
     vtrace_returns,
 )
+from seedq.agents.vtrace.network import ActorCriticNet
 from seedq.core.unroll import TIME_FIELDS, Unroll, take_columns
 from seedq.messages import EnvSpec
 
@@ -67,6 +68,29 @@ class VTraceLearner(OnPolicyLearner):
         step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
         super().__init__(model, cfg, step, total_env_steps=total_env_steps)
         self._rng = np.random.default_rng(seed)
+        # The PopArt value head (algorithm.value_norm): its normaliser and its linear layer.
+        self._popart = next(
+            (
+                (net.value_norm, net.baseline)
+                for net in model.modules()
+                if isinstance(net, ActorCriticNet) and net.value_norm is not None
+            ),
+            None,
+        )
+
+    def _value_scale(self) -> torch.Tensor | None:
+        return None if self._popart is None else self._popart[0].std()
+
+    def _update_value_norm(self, vs: torch.Tensor) -> None:
+        """Move the PopArt moments with this batch's V-trace targets ``vs`` (every rank's,
+        in rank order, with several learners), preserving the value head's outputs; under the
+        weights lock, so inference never reads a half-rescaled head."""
+        norm, head = self._popart
+        vs = vs.reshape(-1, 1)
+        if self.step.collective is not None:
+            vs = self.step.collective.gather_rows(vs)
+        with self.step.weights_lock:
+            norm.update(vs, head)
 
     def loss(self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
@@ -99,6 +123,7 @@ class VTraceLearner(OnPolicyLearner):
             lambda_=cfg.lambda_,
             clip_eps=cfg.clip_eps,
             normalize_advantages=cfg.normalize_advantages,
+            value_scale=self._value_scale(),
         )
 
     def _column_sets(self, columns: int) -> list[np.ndarray]:
@@ -126,7 +151,7 @@ class VTraceLearner(OnPolicyLearner):
         ``batch`` is on the device already (``device_unroll``)."""
         cfg = self.cfg
         with torch.no_grad(), self.step.autocast():
-            out, _ = self.model(batch.obs, batch.done, ())
+            out, _ = self.model(batch.obs, batch.done, tuple(batch.core_state))
         logits, values = out.logits.float(), out.baseline.float()
         actions = batch.action.long()[:-1]
         behaviour = action_log_probs(batch.behaviour[:-1].float(), actions)
@@ -158,6 +183,7 @@ class VTraceLearner(OnPolicyLearner):
         the whole batch under the current weights."""
         cfg = self.cfg
         actions, behaviour, vs, advantages = targets or self._batch_targets(batch, transitions)
+        value_scale = self._value_scale()
         obs = batch.obs
         flat = obs[:-1].reshape(-1, *obs.shape[2:])
         order = torch.as_tensor(self._rng.permutation(len(actions)), device=flat.device)
@@ -180,6 +206,7 @@ class VTraceLearner(OnPolicyLearner):
                 entropy_cost=cfg.entropy_cost,
                 clip_eps=cfg.clip_eps,
                 normalize_advantages=cfg.normalize_advantages,
+                value_scale=value_scale,
             )
             yield loss
 
@@ -197,21 +224,30 @@ class VTraceLearner(OnPolicyLearner):
             and not batch.core_state
         )
         passes = self._transition_losses if by_transition else self._column_losses
+        first_targets = None
+        if self._popart is not None or (by_transition and self.cfg.fixed_targets):
+            first_targets = self._batch_targets(on_device, transitions)
+        if self._popart is not None:
+            # Before the updates, so they regress on targets standardised with this batch in
+            # the moments; the head keeps its outputs, so the targets stay valid.
+            self._update_value_norm(first_targets[2])
         if by_transition and self.cfg.fixed_targets:
             # Computed before the first update, so every pass trains on the advantages under
             # the weights that start the batch, as PPO trains on its GAE: recomputed at a later
             # pass, they come from a value head already fitted to these same transitions.
-            passes = functools.partial(
-                self._transition_losses, targets=self._batch_targets(on_device, transitions)
-            )
+            passes = functools.partial(self._transition_losses, targets=first_targets)
 
         sums: torch.Tensor | None = None
         grad_norms = 0.0
         taken = 0
-        for _ in range(self.cfg.epochs):
+        for epoch in range(self.cfg.epochs):
             if self.stopping():
                 break
-            for loss in passes(on_device, transitions):
+            pass_losses = passes(on_device, transitions)
+            if epoch == 0 and by_transition and first_targets is not None:
+                # The first pass reuses the targets just computed (the same weights).
+                pass_losses = self._transition_losses(on_device, transitions, first_targets)
+            for loss in pass_losses:
                 if self.stopping():
                     break
                 grad_norm = self.step.apply(loss.total)

@@ -235,6 +235,7 @@ def vtrace_loss(
     lambda_: float = 1.0,
     clip_eps: float | None = None,
     normalize_advantages: bool = False,
+    value_scale: Tensor | None = None,
 ) -> VTraceLoss:
     """IMPALA actor-critic loss with V-trace targets.
 
@@ -254,6 +255,8 @@ def vtrace_loss(
             pi(a) / mu(a) to the behaviour policy: Sample Factory's APPO. It keeps several
             passes over one batch (``algorithm.epochs``) from moving the policy too far.
         normalize_advantages: standardise the advantages over the batch first.
+        value_scale: the std of a PopArt value head (``ValueNorm``): the value error is
+            divided by it, so the head regresses on standardised targets; None: 1.
 
     Returns:
         VTraceLoss of 0-dim tensors, each a mean over the T * B steps:
@@ -298,6 +301,7 @@ def vtrace_loss(
         entropy_cost=entropy_cost,
         clip_eps=clip_eps,
         normalize_advantages=normalize_advantages,
+        value_scale=value_scale,
     )
 
 
@@ -312,6 +316,7 @@ def actor_critic_loss(
     entropy_cost: float,
     clip_eps: float | None = None,
     normalize_advantages: bool = False,
+    value_scale: Tensor | None = None,
 ) -> VTraceLoss:
     """The loss terms of :func:`vtrace_loss` from targets computed before (``returns``, without
     gradient): what a minibatch of transitions drawn from a batch whose V-trace targets were
@@ -327,7 +332,10 @@ def actor_critic_loss(
     else:
         clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
         pg = -torch.min(ratio * advantages, clipped * advantages).mean()
-    baseline = baseline_cost * 0.5 * (returns.vs - values).pow(2).mean()
+    value_error = returns.vs - values
+    if value_scale is not None:
+        value_error = value_error / value_scale.detach()
+    baseline = baseline_cost * 0.5 * value_error.pow(2).mean()
     entropy = -entropy_cost * policy_entropy(target_logits).mean()
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()

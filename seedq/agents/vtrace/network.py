@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 from torch import Tensor, nn
 
 from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
+from seedq.agents.common.normalize import ValueNorm
 from seedq.agents.common.torsos import orthogonal_
 from seedq.agents.config import POLICY_INIT_GAIN, model_policy_init_gain
 
@@ -19,7 +20,9 @@ class AgentOutput(NamedTuple):
 
 
 class ActorCriticNet(RecurrentBody):
-    """Body -> policy logits and baseline heads. Arguments as :class:`RecurrentBody`."""
+    """Body -> policy logits and baseline heads. Arguments as :class:`RecurrentBody`;
+    ``value_norm``: the baseline head learns standardised targets (PopArt, ``ValueNorm``) and
+    its outputs are mapped back to return units here."""
 
     def __init__(
         self,
@@ -27,6 +30,7 @@ class ActorCriticNet(RecurrentBody):
         num_actions: int,
         *,
         policy_init_gain: float = POLICY_INIT_GAIN,
+        value_norm: bool = False,
         **body: Any,
     ) -> None:
         super().__init__(obs_shape, num_actions, **body)
@@ -35,6 +39,8 @@ class ActorCriticNet(RecurrentBody):
         # A near-uniform initial policy (policy_init_gain) and a unit-scale value head.
         orthogonal_(self.policy, policy_init_gain)
         orthogonal_(self.baseline, 1.0)
+        # Only when asked for: its buffers are part of the checkpoint's weights.
+        self.value_norm = ValueNorm() if value_norm else None
 
     def forward(
         self, obs: Tensor, done: Tensor, core_state: CoreState
@@ -44,15 +50,23 @@ class ActorCriticNet(RecurrentBody):
         features, new_state = self.embed(obs, done, core_state)
         logits = self.policy(features).view(T, B, self.num_actions)
         baseline = self.baseline(features).view(T, B)
+        if self.value_norm is not None:
+            baseline = self.value_norm(baseline)
         return AgentOutput(logits, baseline), new_state
 
 
 def build_network(
-    obs_shape: tuple[int, ...], num_actions: int, model_cfg: Any, *, channels_last: bool
+    obs_shape: tuple[int, ...],
+    num_actions: int,
+    model_cfg: Any,
+    *,
+    channels_last: bool,
+    value_norm: bool = False,
 ) -> ActorCriticNet:
     return ActorCriticNet(
         tuple(int(d) for d in obs_shape),
         int(num_actions),
         policy_init_gain=model_policy_init_gain(model_cfg),
+        value_norm=value_norm,
         **body_kwargs(model_cfg, channels_last),
     )

@@ -1,0 +1,169 @@
+"""PopArt value normalisation (``algorithm.value_norm``): the moving moments against a NumPy
+reference, the head's outputs preserved across every update, the loss's standardised value
+error, and the V-trace learner moving the moments with each batch's targets."""
+
+import dataclasses
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from test_learner_glue import GAMMA, log_softmax, take, vtrace_batch, vtrace_config
+from test_vtrace import _loss, _loss_inputs, _recursive_reference
+
+from seedq.agents.common.normalize import ValueNorm, value_norm_of
+from seedq.agents.common.update import Placement
+from seedq.agents.vtrace.agent import VTraceAgent
+from seedq.agents.vtrace.learner import VTraceLearner
+from seedq.messages import EnvSpec
+
+CPU = torch.device("cpu")
+SPEC = EnvSpec((3,), "float32", 3)
+
+
+def _moments_reference(batches, step):
+    """PopArt's moving first and second moments, the first batches averaged plainly."""
+    mean, mean_sq = 0.0, 1.0
+    for n, batch in enumerate(batches, start=1):
+        x = np.asarray(batch, np.float64).ravel()
+        x = x[np.isfinite(x)]
+        beta = max(step, 1.0 / n)
+        mean = (1 - beta) * mean + beta * x.mean()
+        mean_sq = (1 - beta) * mean_sq + beta * (x * x).mean()
+    return mean, np.sqrt(mean_sq - mean * mean)
+
+
+def test_update_tracks_the_moving_moments_and_preserves_every_output():
+    torch.manual_seed(0)
+    head, norm = torch.nn.Linear(5, 1), ValueNorm(step=0.1)
+    features = torch.randn(9, 5)
+    before = norm(head(features)[:, 0]).detach()
+    rng = np.random.default_rng(1)
+    batches = [rng.normal(2.0 + 0.3 * i, 1.0 + 0.2 * i, size=64) for i in range(25)]
+
+    for i, batch in enumerate(batches):
+        norm.update(torch.as_tensor(batch), head)
+
+        torch.testing.assert_close(norm(head(features)[:, 0]).detach(), before, atol=2e-5, rtol=0)
+        mean, std = _moments_reference(batches[: i + 1], 0.1)
+        assert float(norm.mean) == pytest.approx(mean, rel=1e-12)
+        assert float(norm.std()) == pytest.approx(std, rel=1e-6)
+    assert float(norm.count) == 25
+
+
+def test_update_leaves_out_non_finite_targets_and_ignores_a_batch_of_none():
+    head, norm = torch.nn.Linear(2, 1), ValueNorm(step=0.5)
+    weights = [p.detach().clone() for p in head.parameters()]
+
+    norm.update(torch.tensor([float("nan"), float("inf")]), head)
+
+    assert float(norm.count) == 0 and float(norm.mean) == 0 and float(norm.std()) == 1
+    assert all(torch.equal(p, w) for p, w in zip(head.parameters(), weights, strict=True))
+    norm.update(torch.tensor([1.0, float("nan"), 3.0]), head)
+    mean, std = _moments_reference([[1.0, 3.0]], 0.5)
+    assert float(norm.mean) == pytest.approx(mean) and float(norm.std()) == pytest.approx(std)
+
+
+def test_the_scale_has_a_floor_so_constant_targets_do_not_blow_the_head_up():
+    head, norm = torch.nn.Linear(2, 1), ValueNorm(min_std=0.01)
+    norm.update(torch.full((32,), 4.0), head)
+    assert float(norm.std()) == pytest.approx(0.01)
+    assert torch.isfinite(head.weight).all() and torch.isfinite(head.bias).all()
+
+
+def test_a_step_outside_the_unit_interval_is_refused():
+    with pytest.raises(ValueError, match="step"):
+        ValueNorm(step=0.0)
+
+
+def test_the_loss_regresses_the_head_on_standardised_targets():
+    """With a value scale s, the value term is c/2 mean(((vs - V) / s)^2): with V = s v + mu
+    the head's output v regresses on (vs - mu) / s with unit weight."""
+    inputs = _loss_inputs()
+    scale = torch.tensor(2.5, dtype=torch.float64)
+
+    plain, scaled = _loss(inputs), _loss(inputs, value_scale=scale)
+
+    assert scaled.baseline.item() == pytest.approx(plain.baseline.item() / 6.25, rel=1e-12)
+    assert scaled.pg.item() == plain.pg.item() and scaled.entropy.item() == plain.entropy.item()
+    (grad_plain,) = torch.autograd.grad(plain.baseline, inputs["values"])
+    (grad_scaled,) = torch.autograd.grad(scaled.baseline, inputs["values"])
+    torch.testing.assert_close(grad_scaled, grad_plain / 6.25)
+
+
+def _popart_model(value_norm: bool = True) -> torch.nn.Module:
+    torch.manual_seed(3)
+    alg = SimpleNamespace(**dataclasses.asdict(vtrace_config()))
+    alg.model = SimpleNamespace(**alg.model)
+    alg.value_norm = value_norm
+    return VTraceAgent.build_model(SPEC, alg, channels_last=False)
+
+
+def _reference_vs(model: torch.nn.Module, batch) -> np.ndarray:
+    """The batch's V-trace targets under ``model``, by the NumPy reference (rows sliced as in
+    test_learner_glue: rewards and discounts of rows 1.., no clipping, lambda 0.9)."""
+    with torch.no_grad():
+        out, _ = model(torch.as_tensor(batch.obs), torch.as_tensor(batch.done), ())
+    logits, values = out.logits.double().numpy(), out.baseline.double().numpy()
+    actions = batch.action[:-1].astype(np.int64)
+    rewards = batch.reward[1:] + GAMMA * batch.truncation_value[1:] * batch.truncated[1:]
+    log_rhos = take(log_softmax(logits[:-1]), actions) - take(
+        log_softmax(batch.behaviour[:-1].astype(np.float64)), actions
+    )
+    vs, _ = _recursive_reference(
+        log_rhos, GAMMA * (~batch.done[1:]), rewards, values[:-1], values[-1], None, None, 0.9
+    )
+    return vs
+
+
+@pytest.mark.parametrize("minibatches", [1, 2], ids=["by-column", "by-transition"])
+def test_the_learner_moves_the_moments_with_each_batch_targets_before_its_updates(minibatches):
+    model = _popart_model()
+    cfg = dataclasses.replace(vtrace_config(), value_norm=True, minibatches=minibatches)
+    learner = VTraceLearner(model, cfg, Placement(CPU, threading.Lock()), total_env_steps=1000)
+    batch = vtrace_batch()
+    norm = value_norm_of(model)
+    seen = []
+
+    for _ in range(3):
+        seen.append(_reference_vs(model, batch))
+        stats = learner.train_batch(batch)
+        assert np.isfinite(stats["loss/total"])
+
+    mean, std = _moments_reference(seen, norm.step)
+    assert float(norm.count) == 3
+    assert float(norm.mean) == pytest.approx(mean, rel=1e-5)
+    assert float(norm.std()) == pytest.approx(std, rel=1e-5)
+
+
+def test_the_normaliser_is_part_of_the_weights_and_only_when_asked_for():
+    model = _popart_model()
+    value_norm_of(model).update(torch.tensor([3.0, 5.0]), model.baseline)
+    restored = _popart_model()
+
+    restored.load_state_dict(model.state_dict())
+
+    assert {"value_norm.mean", "value_norm.mean_sq", "value_norm.count"} <= set(model.state_dict())
+    assert float(value_norm_of(restored).mean) == 4.0
+    x = torch.randn(1, 2, 3)
+    done = torch.zeros(1, 2, dtype=torch.bool)
+    torch.testing.assert_close(restored(x, done, ())[0].baseline, model(x, done, ())[0].baseline)
+    assert value_norm_of(_popart_model(value_norm=False)) is None
+
+
+def test_the_learners_value_term_is_the_error_in_standard_deviations():
+    model = _popart_model()
+    norm = value_norm_of(model)
+    norm.update(torch.tensor([-4.0, 2.0, 8.0]), model.baseline)  # std ~4.9
+    cfg = dataclasses.replace(vtrace_config(), value_norm=True)
+    learner = VTraceLearner(model, cfg, Placement(CPU, threading.Lock()), total_env_steps=1000)
+    batch = vtrace_batch()
+    with torch.no_grad():
+        values = model(torch.as_tensor(batch.obs), torch.as_tensor(batch.done), ())[0].baseline
+
+    loss = learner.loss(batch)
+
+    error = (_reference_vs(model, batch) - values[:-1].double().numpy()) / float(norm.std())
+    expected = cfg.baseline_cost * 0.5 * np.mean(error**2)
+    assert float(loss.baseline.detach()) == pytest.approx(expected, rel=1e-5)
