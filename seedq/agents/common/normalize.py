@@ -15,6 +15,11 @@ reward units, so an entropy bonus and a learning rate mean the same thing on Car
 step) and MountainCar (-1 a step). It runs on the learner over the unrolls it trains on; each
 env's running return is kept by global env id.
 
+Values. :class:`ValueNorm` (``algorithm.value_norm``, V-trace) is PopArt: the value head
+learns standardised targets and the network maps its outputs back to return units; its moving
+moments are buffers of the network, updated by the learner before each batch's updates, with
+the head's weights rewritten so that no value changes.
+
 Statistics merge by Chan et al.'s parallel algorithm (1979): batches of any sizes give the
 same mean and variance as one pass over all samples. Both run as tensor code wherever their
 data is: host arrays (the SEED and Sebulba paths) are viewed as CPU tensors, Anakin's
