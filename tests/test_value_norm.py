@@ -38,11 +38,12 @@ def test_update_tracks_the_moving_moments_and_preserves_every_output():
     torch.manual_seed(0)
     head, norm = torch.nn.Linear(5, 1), ValueNorm(step=0.1)
     features = torch.randn(9, 5)
-    before = norm(head(features)[:, 0]).detach()
     rng = np.random.default_rng(1)
     batches = [rng.normal(2.0 + 0.3 * i, 1.0 + 0.2 * i, size=64) for i in range(25)]
+    norm.update(torch.as_tensor(batches[0]), head)
+    before = norm(head(features)[:, 0]).detach()
 
-    for i, batch in enumerate(batches):
+    for i, batch in enumerate(batches[1:], start=1):
         norm.update(torch.as_tensor(batch), head)
 
         torch.testing.assert_close(norm(head(features)[:, 0]).detach(), before, atol=2e-5, rtol=0)
@@ -50,6 +51,21 @@ def test_update_tracks_the_moving_moments_and_preserves_every_output():
         assert float(norm.mean) == pytest.approx(mean, rel=1e-12)
         assert float(norm.std()) == pytest.approx(std, rel=1e-6)
     assert float(norm.count) == 25
+
+
+def test_the_first_batch_sets_the_moments_and_leaves_the_untrained_head_alone():
+    """Nearly equal first targets (std 0.02): preserved, the head's outputs would sit
+    (0 - 5) / 0.02 = -250 deviations off; left alone they stand near the targets' mean."""
+    torch.manual_seed(2)
+    head, norm = torch.nn.Linear(4, 1), ValueNorm()
+    weights = [p.detach().clone() for p in head.parameters()]
+    targets = 5.0 + 0.02 * torch.randn(256, dtype=torch.float64)
+
+    norm.update(targets, head)
+
+    assert all(torch.equal(p, w) for p, w in zip(head.parameters(), weights, strict=True))
+    values = norm(head(torch.randn(16, 4))[:, 0]).detach()
+    assert (values - 5.0).abs().max() < 0.1
 
 
 def test_update_leaves_out_non_finite_targets_and_ignores_a_batch_of_none():

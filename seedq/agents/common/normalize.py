@@ -246,8 +246,10 @@ class ValueNorm(nn.Module):
     (V-trace targets, bootstraps, logged values) sees values in return units, and the loss
     divides the value error by :meth:`std`: the gradient the head receives is that of the
     regression on standardised targets. :meth:`update` moves the moments with each batch's
-    targets and rewrites the head's weights so that every output is the same after it as
-    before ("preserving outputs precisely"): a change of statistics never moves a value.
+    targets and, from the second batch on, rewrites the head's weights so that every output is
+    the same after it as before ("preserving outputs precisely"): a change of statistics never
+    moves a value. The first batch only sets the moments: an untrained head has no values
+    worth keeping, and standing near 0 in standard units it starts at the targets' mean.
 
     The moments are moving averages with a step of ``max(step, 1 / batches seen)``: the plain
     mean of the first ``1 / step`` batches, then a window of about that many, so they follow
@@ -280,7 +282,8 @@ class ValueNorm(nn.Module):
     def update(self, targets: Tensor, head: nn.Linear) -> None:
         """Move the moments with the finite entries of ``targets`` (any shape, return units)
         and rewrite ``head`` (the linear layer whose output :meth:`forward` takes) so that
-        its values are unchanged. With no finite entry nothing changes. Runs as tensor code
+        its values are unchanged (from the second batch with targets on; the first leaves it
+        as it is). With no finite entry nothing changes. Runs as tensor code
         on the buffers' device: no host read."""
         x = targets.detach().reshape(-1).to(self.mean.device, torch.float64)
         valid = torch.isfinite(x)
@@ -289,15 +292,21 @@ class ValueNorm(nn.Module):
         safe_n = n.clamp(min=1.0)
         count = self.count + (n > 0).to(torch.float64)
         beta = torch.where(n > 0, torch.clamp(1.0 / count.clamp(min=1.0), min=self.step), 0.0)
+        # An untrained head's outputs carry nothing to keep: the first targets set the moments
+        # and the head stays as initialised (outputs near 0 in standard units, values near
+        # the targets' mean). Preserved, a first batch of nearly equal targets would blow the
+        # head's weights up by 1 / std and leave its outputs tens of deviations off.
+        trained = self.count > 0
         old_mean, old_std = self.mean.clone(), self._std64()
         self.mean.lerp_(x.sum() / safe_n, beta)
         self.mean_sq.lerp_((x * x).sum() / safe_n, beta)
         self.count.copy_(count)
         new_std = self._std64()
         # w' = w sigma / sigma', b' = (sigma b + mu - mu') / sigma': the same outputs.
-        head.weight.mul_((old_std / new_std).to(head.weight.dtype))
+        scale = torch.where(trained, old_std / new_std, 1.0)
+        head.weight.mul_(scale.to(head.weight.dtype))
         bias = (head.bias.to(torch.float64) * old_std + old_mean - self.mean) / new_std
-        head.bias.copy_(bias.to(head.bias.dtype))
+        head.bias.copy_(torch.where(trained, bias, head.bias.to(torch.float64)).to(head.bias.dtype))
 
 
 def value_norm_of(model: nn.Module) -> ValueNorm | None:
