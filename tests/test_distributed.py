@@ -131,6 +131,17 @@ def test_two_ranks_end_with_bit_identical_weights_and_write_one_run(tmp_path, al
     )
 
 
+def test_two_ranks_with_a_popart_value_head_end_with_bit_identical_weights(tmp_path):
+    """Each rank's batch has its own V-trace targets; both merge all ranks' into the moments
+    and rewrite the head alike, so the buffers and the head stay the same everywhere."""
+    result = train(tmp_path, *quick_cartpole("algorithm.value_norm=true"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    reports = rank_reports(tmp_path)
+    assert sorted(reports) == [0, 1], result.stdout[-3000:]
+    assert reports[0]["digest"] == reports[1]["digest"]
+    assert reports[0]["updates"] == reports[1]["updates"] >= 50
+
+
 def test_two_anakin_ranks_end_with_bit_identical_weights(tmp_path):
     result = train(tmp_path, "arch=anakin", *ARCH["anakin"], "total_env_steps=16000")
     assert result.returncode == 0, result.stdout[-3000:]
