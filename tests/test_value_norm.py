@@ -183,3 +183,29 @@ def test_the_learners_value_term_is_the_error_in_standard_deviations():
     error = (_reference_vs(model, batch) - values[:-1].double().numpy()) / float(norm.std())
     expected = cfg.baseline_cost * 0.5 * np.mean(error**2)
     assert float(loss.baseline.detach()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_the_first_batch_trains_on_targets_of_the_values_its_moments_left():
+    """The first targets move an untrained head's values (to near their mean), so the first
+    update's targets are computed again after the moments, not kept from before them."""
+    model = _popart_model()
+    cfg = dataclasses.replace(
+        vtrace_config(), value_norm=True, fixed_targets=True, minibatches=1, epochs=1
+    )
+    learner = VTraceLearner(model, cfg, Placement(CPU, threading.Lock()), total_env_steps=1000)
+    batch = vtrace_batch()
+    reference = _popart_model()
+    value_norm_of(reference).update(
+        torch.as_tensor(_reference_vs(reference, batch)), reference.baseline
+    )
+    with torch.no_grad():
+        values = reference(torch.as_tensor(batch.obs), torch.as_tensor(batch.done), ())[0].baseline
+
+    stats = learner.train_batch(batch)
+
+    error = (_reference_vs(reference, batch) - values[:-1].double().numpy()) / float(
+        value_norm_of(reference).std()
+    )
+    assert stats["loss/baseline"] == pytest.approx(
+        cfg.baseline_cost * 0.5 * np.mean(error**2), rel=1e-5
+    )

@@ -81,16 +81,19 @@ class VTraceLearner(OnPolicyLearner):
     def _value_scale(self) -> torch.Tensor | None:
         return None if self._popart is None else self._popart[0].std()
 
-    def _update_value_norm(self, vs: torch.Tensor) -> None:
+    def _update_value_norm(self, vs: torch.Tensor) -> bool:
         """Move the PopArt moments with this batch's V-trace targets ``vs`` (every rank's,
         in rank order, with several learners), preserving the value head's outputs; under the
-        weights lock, so inference never reads a half-rescaled head."""
+        weights lock, so inference never reads a half-rescaled head. False when these were
+        the first targets, which set the moments and leave the head's outputs to move."""
         norm, head = self._popart
+        preserved = bool(norm.count > 0)
         vs = vs.reshape(-1, 1)
         if self.step.collective is not None:
             vs = self.step.collective.gather_rows(vs)
         with self.step.weights_lock:
             norm.update(vs, head)
+        return preserved
 
     def loss(self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
@@ -227,10 +230,11 @@ class VTraceLearner(OnPolicyLearner):
         first_targets = None
         if self._popart is not None or (by_transition and self.cfg.fixed_targets):
             first_targets = self._batch_targets(on_device, transitions)
-        if self._popart is not None:
+        if self._popart is not None and not self._update_value_norm(first_targets[2]):
             # Before the updates, so they regress on targets standardised with this batch in
-            # the moments; the head keeps its outputs, so the targets stay valid.
-            self._update_value_norm(first_targets[2])
+            # the moments. The head keeps its outputs, so the targets stay valid, except after
+            # the first targets, which moved an untrained head's values: computed again.
+            first_targets = self._batch_targets(on_device, transitions)
         if by_transition and self.cfg.fixed_targets:
             # Computed before the first update, so every pass trains on the advantages under
             # the weights that start the batch, as PPO trains on its GAE: recomputed at a later
