@@ -66,6 +66,9 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
             saved[key] = composed[key]
         else:
             OmegaConf.update(saved, key, override.value(), merge=False)
+    # A key override may reshape the network (algorithm.model.*, algorithm.value_norm): refuse
+    # it here, naming the key, rather than when the weights do not fit.
+    check_compatible(path, state["config"], OmegaConf.to_container(saved, resolve=True))
     saved.resume = str(path)
     schema = schema_for(saved.algorithm.name, saved.env.get("kind", "cartpole"))
     try:

@@ -134,6 +134,42 @@ def test_resume_with_another_env_is_refused(tmp_path):
     ), result.stdout
 
 
+def test_a_resume_that_would_reshape_the_network_is_refused_naming_what_differs(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_cli("total_env_steps=20000", f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stdout
+    # A key override (not a group) that changes the network: named before any weight loads.
+    popart = run_cli(
+        f"resume={run_dir}", "algorithm.value_norm=true", f"hydra.run.dir={tmp_path / 'a'}"
+    )
+    # Weights that fit no network of the saved settings: refused by the load, not a traceback.
+    path = find_checkpoint(str(run_dir))
+    saved = load_checkpoint(path)
+    saved["model"] = {k: v for k, v in saved["model"].items() if "policy" not in k}
+    torch.save(saved, path)
+    damaged = run_cli(f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'b'}")
+    assert (
+        popart.returncode,
+        "algorithm.value_norm=False there, True here" in popart.stdout,
+        damaged.returncode,
+        "its weights do not fit this run's network (Error(s) in loading state_dict"
+        in damaged.stdout,
+        "Traceback" in popart.stdout + damaged.stdout,
+    ) == (2, True, 2, True, False), popart.stdout + damaged.stdout
+
+
+def test_a_checkpoint_from_before_value_norm_resumes_without_it(tmp_path):
+    saved = {"algorithm": {"name": "vtrace", "model": {}}, "env": {"id": "Cart"}}
+    here = {
+        "algorithm": {"name": "vtrace", "model": {}, "value_norm": False},
+        "env": {"id": "Cart"},
+    }
+    check_compatible(tmp_path / "x.pt", saved, here)
+    here["algorithm"]["value_norm"] = True
+    with pytest.raises(CheckpointError, match=r"value_norm=False there, True here"):
+        check_compatible(tmp_path / "x.pt", saved, here)
+
+
 def test_r2d2_resumes_with_its_target_network_counters_and_replay(tmp_path):
     run_dir = tmp_path / "run"
     tiny = [

@@ -47,6 +47,7 @@ from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
 from seedq.learner.checkpoint_writer import CheckpointWriter
 from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
+from seedq.learner.errors import CheckpointError
 from seedq.learner.inference import InferenceEngine
 from seedq.metrics import MetricsWriter
 from seedq.parallel.agreement import this_process
@@ -199,7 +200,18 @@ class TrainingRun:
     def restore(self, state: dict) -> None:
         """Load a checkpoint of this config before the run starts; the run's metrics are cut
         back to the checkpoint's step, so the resumed run continues one curve."""
-        self.agent.load_state_dict(state)
+        try:
+            self.agent.load_state_dict(state)
+        except (RuntimeError, ValueError) as exc:
+            if "state_dict" not in str(exc) and "state dict" not in str(exc):
+                raise
+            # The settings check names the keys it knows shape the network; this is the rest.
+            detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise CheckpointError(
+                f"{self.cfg.resume}: its weights do not fit this run's network ({detail[:400]}); "
+                "resume it with the algorithm, model and env settings it was written with, or "
+                "start a new run"
+            ) from None
         self.agent.restore_files(str(Path(self.cfg.resume or "").parent))
         torch.set_rng_state(state["rng"]["torch"])
         self.generator.set_state(state["rng"]["inference"])

@@ -36,11 +36,24 @@ log = logging.getLogger(__name__)
 FORMAT = 2
 DIR_NAME = "checkpoints"
 PREFIX = "ckpt-"
-# Sections that must match for a checkpoint to fit a run: the networks' shapes and meaning.
-COMPATIBILITY_KEYS = ("algorithm.name", "algorithm.model", "env")
-# Settings added to those sections after checkpoints were written, with the value every run
-# before them had: a checkpoint without the key is read as having that value.
-LEGACY_VALUES = {"algorithm.model": {"activation": "relu"}}
+# Settings that must match for a checkpoint to fit a run: the networks' shapes and meaning
+# (the model section, and the algorithm keys outside it that change the network: V-trace's
+# PopArt head, PPO's shared body and its continuous head).
+COMPATIBILITY_KEYS = (
+    "algorithm.name",
+    "algorithm.model",
+    "algorithm.value_norm",
+    "algorithm.shared_body",
+    "algorithm.squash",
+    "algorithm.log_std",
+    "env",
+)
+# Settings added after checkpoints were written, with the value every run before them had: a
+# checkpoint without the key is read as having that value.
+LEGACY_VALUES: dict[str, Any] = {
+    "algorithm.model": {"activation": "relu"},
+    "algorithm.value_norm": False,
+}
 
 
 class CheckpointWriteError(OSError):
@@ -263,9 +276,11 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
     """Raise naming the first setting where the checkpoint's run and this run differ."""
     for key in COMPATIBILITY_KEYS:
         old, new = _section(saved, key), _section(current, key)
+        legacy = LEGACY_VALUES.get(key)
         if isinstance(old, dict) and isinstance(new, dict):
-            legacy = LEGACY_VALUES.get(key, {})
-            old = {**{k: v for k, v in legacy.items() if k in new}, **old}
+            old = {**{k: v for k, v in (legacy or {}).items() if k in new}, **old}
+        elif old is None and new is not None and legacy is not None:
+            old = legacy
         if old == new:
             continue
         if isinstance(old, dict) and isinstance(new, dict):
