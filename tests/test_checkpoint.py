@@ -158,6 +158,15 @@ def test_a_resume_that_would_reshape_the_network_is_refused_naming_what_differs(
     ) == (2, True, 2, True, False), popart.stdout + damaged.stdout
 
 
+def test_a_run_may_resume_on_another_machine_with_other_env_threads(tmp_path):
+    saved = {"algorithm": {"name": "vtrace"}, "env": {"id": "Pong", "num_threads": 2}}
+    here = {"algorithm": {"name": "vtrace"}, "env": {"id": "Pong", "num_threads": 16}}
+    check_compatible(tmp_path / "x.pt", saved, here)
+    here["env"]["frame_skip"] = 3
+    with pytest.raises(CheckpointError, match=r"env.frame_skip=None there, 3 here"):
+        check_compatible(tmp_path / "x.pt", saved, here)
+
+
 def test_a_checkpoint_from_before_value_norm_resumes_without_it(tmp_path):
     saved = {"algorithm": {"name": "vtrace", "model": {}}, "env": {"id": "Cart"}}
     here = {

@@ -48,6 +48,8 @@ COMPATIBILITY_KEYS = (
     "algorithm.log_std",
     "env",
 )
+# Keys inside those sections that set how fast, not what: a run may move to another machine.
+SPEED_KEYS = {"env": ("num_threads", "vectorization")}
 # Settings added after checkpoints were written, with the value every run before them had: a
 # checkpoint without the key is read as having that value.
 LEGACY_VALUES: dict[str, Any] = {
@@ -279,6 +281,9 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
         legacy = LEGACY_VALUES.get(key)
         if isinstance(old, dict) and isinstance(new, dict):
             old = {**{k: v for k, v in (legacy or {}).items() if k in new}, **old}
+            free = SPEED_KEYS.get(key, ())
+            old = {k: v for k, v in old.items() if k not in free}
+            new = {k: v for k, v in new.items() if k not in free}
         elif old is None and new is not None and legacy is not None:
             old = legacy
         if old == new:
