@@ -280,12 +280,43 @@ def print_keys(argv: list[str]) -> None:
         print(f"  {doc.key} = {doc.default!r}\n      {doc.help}")
 
 
-def default_env() -> str:
-    """The ``env`` group's choice in ``conf/config.yaml``'s defaults list."""
+def default_choice(group: str) -> str:
+    """The ``group``'s choice in ``conf/config.yaml``'s defaults list (``env``, ``algorithm``)."""
     from pathlib import Path
 
     defaults = OmegaConf.load(Path(__file__).parent / "conf" / "config.yaml").defaults
-    return next(str(d["env"]) for d in defaults if isinstance(d, DictConfig) and "env" in d)
+    return next(str(d[group]) for d in defaults if isinstance(d, DictConfig) and group in d)
+
+
+def default_env() -> str:
+    """The ``env`` group's choice in ``conf/config.yaml``'s defaults list."""
+    return default_choice("env")
+
+
+def group_overrides(argv: list[str], group: str) -> tuple[list[str], list[str]]:
+    """The choices of ``group=`` on the command line (every one of a sweep) and the keys its
+    ``group.<key>=`` overrides name. With no choice the default's, unless ``resume=<run>``
+    continues a run, whose saved choice is not known here (none: nothing to check)."""
+    parser = OverridesParser.create()
+    choices, keys, resumed = [], [], False
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue  # Hydra reports it
+        key = override.key_or_group
+        if key == "resume":
+            resumed = str(override.value()) not in (AUTO, "null", "None", "")
+        elif key == group and override.package is None:
+            sweep = override.is_sweep_override()
+            choices += list(override.sweep_string_iterator()) if sweep else [override.value()]
+        elif key.startswith(f"{group}."):
+            keys.append(key.split(".")[1])
+    if not choices and not resumed:
+        choices = [default_choice(group)]
+    return [str(c) for c in choices], keys
 
 
 def foreign_env_key(argv: list[str]) -> str | None:
@@ -295,25 +326,28 @@ def foreign_env_key(argv: list[str]) -> str | None:
     Checked before Hydra composes (which would refuse the key too, but with a trace of its own
     and exit 1); every kind of a sweep (``-m env=atari,minatar``) must have the key.
     """
-    parser = OverridesParser.create()
-    choices, keys = [], []
-    for arg in argv:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        try:
-            override = parser.parse_override(arg)
-        except HydraException:
-            continue  # Hydra reports it
-        key = override.key_or_group
-        if key == "env" and override.package is None:
-            sweep = override.is_sweep_override()
-            choices += list(override.sweep_string_iterator()) if sweep else [override.value()]
-        elif key.startswith("env."):
-            keys.append(key.split(".")[1])
-    for kind in choices or [default_env()]:
+    kinds, keys = group_overrides(argv, "env")
+    return next((r for kind in kinds for key in keys if (r := foreign_key(key, kind))), None)
+
+
+def foreign_algorithm_key(argv: list[str]) -> str | None:
+    """The refusal of the first ``algorithm.<key>=`` that belongs to another algorithm than the
+    one ``algorithm=<name>`` (or the default) chooses; None if there is none (a key no
+    algorithm has is a typo, Hydra's to report with the keys it knows)."""
+    import dataclasses
+
+    from seedq.agents.registry import agent_names, config_class
+
+    names, keys = group_overrides(argv, "algorithm")
+    fields = {n: {f.name for f in dataclasses.fields(config_class(n))} for n in agent_names()}
+    for name in names:
         for key in keys:
-            if refusal := foreign_key(key, str(kind)):
-                return refusal
+            owners = [n for n in agent_names() if key in fields[n]]
+            if name in fields and key not in fields[name] and owners:
+                return (
+                    f"algorithm.{key} is a key of algorithm={' and '.join(owners)}; this run is "
+                    f"algorithm={name} (its keys: seedq-train --keys {name})"
+                )
     return None
 
 
@@ -330,7 +364,7 @@ def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         print_keys(sys.argv[2:])
         return
-    if refusal := foreign_env_key(sys.argv[1:]):
+    if refusal := foreign_env_key(sys.argv[1:]) or foreign_algorithm_key(sys.argv[1:]):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     sys.argv[1:] = with_hydra_dir(sys.argv[1:])

@@ -13,7 +13,13 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import seedq
-from seedq.cli import foreign_env_key, print_keys, resumed_config, to_config
+from seedq.cli import (
+    foreign_algorithm_key,
+    foreign_env_key,
+    print_keys,
+    resumed_config,
+    to_config,
+)
 from seedq.config import ConfigError, register_configs
 from seedq.envs import (
     BACKENDS,
@@ -132,6 +138,43 @@ def test_seedq_train_refuses_a_key_of_another_family_with_exit_2_and_one_line(tm
         [
             "seedq-train: env.scenario is a football key; this run is env=atari "
             "(its keys: seedq-train --keys env=atari)"
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "refusal"),
+    [
+        (["algorithm=ppo", "algorithm.value_norm=true"], "a key of algorithm=vtrace; this run is"),
+        (["algorithm.shared_body=false"], "algorithm=ppo; this run is algorithm=vtrace"),
+        (["algorithm.replay_ratio=2"], "a key of algorithm=r2d2; this run is algorithm=vtrace"),
+        (["-m", "algorithm=vtrace,ppo", "algorithm.value_norm=true"], "this run is algorithm=ppo"),
+    ],
+)
+def test_the_command_line_is_checked_against_the_chosen_algorithm(argv, refusal):
+    assert refusal in foreign_algorithm_key(argv)
+
+
+def test_keys_every_algorithm_has_typos_and_resumed_runs_are_not_refused_here():
+    # resume=<run> continues the run's saved algorithm and env, unknown before it is read.
+    assert (
+        foreign_algorithm_key(["algorithm=ppo", "algorithm.lr=0.001", "algorithm.clip_eps=0.2"]),
+        foreign_algorithm_key(["algorithm=ppo", "algorithm.valu_norm=true"]),
+        foreign_algorithm_key(["resume=runs/r2d2", "algorithm.replay_ratio=2"]),
+        foreign_env_key(["resume=runs/pong", "env.num_threads=4"]),
+    ) == (None, None, None, None)
+    assert "this run is algorithm=vtrace" in foreign_algorithm_key(
+        ["resume=auto", "run_dir=runs/x", "algorithm.replay_ratio=2"]
+    )
+
+
+def test_seedq_train_refuses_a_key_of_another_algorithm_with_exit_2_and_one_line(tmp_path):
+    result = run_cli("algorithm=ppo", "algorithm.value_norm=true", f"run_dir={tmp_path}")
+    assert (result.returncode, result.stdout.strip().splitlines()) == (
+        2,
+        [
+            "seedq-train: algorithm.value_norm is a key of algorithm=vtrace; this run is "
+            "algorithm=ppo (its keys: seedq-train --keys ppo)"
         ],
     )
 
