@@ -145,10 +145,11 @@ def test_seedq_train_refuses_a_key_of_another_family_with_exit_2_and_one_line(tm
 @pytest.mark.parametrize(
     ("argv", "refusal"),
     [
-        (["algorithm=ppo", "algorithm.value_norm=true"], "a key of algorithm=vtrace; this run is"),
+        (["algorithm=ppo", "algorithm.fixed_targets=true"], "a key of algorithm=vtrace; this run"),
+        (["algorithm=r2d2", "algorithm.value_norm=true"], "algorithm=vtrace and ppo; this run"),
         (["algorithm.shared_body=false"], "algorithm=ppo; this run is algorithm=vtrace"),
         (["algorithm.replay_ratio=2"], "a key of algorithm=r2d2; this run is algorithm=vtrace"),
-        (["-m", "algorithm=vtrace,ppo", "algorithm.value_norm=true"], "this run is algorithm=ppo"),
+        (["-m", "algorithm=vtrace,ppo", "algorithm.fixed_targets=true"], "is algorithm=ppo"),
     ],
 )
 def test_the_command_line_is_checked_against_the_chosen_algorithm(argv, refusal):
@@ -169,11 +170,11 @@ def test_keys_every_algorithm_has_typos_and_resumed_runs_are_not_refused_here():
 
 
 def test_seedq_train_refuses_a_key_of_another_algorithm_with_exit_2_and_one_line(tmp_path):
-    result = run_cli("algorithm=ppo", "algorithm.value_norm=true", f"run_dir={tmp_path}")
+    result = run_cli("algorithm=ppo", "algorithm.fixed_targets=true", f"run_dir={tmp_path}")
     assert (result.returncode, result.stdout.strip().splitlines()) == (
         2,
         [
-            "seedq-train: algorithm.value_norm is a key of algorithm=vtrace; this run is "
+            "seedq-train: algorithm.fixed_targets is a key of algorithm=vtrace; this run is "
             "algorithm=ppo (its keys: seedq-train --keys ppo)"
         ],
     )

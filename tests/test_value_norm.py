@@ -1,6 +1,6 @@
 """PopArt value normalisation (``algorithm.value_norm``): the moving moments against a NumPy
 reference, the head's outputs preserved across every update, the loss's standardised value
-error, and the V-trace learner moving the moments with each batch's targets."""
+error, and the V-trace and PPO learners moving the moments with each batch's targets."""
 
 import dataclasses
 import threading
@@ -10,10 +10,15 @@ import numpy as np
 import pytest
 import torch
 from test_learner_glue import GAMMA, log_softmax, take, vtrace_batch, vtrace_config
+from test_ppo import np_gae
 from test_vtrace import _loss, _loss_inputs, _recursive_reference
 
 from seedq.agents.common.normalize import ValueNorm, value_norm_of
 from seedq.agents.common.update import Placement
+from seedq.agents.ppo.config import PPOConfig
+from seedq.agents.ppo.learner import PPOLearner
+from seedq.agents.ppo.loss import ppo_loss
+from seedq.agents.ppo.network import build_network as build_ppo
 from seedq.agents.vtrace.agent import VTraceAgent
 from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.messages import EnvSpec
@@ -209,3 +214,75 @@ def test_the_first_batch_trains_on_targets_of_the_values_its_moments_left():
     assert stats["loss/baseline"] == pytest.approx(
         cfg.baseline_cost * 0.5 * np.mean(error**2), rel=1e-5
     )
+
+
+# --------------------------------------------------------------- PPO
+
+
+def _ppo(value_norm: bool = True, **cfg) -> tuple[torch.nn.Module, PPOConfig]:
+    """PPO with a PopArt value head; rewards as they are, so the NumPy GAE sees the same."""
+    torch.manual_seed(3)
+    config = PPOConfig(gamma=GAMMA, gae_lambda=0.9, reward_scaling=False, reward_clip="none", **cfg)
+    config = dataclasses.replace(config, value_norm=value_norm)
+    return build_ppo(SPEC, config, channels_last=False), config
+
+
+def _reference_returns(model: torch.nn.Module, batch) -> tuple[np.ndarray, np.ndarray]:
+    """GAE returns of ``batch`` under ``model`` by the NumPy reference, and its values."""
+    with torch.no_grad():
+        out, _ = model(torch.as_tensor(batch.obs), torch.as_tensor(batch.done), ())
+    values = out.value.double().numpy()
+    rewards = batch.reward[1:] + GAMMA * batch.truncation_value[1:] * batch.truncated[1:]
+    advantages = np_gae(rewards, GAMMA * ~batch.done[1:], values[:-1], values[-1], 0.9)
+    return advantages + values[:-1], values[:-1]
+
+
+def test_ppo_value_term_and_its_clip_are_in_standard_deviations():
+    rng = np.random.default_rng(5)
+    n, scale, clip = 64, 2.5, 0.3
+    logp, old, adv, ent = (rng.normal(size=n) for _ in range(4))
+    values, old_values, returns = (rng.normal(scale=3.0, size=n) for _ in range(3))
+    loss = ppo_loss(
+        *(torch.tensor(x) for x in (logp, old, adv, values, old_values, returns, ent)),
+        clip_eps=0.2,
+        value_cost=0.5,
+        entropy_cost=0.01,
+        value_clip=clip,
+        value_scale=torch.tensor(scale, dtype=torch.float64),
+    )
+    v, v_old, r = values / scale, old_values / scale, returns / scale
+    v_clipped = v_old + np.clip(v - v_old, -clip, clip)
+    expected = 0.5 * 0.5 * np.maximum((v - r) ** 2, (v_clipped - r) ** 2).mean()
+    assert float(loss.value) == pytest.approx(expected, rel=1e-10)
+
+
+def test_the_ppo_learner_moves_the_moments_with_each_batch_returns():
+    model, cfg = _ppo(minibatches=2)
+    learner = PPOLearner(model, cfg, Placement(CPU, threading.Lock()), total_env_steps=1000)
+    batch = vtrace_batch()
+    seen = []
+
+    for _ in range(3):
+        seen.append(_reference_returns(model, batch)[0])
+        assert np.isfinite(learner.train_batch(batch)["loss/total"])
+
+    mean, std = _moments_reference(seen, value_norm_of(model).step)
+    assert float(value_norm_of(model).count) == 3
+    assert float(value_norm_of(model).mean) == pytest.approx(mean, rel=1e-5)
+    assert float(value_norm_of(model).std()) == pytest.approx(std, rel=1e-5)
+    assert value_norm_of(_ppo(value_norm=False)[0]) is None
+
+
+def test_ppo_first_batch_trains_on_returns_of_the_values_its_moments_left():
+    model, cfg = _ppo(minibatches=1, epochs=1, normalize_advantages=False)
+    learner = PPOLearner(model, cfg, Placement(CPU, threading.Lock()), total_env_steps=1000)
+    batch = vtrace_batch()
+    reference, _ = _ppo()
+    norm = value_norm_of(reference)
+    norm.update(torch.as_tensor(_reference_returns(reference, batch)[0]), reference.value_head)
+    returns, values = _reference_returns(reference, batch)
+
+    stats = learner.train_batch(batch)
+
+    error = (returns - values) / float(norm.std())
+    assert stats["loss/value"] == pytest.approx(cfg.value_cost * 0.5 * np.mean(error**2), rel=1e-5)

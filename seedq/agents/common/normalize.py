@@ -314,6 +314,16 @@ def value_norm_of(model: nn.Module) -> ValueNorm | None:
     return next((m for m in model.modules() if isinstance(m, ValueNorm)), None)
 
 
+def popart_of(model: nn.Module) -> tuple[ValueNorm, nn.Linear] | None:
+    """The normaliser of the model's PopArt value head and the linear layer whose outputs it
+    rescales, from the network that has one (its ``popart()``), or None."""
+    for module in model.modules():
+        found = getattr(module, "popart", None)
+        if callable(found) and (pair := found()) is not None:
+            return pair
+    return None
+
+
 class RewardScaler:
     """Rewards divided by the running std of each env's discounted return.
 

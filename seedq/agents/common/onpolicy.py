@@ -24,7 +24,7 @@ import torch
 
 from seedq.agents.common.base import AgentBase
 from seedq.agents.common.batches import BatchAssembler
-from seedq.agents.common.normalize import RewardScaler
+from seedq.agents.common.normalize import RewardScaler, popart_of
 from seedq.agents.common.targets import clip_rewards, transition_rewards
 from seedq.agents.common.update import GradientStep, linear_lr
 from seedq.core.agent import RunContext
@@ -47,6 +47,27 @@ class OnPolicyLearner(ABC):
         # Set by the agent to the run's stop: a batch of many minibatch updates ends between
         # two of them, so a stopping run never leaves its training thread inside torch.
         self.stop_event: threading.Event | None = None
+        # The PopArt value head (algorithm.value_norm): its normaliser and its linear layer.
+        self.popart = popart_of(model)
+
+    def value_scale(self) -> torch.Tensor | None:
+        """The std the value error is divided by (PopArt), or None."""
+        return None if self.popart is None else self.popart[0].std()
+
+    def update_value_norm(self, targets: torch.Tensor) -> bool:
+        """Move the PopArt moments with this batch's value targets (every rank's, in rank
+        order, with several learners), preserving the value head's outputs; under the weights
+        lock, so inference never reads a half-rescaled head. False when these were the first
+        targets, which set the moments and leave the head's outputs to move (so targets
+        computed from its values must be computed again)."""
+        norm, head = self.popart
+        preserved = bool(norm.count > 0)
+        targets = targets.reshape(-1, 1)
+        if self.step.collective is not None:
+            targets = self.step.collective.gather_rows(targets)
+        with self.step.weights_lock:
+            norm.update(targets, head)
+        return preserved
 
     def stopping(self) -> bool:
         """Whether to end this batch before its next update. Never with several learner ranks:

@@ -59,6 +59,12 @@ class PPOConfig(AlgorithmConfig):
     value_clip: float | None = setting(
         None, "clip of the value change around the collected values (null: plain MSE)"
     )
+    value_norm: bool = setting(
+        False,
+        "PopArt: the value head learns its GAE returns standardised by moving moments of them "
+        "(saved in the weights), its outputs rescaled so values keep their meaning; value_clip "
+        "is then in standard deviations",
+    )
     value_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
     indicator_lr_scale: float = setting(

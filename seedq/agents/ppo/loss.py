@@ -72,6 +72,7 @@ def ppo_loss(
     entropy_cost: float,
     value_clip: float | None = None,
     normalize_advantages: bool = True,
+    value_scale: Tensor | None = None,
 ) -> PPOLoss:
     """Clipped-surrogate PPO loss over a minibatch of ``N`` samples (any shape, all equal).
 
@@ -86,7 +87,9 @@ def ppo_loss(
     Returns:
         PPOLoss with pg = -mean(min(ratio A, clip(ratio, 1-eps, 1+eps) A)),
         value = value_cost * 0.5 * mean(max((V - R)^2, (V_clipped - R)^2)) (plain squared error
-        without value_clip), entropy = -entropy_cost * mean(H), total = their sum.
+        without value_clip), entropy = -entropy_cost * mean(H), total = their sum. With
+        ``value_scale`` (PopArt's std, a scalar) the errors are in standard deviations,
+        ``(V - R) / value_scale``, and ``value_clip`` is too.
     """
     shape = log_probs.shape
     for name, t in (
@@ -107,10 +110,11 @@ def ppo_loss(
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
     pg = -surrogate.mean()
     returns, old_values = returns.detach(), old_values.detach()
-    value_err = (values - returns).pow(2)
+    scale = 1.0 if value_scale is None else value_scale.detach()
+    value_err = ((values - returns) / scale).pow(2)
     if value_clip is not None:
-        clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
-        value_err = torch.max(value_err, (clipped - returns).pow(2))
+        change = ((values - old_values) / scale).clamp(-value_clip, value_clip)
+        value_err = torch.max(value_err, ((old_values - returns) / scale + change).pow(2))
     value = value_cost * 0.5 * value_err.mean()
     entropy_term = -entropy_cost * entropy.mean()
     with torch.no_grad():

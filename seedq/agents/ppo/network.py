@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from seedq.agents.common.distributions import ActionDistribution
 from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
+from seedq.agents.common.normalize import ValueNorm
 from seedq.agents.common.policy_head import PolicyHead
 from seedq.agents.common.torsos import orthogonal_
 from seedq.agents.config import model_policy_init_gain
@@ -30,7 +31,17 @@ class PPONet(nn.Module):
     with an LSTM: ``(h_pi, c_pi, h_v, c_v)``).
     """
 
-    def __init__(self, spec: EnvSpec, *, shared_body: bool, head: dict, **body: Any) -> None:
+    def __init__(
+        self,
+        spec: EnvSpec,
+        *,
+        shared_body: bool,
+        head: dict,
+        value_norm: bool = False,
+        **body: Any,
+    ) -> None:
+        """``value_norm``: the value head learns standardised returns (PopArt, ``ValueNorm``)
+        and its outputs are mapped back to return units here."""
         super().__init__()
         shape = tuple(int(d) for d in spec.obs_shape)
         self.policy_body = RecurrentBody(shape, spec.num_actions, **body)
@@ -39,8 +50,14 @@ class PPONet(nn.Module):
         value_in = (self.value_body or self.policy_body).core_out
         self.value_head = nn.Linear(value_in, 1)
         orthogonal_(self.value_head, 1.0)
+        # Only when asked for: its buffers are part of the checkpoint's weights.
+        self.value_norm = ValueNorm() if value_norm else None
         self.distribution = self.policy_head.distribution
         self._split = len(self.policy_body.initial_state(0))
+
+    def popart(self) -> tuple[ValueNorm, nn.Linear] | None:
+        """The PopArt normaliser and the head it rescales (None without ``value_norm``)."""
+        return None if self.value_norm is None else (self.value_norm, self.value_head)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> CoreState:
         state = self.policy_body.initial_state(batch_size, device)
@@ -61,6 +78,8 @@ class PPONet(nn.Module):
         policy = self.policy_head(features)
         policy = policy.view(T, B, policy.shape[-1])  # explicit: B may be 0
         value = self.value_head(value_features).view(T, B)
+        if self.value_norm is not None:
+            value = self.value_norm(value)
         return PolicyOutput(policy, value, self.distribution), new_state
 
 
@@ -75,5 +94,6 @@ def build_network(spec: EnvSpec, alg: Any, *, channels_last: bool) -> PPONet:
         spec,
         shared_body=bool(alg.shared_body),
         head=head,
+        value_norm=bool(alg.value_norm),
         **body_kwargs(alg.model, channels_last),
     )

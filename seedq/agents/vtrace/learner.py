@@ -22,7 +22,6 @@ from seedq.agents.vtrace.loss import (
     vtrace_loss,
     vtrace_returns,
 )
-from seedq.agents.vtrace.network import ActorCriticNet
 from seedq.core.unroll import TIME_FIELDS, Unroll, take_columns
 from seedq.messages import EnvSpec
 
@@ -68,32 +67,6 @@ class VTraceLearner(OnPolicyLearner):
         step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
         super().__init__(model, cfg, step, total_env_steps=total_env_steps)
         self._rng = np.random.default_rng(seed)
-        # The PopArt value head (algorithm.value_norm): its normaliser and its linear layer.
-        self._popart = next(
-            (
-                (net.value_norm, net.baseline)
-                for net in model.modules()
-                if isinstance(net, ActorCriticNet) and net.value_norm is not None
-            ),
-            None,
-        )
-
-    def _value_scale(self) -> torch.Tensor | None:
-        return None if self._popart is None else self._popart[0].std()
-
-    def _update_value_norm(self, vs: torch.Tensor) -> bool:
-        """Move the PopArt moments with this batch's V-trace targets ``vs`` (every rank's,
-        in rank order, with several learners), preserving the value head's outputs; under the
-        weights lock, so inference never reads a half-rescaled head. False when these were
-        the first targets, which set the moments and leave the head's outputs to move."""
-        norm, head = self._popart
-        preserved = bool(norm.count > 0)
-        vs = vs.reshape(-1, 1)
-        if self.step.collective is not None:
-            vs = self.step.collective.gather_rows(vs)
-        with self.step.weights_lock:
-            norm.update(vs, head)
-        return preserved
 
     def loss(self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
@@ -126,7 +99,7 @@ class VTraceLearner(OnPolicyLearner):
             lambda_=cfg.lambda_,
             clip_eps=cfg.clip_eps,
             normalize_advantages=cfg.normalize_advantages,
-            value_scale=self._value_scale(),
+            value_scale=self.value_scale(),
         )
 
     def _column_sets(self, columns: int) -> list[np.ndarray]:
@@ -186,7 +159,7 @@ class VTraceLearner(OnPolicyLearner):
         the whole batch under the current weights."""
         cfg = self.cfg
         actions, behaviour, vs, advantages = targets or self._batch_targets(batch, transitions)
-        value_scale = self._value_scale()
+        value_scale = self.value_scale()
         obs = batch.obs
         flat = obs[:-1].reshape(-1, *obs.shape[2:])
         order = torch.as_tensor(self._rng.permutation(len(actions)), device=flat.device)
@@ -228,9 +201,9 @@ class VTraceLearner(OnPolicyLearner):
         )
         passes = self._transition_losses if by_transition else self._column_losses
         first_targets = None
-        if self._popart is not None or (by_transition and self.cfg.fixed_targets):
+        if self.popart is not None or (by_transition and self.cfg.fixed_targets):
             first_targets = self._batch_targets(on_device, transitions)
-        if self._popart is not None and not self._update_value_norm(first_targets[2]):
+        if self.popart is not None and not self.update_value_norm(first_targets[2]):
             # Before the updates, so they regress on targets standardised with this batch in
             # the moments. The head keeps its outputs, so the targets stay valid, except after
             # the first targets, which moved an untrained head's values: computed again.

@@ -42,6 +42,10 @@ class ActorCriticNet(RecurrentBody):
         # Only when asked for: its buffers are part of the checkpoint's weights.
         self.value_norm = ValueNorm() if value_norm else None
 
+    def popart(self) -> tuple[ValueNorm, nn.Linear] | None:
+        """The PopArt normaliser and the head it rescales (None without ``value_norm``)."""
+        return None if self.value_norm is None else (self.value_norm, self.baseline)
+
     def forward(
         self, obs: Tensor, done: Tensor, core_state: CoreState
     ) -> tuple[AgentOutput, CoreState]:
