@@ -75,6 +75,19 @@ def test_atari_tuning_clips_rewards_and_the_command_line_still_wins():
     )
 
 
+@pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
+def test_the_atari_presets_learn_standardised_returns_of_clipped_rewards(algorithm):
+    # Sample Factory's arrangement (docs/results.md, "Why Pong did not learn", item 10).
+    tuned = to_config(compose_config(f"algorithm={algorithm}", "env=atari")).algorithm
+    plain = to_config(compose_config(f"algorithm={algorithm}")).algorithm
+    assert (tuned.value_norm, tuned.reward_scaling, tuned.reward_clip, plain.value_norm) == (
+        True,
+        False,
+        "abs_one",
+        False,
+    )
+
+
 def test_ppo_presets_carry_their_published_settings_and_activations():
     procgen = to_config(compose_config("algorithm=ppo", "env=procgen")).algorithm
     assert (
