@@ -43,6 +43,19 @@ RESUME_GROUPS = ("algorithm", "env", "launcher")
 AUTO = "auto"
 
 
+def compatible(path: Any, saved: dict, current: dict) -> None:
+    """Refuse a checkpoint whose run differs from this one in a setting that shapes the
+    network: the model, the env, and the keys the saved algorithm declares with
+    ``setting(..., network=True)``."""
+    from seedq.agents.registry import agent_names, config_class
+    from seedq.learner.checkpoint import check_compatible
+    from seedq.schema import network_keys
+
+    name = str(saved.get("algorithm", {}).get("name", ""))
+    keys = network_keys(config_class(name)) if name in agent_names() else ()
+    check_compatible(path, saved, current, keys)
+
+
 def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqConfig, dict]:
     """The config of the run ``composed.resume`` points at, with this command line on top.
 
@@ -50,7 +63,7 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
     what may change (``max_minutes=30``, ``total_env_steps=...``, ``hardware=gpu``). Choosing
     ``algorithm``, ``env`` or ``launcher`` groups is allowed only if they match the checkpoint.
     """
-    from seedq.learner.checkpoint import check_compatible, find_checkpoint, load_checkpoint
+    from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 
     path = find_checkpoint(str(composed.resume))
     state = load_checkpoint(path)
@@ -61,14 +74,14 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
         if key == "resume" or key.startswith("hydra"):
             continue
         if key in RESUME_GROUPS:
-            check_compatible(path, state["config"], current)
+            compatible(path, state["config"], current)
         elif key in ("hardware", "arch", "logger"):
             saved[key] = composed[key]
         else:
             OmegaConf.update(saved, key, override.value(), merge=False)
     # A key override may reshape the network (algorithm.model.*, algorithm.value_norm): refuse
     # it here, naming the key, rather than when the weights do not fit.
-    check_compatible(path, state["config"], OmegaConf.to_container(saved, resolve=True))
+    compatible(path, state["config"], OmegaConf.to_container(saved, resolve=True))
     saved.resume = str(path)
     schema = schema_for(saved.algorithm.name, saved.env.get("kind", "cartpole"))
     try:
@@ -89,7 +102,7 @@ def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dic
     """``resume=auto``: this command line's config, continued from the newest checkpoint of its
     run directory that reads (None: there is none yet, the run starts from scratch)."""
     from seedq.arch.resume import continue_metrics
-    from seedq.learner.checkpoint import check_compatible, load_newest
+    from seedq.learner.checkpoint import load_newest
 
     if not fixed_run_dir(hydra_cfg):
         raise ConfigError(
@@ -105,7 +118,7 @@ def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dic
         composed.resume = None
         return to_config(composed), None
     path, state = found
-    check_compatible(path, state["config"], OmegaConf.to_container(composed, resolve=True))
+    compatible(path, state["config"], OmegaConf.to_container(composed, resolve=True))
     composed.resume = str(path)
     return to_config(composed), state
 

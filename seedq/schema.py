@@ -18,13 +18,26 @@ class ConfigError(ValueError):
     """A configuration value is out of range; the message names the key and what is allowed."""
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable | None = None):
-    """A dataclass field with its one default and a help text (``metadata["help"]``)."""
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Callable | None = None,
+    network: bool = False,
+):
+    """A dataclass field with its one default and a help text (``metadata["help"]``);
+    ``network``: the key shapes the network, so a checkpoint fits only its own value."""
     if not help:
         raise ValueError("every setting needs a help text")
+    metadata = {"help": help, "network": network}
     if factory is not None:
-        return field(default_factory=factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def network_keys(config: type) -> tuple[str, ...]:
+    """The fields of a config dataclass declared with ``setting(..., network=True)``."""
+    return tuple(f.name for f in dataclasses.fields(config) if f.metadata.get("network"))
 
 
 @dataclass(frozen=True)

@@ -167,16 +167,23 @@ def test_a_run_may_resume_on_another_machine_with_other_env_threads(tmp_path):
         check_compatible(tmp_path / "x.pt", saved, here)
 
 
+def network_keys(algorithm: str) -> tuple[str, ...]:
+    from seedq.agents.registry import config_class
+    from seedq.schema import network_keys as declared
+
+    return declared(config_class(algorithm))
+
+
 def test_a_checkpoint_from_before_value_norm_resumes_without_it(tmp_path):
     saved = {"algorithm": {"name": "vtrace", "model": {}}, "env": {"id": "Cart"}}
     here = {
         "algorithm": {"name": "vtrace", "model": {}, "value_norm": False},
         "env": {"id": "Cart"},
     }
-    check_compatible(tmp_path / "x.pt", saved, here)
+    check_compatible(tmp_path / "x.pt", saved, here, network_keys("vtrace"))
     here["algorithm"]["value_norm"] = True
     with pytest.raises(CheckpointError, match=r"value_norm=False there, True here"):
-        check_compatible(tmp_path / "x.pt", saved, here)
+        check_compatible(tmp_path / "x.pt", saved, here, network_keys("vtrace"))
 
 
 def test_r2d2_resumes_with_its_target_network_counters_and_replay(tmp_path):

@@ -37,17 +37,8 @@ FORMAT = 2
 DIR_NAME = "checkpoints"
 PREFIX = "ckpt-"
 # Settings that must match for a checkpoint to fit a run: the networks' shapes and meaning
-# (the model section, and the algorithm keys outside it that change the network: V-trace's
-# PopArt head, PPO's shared body and its continuous head).
-COMPATIBILITY_KEYS = (
-    "algorithm.name",
-    "algorithm.model",
-    "algorithm.value_norm",
-    "algorithm.shared_body",
-    "algorithm.squash",
-    "algorithm.log_std",
-    "env",
-)
+# (with the algorithm's keys declared `setting(..., network=True)`, which the caller names).
+COMPATIBILITY_KEYS = ("algorithm.name", "algorithm.model", "env")
 # Keys inside those sections that set how fast, not what: a run may move to another machine.
 SPEED_KEYS = {"env": ("num_threads", "vectorization")}
 # Settings added after checkpoints were written, with the value every run before them had: a
@@ -274,9 +265,12 @@ def _section(config: dict, dotted: str) -> Any:
     return node
 
 
-def check_compatible(path: Path, saved: dict, current: dict) -> None:
-    """Raise naming the first setting where the checkpoint's run and this run differ."""
-    for key in COMPATIBILITY_KEYS:
+def check_compatible(
+    path: Path, saved: dict, current: dict, network_keys: tuple[str, ...] = ()
+) -> None:
+    """Raise naming the first setting where the checkpoint's run and this run differ;
+    ``network_keys``: the algorithm's keys that shape its network (``schema.network_keys``)."""
+    for key in (*COMPATIBILITY_KEYS, *(f"algorithm.{k}" for k in network_keys)):
         old, new = _section(saved, key), _section(current, key)
         legacy = LEGACY_VALUES.get(key)
         if isinstance(old, dict) and isinstance(new, dict):

@@ -64,6 +64,7 @@ class PPOConfig(AlgorithmConfig):
         "PopArt: the value head learns its GAE returns standardised by moving moments of them "
         "(saved in the weights), its outputs rescaled so values keep their meaning; value_clip "
         "is then in standard deviations",
+        network=True,
     )
     value_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
@@ -84,14 +85,19 @@ class PPOConfig(AlgorithmConfig):
         "policy (only unrolls straddling an update mix two; their ratios start away from 1)",
     )
     shared_body: bool = setting(
-        False, "one body for policy and value (cheaper for frames); false: two, as cleanrl"
+        False,
+        "one body for policy and value (cheaper for frames); false: two, as cleanrl",
+        network=True,
     )
     squash: bool = setting(
-        False, "continuous actions: tanh-squash into the env's bounds (false: the env clips)"
+        False,
+        "continuous actions: tanh-squash into the env's bounds (false: the env clips)",
+        network=True,
     )
     log_std: str = setting(
         "state_independent",
         f"continuous actions: the Gaussian's log-std, {', '.join(LOG_STD_KINDS)}",
+        network=True,
     )
     init_log_std: float = setting(0.0, "continuous actions: initial log-std")
     model: ModelConfig = setting(

@@ -50,17 +50,18 @@ class PPOLearner(OnPolicyLearner):
 
     @torch.no_grad()
     def targets(
-        self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None
+        self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor]
     ) -> dict[str, torch.Tensor]:
-        """Old log-probs, old values, advantages and returns, each ``[T, B]``, and the batch's
-        ``transitions`` (rewards and discounts, computed here unless given: the reward scaler
-        sees each batch once)."""
+        """Old log-probs, old values, advantages and returns, each ``[T, B]``, under the
+        current weights; ``transitions``: the batch's rewards and discounts (computed once
+        per batch: the reward scaler sees each batch once)."""
         tensor = self.step.tensor
-        done = tensor(batch.done)
         with self.step.autocast():
-            out, _ = self.model(tensor(batch.obs), done, tuple(tensor(s) for s in batch.core_state))
+            out, _ = self.model(
+                tensor(batch.obs), tensor(batch.done), tuple(tensor(s) for s in batch.core_state)
+            )
         values = out.value.float()
-        rewards, discounts = transitions or self.transitions(batch, done)
+        rewards, discounts = transitions
         advantages, returns = gae(rewards, discounts, values[:-1], values[-1], self.cfg.gae_lambda)
         behaviour = tensor(batch.behaviour)[:-1].float()
         old_log_probs = out.distribution.log_prob(behaviour, tensor(batch.action)[:-1])
@@ -69,7 +70,6 @@ class PPOLearner(OnPolicyLearner):
             "old_values": values[:-1],
             "advantages": advantages,
             "returns": returns,
-            "transitions": (rewards, discounts),
         }
 
     def _minibatches(self, batch: Unroll) -> list[torch.Tensor]:
@@ -117,13 +117,13 @@ class PPOLearner(OnPolicyLearner):
 
     def train_batch(self, batch: Unroll) -> dict[str, Any]:
         """``epochs x minibatches`` updates on ``batch``; the means of their losses."""
-        data = self.targets(batch)
+        transitions = self.transitions(batch, self.step.tensor(batch.done))
+        data = self.targets(batch, transitions)
         if self.popart is not None and not self.update_value_norm(data["returns"]):
             # Before the updates, so they regress on returns standardised with this batch in
             # the moments. The head keeps its outputs, so the targets stay valid, except after
             # the first returns, which moved an untrained head's values: computed again.
-            data = self.targets(batch, data["transitions"])
-        data.pop("transitions")
+            data = self.targets(batch, transitions)
         sums = dict.fromkeys(_STAT_KEYS, 0.0) | {"grad_norm": 0.0}
         taken = 0
         for _ in range(self.cfg.epochs):

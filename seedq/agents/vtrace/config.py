@@ -94,6 +94,7 @@ class VTraceConfig(AlgorithmConfig):
         False,
         "PopArt: the value head learns its V-trace targets standardised by moving moments "
         "of them (saved in the weights), its outputs rescaled so values keep their meaning",
+        network=True,
     )
     baseline_cost: float = setting(0.5, "weight of the value loss")
     entropy_cost: float = setting(0.01, "weight of the entropy bonus")
