@@ -100,6 +100,18 @@ def test_ppo_presets_carry_their_published_settings_and_activations():
         procgen.lr,
         procgen.lr_schedule,
     ) == ("impala", True, 0.999, 16384, 3, 8, 0.0005, "constant")
+    atari = to_config(compose_config("algorithm=ppo", "env=atari")).algorithm
+    # Sample Factory's Atari example but for the entropy bonus (docs/results.md, run Q and
+    # the nineteenth session's probes).
+    assert (
+        atari.unroll_length,
+        atari.minibatch_size,
+        atari.epochs,
+        atari.lr,
+        atari.clip_eps,
+        atari.entropy_cost,
+        atari.shared_body,
+    ) == (128, 512, 4, 0.00025, 0.1, 0.005, True)
     mujoco = to_config(compose_config("algorithm=ppo", "env=mujoco")).algorithm
     gym = to_config(compose_config("algorithm=ppo", "env=gym", "env.id=Acrobot-v1")).algorithm
     # tanh is PPO's default; the MuJoCo preset keeps the ReLU its runs were measured with.
