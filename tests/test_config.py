@@ -88,27 +88,6 @@ def test_the_atari_presets_learn_standardised_returns_of_clipped_rewards(algorit
     )
 
 
-@pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
-def test_the_atari_presets_halve_the_entropy_bonus_and_other_envs_keep_it(algorithm):
-    # At 0.01 the policy stayed near 1.4 nats and Pong's mean flattened below 18 on most
-    # seeds; at 0.005 both algorithms climbed sooner (docs/results.md, "Why Pong did not
-    # learn", items 11 and 12).
-    atari = to_config(compose_config(f"algorithm={algorithm}", "env=atari")).algorithm
-    plain = to_config(compose_config(f"algorithm={algorithm}")).algorithm
-    overridden = compose_config(
-        f"algorithm={algorithm}", "env=atari", "algorithm.entropy_cost=0.01"
-    )
-    assert (
-        atari.entropy_cost,
-        plain.entropy_cost,
-        to_config(overridden).algorithm.entropy_cost,
-    ) == (
-        0.005,
-        0.01,
-        0.01,
-    )
-
-
 def test_ppo_presets_carry_their_published_settings_and_activations():
     procgen = to_config(compose_config("algorithm=ppo", "env=procgen")).algorithm
     assert (
