@@ -220,3 +220,13 @@ def test_a_checkpoint_from_before_a_new_model_key_resumes_with_its_legacy_value(
     check_compatible(tmp_path / "x.pt", saved, {**relu, "env": {"id": "Cart"}})
     with pytest.raises(CheckpointError, match=r"activation='relu' there, 'tanh' here"):
         check_compatible(tmp_path / "x.pt", saved, {**tanh, "env": {"id": "Cart"}})
+
+
+def test_another_algorithm_is_refused_naming_the_one_to_put_on_the_command_line(tmp_path):
+    saved = {"algorithm": {"name": "vtrace"}, "env": {"id": "ALE/Pong-v5"}}
+    here = {"algorithm": {"name": "ppo"}, "env": {"id": "ALE/Pong-v5"}}
+    with pytest.raises(
+        CheckpointError,
+        match=r"algorithm.name='vtrace' there, 'ppo' here \(name it: algorithm=vtrace\)",
+    ):
+        check_compatible(tmp_path / "x.pt", saved, here)

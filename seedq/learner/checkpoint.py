@@ -287,6 +287,10 @@ def check_compatible(
             detail = ", ".join(f"{key}.{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in diff)
         else:
             detail = f"{key}={old!r} there, {new!r} here"
+        if key == "algorithm.name" and old:
+            # `resume=auto` composes this command line, whose algorithm is the default's when
+            # it names none: say which one continues the checkpoint
+            detail += f" (name it: algorithm={old})"
         raise CheckpointError(
             f"{path} was written by a run with other settings ({detail}); resume it with the "
             "same algorithm, model and env"
