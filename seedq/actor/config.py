@@ -18,6 +18,13 @@ class ActorConfig:
         "learner's threads, at least 2, logged; with the ssh or slurm launcher 2, or "
         "launcher.actors_per_host)",
     )
+    max_envs: int = setting(
+        0,
+        "the most envs sizing may give the run (actor.num_actors 0, or arch.sebulba.threads 0): "
+        "fewer actor processes where the cores allow more, the cores left going to each vector "
+        "env's threads; 0: no cap. A set actor.num_actors is kept. PPO's Atari preset sets 16, "
+        "the envs it learns fastest per frame on",
+    )
     envs_per_batch: int = setting(16, "envs stepped together and sent in one Step message")
     batches_per_actor: int = setting(
         2, "env batches per actor process, stepped while the others await their actions"
@@ -58,7 +65,7 @@ class ActorConfig:
 def validate_actor(actor: ActorConfig) -> None:
     choice("actor.transport", actor.transport, TRANSPORTS)
     check_positive(actor, "actor", ["envs_per_batch", "batches_per_actor"])
-    check_positive(actor, "actor", ["num_actors"], zero_ok=True)
+    check_positive(actor, "actor", ["num_actors", "max_envs"], zero_ok=True)
     check_positive(actor, "actor", ["reply_timeout_s", "learner_lost_s", "restart_window_s"])
     check_positive(
         actor, "actor", ["max_restarts", "restart_backoff_s", "max_rejoins"], zero_ok=True

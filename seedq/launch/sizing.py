@@ -16,6 +16,11 @@ process there ran its broker-and-inference thread and its training thread, so 16
 actor's two env batches take turns (one steps while the other awaits its actions), so one core
 per actor covers its envs. On a 2-core box the floor keeps the 2 actors that were the default
 before sizing.
+
+``actor.max_envs`` caps the envs a sized run gets: fewer actor processes (or Sebulba threads),
+each vector env taking more of the cores left. An on-policy preset that learns fastest per frame
+on few envs sets it (``tuning/ppo_atari``: PPO on Pong at 112 envs learned several times slower
+per frame than at 16, whatever its unroll length or actor layout; docs/results.md).
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ def plan_sizes(
     sebulba_threads: int = 0,
     env_threads: int = 0,
     envs_per_vector_env: int = 16,
+    max_actors: int = 0,
+    max_sebulba_threads: int = 0,
 ) -> Sizes:
     """The run's sizes on ``cores`` cores; a non-zero argument is kept as given.
 
@@ -72,12 +79,16 @@ def plan_sizes(
     they run on hosts whose cores this machine cannot see, so their number keeps the floor
     and each host sizes its vector envs' threads itself. ``broker_shards`` above 1 are
     processes of their own on this machine. ``envs_per_vector_env``: the envs in one vector
-    env (a thread each at most).
+    env (a thread each at most). ``max_actors`` and ``max_sebulba_threads``: the most a sized
+    count of each may be (from ``actor.max_envs``; 0: no cap); the cores they leave go to the
+    vector envs' threads.
     """
     learner = LEARNER_THREADS + (broker_shards if broker_shards > 1 else 0)
     spare = cores - learner
-    num_actors = num_actors or (max(MIN_WORKERS, spare) if local_actors else MIN_WORKERS)
-    sebulba_threads = sebulba_threads or max(MIN_WORKERS, spare)
+    num_actors = num_actors or _capped(
+        max(MIN_WORKERS, spare) if local_actors else MIN_WORKERS, max_actors
+    )
+    sebulba_threads = sebulba_threads or _capped(max(MIN_WORKERS, spare), max_sebulba_threads)
     if not env_threads:
         stepping = sebulba_threads if arch == "sebulba" else num_actors if local_actors else 0
         # Fewer cores left than workers (the floor on a small machine): the workers share
@@ -86,6 +97,22 @@ def plan_sizes(
         if stepping and spare >= stepping:
             env_threads = min(spare // stepping, envs_per_vector_env)
     return Sizes(cores, learner, num_actors, sebulba_threads, env_threads)
+
+
+def _capped(workers: int, cap: int) -> int:
+    return min(workers, cap) if cap > 0 else workers
+
+
+def workers_for_envs(cfg: Any) -> tuple[int, int]:
+    """``(actor processes, Sebulba threads)``, the most of each whose envs fit in
+    ``actor.max_envs``, at least one (a worker's envs may exceed it); ``(0, 0)`` when it is 0
+    (no cap), or negative (left for validation to refuse)."""
+    max_envs = int(cfg.actor.max_envs)
+    if max_envs <= 0:
+        return 0, 0
+    per_actor = int(cfg.actor.batches_per_actor) * int(cfg.actor.envs_per_batch)
+    per_thread = int(cfg.arch.sebulba.envs_per_thread)
+    return max(1, max_envs // max(1, per_actor)), max(1, max_envs // max(1, per_thread))
 
 
 def env_threads_key(env: Any) -> str | None:
@@ -124,6 +151,7 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     envs_per_vector_env = (
         cfg.arch.sebulba.envs_per_thread if arch == "sebulba" else cfg.actor.envs_per_batch
     )
+    max_actors, max_sebulba_threads = workers_for_envs(cfg)
     sizes = plan_sizes(
         cores,
         arch=arch,
@@ -133,6 +161,8 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
         sebulba_threads=int(cfg.arch.sebulba.threads),
         env_threads=int(_get(cfg, env_key)) if env_key else 0,
         envs_per_vector_env=int(envs_per_vector_env),
+        max_actors=max_actors,
+        max_sebulba_threads=max_sebulba_threads,
     )
     values = {"actor.num_actors": sizes.num_actors, "arch.sebulba.threads": sizes.sebulba_threads}
     if env_key:
@@ -143,12 +173,13 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     if changed and arch != "anakin":
         shown = [k for k in keys if k != "arch.sebulba.threads" or arch == "sebulba"]
         log.info(
-            "sized to %d cores, %d of them for the learner's threads: %s (%sset a key to choose "
-            "it)",
+            "sized to %d cores, %d of them for the learner's threads: %s (%s%sset a key to "
+            "choose it)",
             cores,
             sizes.learner_threads,
             ", ".join(f"{k}={_get(cfg, k)}" for k in shown),
             f"{env_key}=0: one per core in each vector env; " if env_key else "",
+            f"at most actor.max_envs={cfg.actor.max_envs} envs; " if max_actors else "",
         )
     return changed | size_batch(cfg)
 
