@@ -173,6 +173,17 @@ def test_a_cap_on_envs_yields_to_a_named_count_and_keeps_one_actor(overrides, ac
     assert cfg.actor.num_actors == actors
 
 
+def test_a_cap_below_one_worker_s_envs_is_logged_as_missed(caplog):
+    cfg = compose_config("env=atari", "algorithm=ppo", "arch=sebulba")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        size_config(cfg, cores=16)
+    # One Sebulba thread of 32 envs, the cap 16: said, not hidden.
+    assert cfg.arch.sebulba.threads == 1
+    assert "actor.max_envs=16 is fewer than one Sebulba thread's envs: the run steps 32" in (
+        caplog.text
+    )
+
+
 def test_a_negative_cap_on_envs_is_refused_by_name():
     cfg = compose_config("env=atari", "actor.max_envs=-1")
     assert size_config(cfg, cores=16)["actor.num_actors"] == 14

@@ -181,6 +181,15 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
             f"{env_key}=0: one per core in each vector env; " if env_key else "",
             f"at most actor.max_envs={cfg.actor.max_envs} envs; " if max_actors else "",
         )
+        if max_actors and run_envs(cfg) > int(cfg.actor.max_envs):
+            log.warning(
+                "actor.max_envs=%d is fewer than one %s's envs: the run steps %d (fewer envs "
+                "per %s keep it under the cap)",
+                cfg.actor.max_envs,
+                "Sebulba thread" if arch == "sebulba" else "actor process",
+                run_envs(cfg),
+                "arch.sebulba.envs_per_thread" if arch == "sebulba" else "actor.envs_per_batch",
+            )
     return changed | size_batch(cfg)
 
 
