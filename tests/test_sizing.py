@@ -167,10 +167,13 @@ def test_ppo_atari_preset_runs_the_16_envs_it_was_measured_on_whatever_the_cores
         (["actor.max_envs=0"], 14),
     ],
 )
-def test_a_cap_on_envs_yields_to_a_named_count_and_keeps_one_actor(overrides, actors):
+def test_a_cap_on_envs_yields_to_a_named_count_and_keeps_one_actor(overrides, actors, caplog):
     cfg = compose_config("env=atari", "algorithm=ppo", *overrides)
-    size_run(cfg, overrides, cores=16)
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        size_run(cfg, overrides, cores=16)
     assert cfg.actor.num_actors == actors
+    # Only a sized count that misses the cap is warned about, not a named one.
+    assert ("is fewer than one" in caplog.text) == (overrides == ["actor.max_envs=4"])
 
 
 def test_a_cap_below_one_worker_s_envs_is_logged_as_missed(caplog):

@@ -181,7 +181,8 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
             f"{env_key}=0: one per core in each vector env; " if env_key else "",
             f"at most actor.max_envs={cfg.actor.max_envs} envs; " if max_actors else "",
         )
-        if max_actors and run_envs(cfg) > int(cfg.actor.max_envs):
+        worker_key = "arch.sebulba.threads" if arch == "sebulba" else "actor.num_actors"
+        if max_actors and worker_key in changed and run_envs(cfg) > int(cfg.actor.max_envs):
             log.warning(
                 "actor.max_envs=%d is fewer than one %s's envs: the run steps %d (fewer envs "
                 "per %s keep it under the cap)",
