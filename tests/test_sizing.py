@@ -146,13 +146,8 @@ def test_ppo_atari_preset_runs_the_16_envs_it_was_measured_on_whatever_the_cores
     with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
         size_config(cfg, cores=cores)
     actor = to_config(cfg).actor
-    assert (
-        actor.num_actors,
-        actor.num_actors * actor.batches_per_actor * actor.envs_per_batch,
-    ) == (
-        2,
-        16,
-    )
+    envs = actor.num_actors * actor.batches_per_actor * actor.envs_per_batch
+    assert (actor.num_actors, envs) == (2, 16)
     assert cfg.env.num_threads == (0 if cores == 2 else 4)
     assert "at most actor.max_envs=16 envs" in caplog.text
 

@@ -15,8 +15,8 @@ class ActorConfig:
     num_actors: int = setting(
         0,
         "actor processes the launcher starts (0: sized at start to the cores left after the "
-        "learner's threads, at least 2, logged; with the ssh or slurm launcher 2, or "
-        "launcher.actors_per_host)",
+        "learner's threads, at least 2 (fewer where actor.max_envs caps them), logged; with the "
+        "ssh or slurm launcher 2, or launcher.actors_per_host)",
     )
     max_envs: int = setting(
         0,

@@ -58,7 +58,8 @@ class SebulbaConfig:
     threads: int = setting(
         0,
         "env-stepping threads in the learner process (0: sized at start to the cores left "
-        "after the learner's own threads, at least 2, logged)",
+        "after the learner's own threads, at least 2 (fewer where actor.max_envs caps them), "
+        "logged)",
     )
     envs_per_thread: int = setting(32, "envs in each thread's vector env")
 

@@ -181,15 +181,19 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
             f"{env_key}=0: one per core in each vector env; " if env_key else "",
             f"at most actor.max_envs={cfg.actor.max_envs} envs; " if max_actors else "",
         )
-        worker_key = "arch.sebulba.threads" if arch == "sebulba" else "actor.num_actors"
-        if max_actors and worker_key in changed and run_envs(cfg) > int(cfg.actor.max_envs):
+        key, worker, per_worker = (
+            ("arch.sebulba.threads", "Sebulba thread", "arch.sebulba.envs_per_thread")
+            if arch == "sebulba"
+            else ("actor.num_actors", "actor process", "actor.envs_per_batch")
+        )
+        if max_actors and key in changed and run_envs(cfg) > int(cfg.actor.max_envs):
             log.warning(
                 "actor.max_envs=%d is fewer than one %s's envs: the run steps %d (fewer envs "
                 "per %s keep it under the cap)",
                 cfg.actor.max_envs,
-                "Sebulba thread" if arch == "sebulba" else "actor process",
+                worker,
                 run_envs(cfg),
-                "arch.sebulba.envs_per_thread" if arch == "sebulba" else "actor.envs_per_batch",
+                per_worker,
             )
     return changed | size_batch(cfg)
 
