@@ -285,3 +285,19 @@ def test_midpoint_envs_place_each_game_at_its_middle_in_the_runs_frames(curves, 
     with pytest.raises(SystemExit):
         curves.main(["table", str(run), "--midpoint-envs", "10"])  # needs --marks
     assert "needs --marks" in capsys.readouterr().err
+
+
+def test_another_systems_curve_reads_beside_seedqs_at_the_marks(curves, tmp_path, capsys):
+    """A curve ``scripts/sf_curve.py --csv`` wrote (env_steps, frames, return_mean; no wall
+    time, no episode log) is read like a bare metrics CSV, named by its file and placed in
+    its own frames."""
+    sf = tmp_path / "sf_pong_seed0_this_box_curve.csv"
+    sf.write_text("env_steps,frames,return_mean\n125440,501760,-20.2\n250880,1003520,-18.9\n")
+    seedq = write_metrics(tmp_path / "ppo_pong_seed0_metrics.csv", [(250_000, -11.5, -0.006)])
+    assert curves.main(["table", str(sf), str(seedq), "--marks", "0.5e6", "1e6"]) == 0
+    out = capsys.readouterr().out
+    assert "| sf_pong_seed0_this_box_curve: return | - | -20.2 |" in out
+    assert "| ppo_pong_seed0: return | - | -11.5 |" in out
+    run = curves.read_run(sf)
+    assert run["frames"] == [501_760, 1_003_520] and run["minutes"] is None
+    assert run["game"] == "Pong" and run["episode_returns"] is None
