@@ -130,6 +130,7 @@ def test_gpu_group_uses_pinned_memory_on_cuda():
         ("algorithm.unroll_length=0", "algorithm.unroll_length"),
         ("algorithm.gamma=1.5", "algorithm.gamma"),
         ("algorithm.optimizer=sgd", "algorithm.optimizer"),
+        ("algorithm.pg_bootstrap=gae", "algorithm.pg_bootstrap"),
         ("algorithm.lr_decay_start=1.0", "algorithm.lr_decay_start"),
         ("algorithm.lr_decay_start=-0.5", "algorithm.lr_decay_start"),
         ("algorithm.model.torso=transformer", "algorithm.model.torso"),

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_vtrace import _recursive_reference
+from test_vtrace import _lambda_pg_reference, _recursive_reference
 
 from seedq.actor.config import ActorConfig
 from seedq.agents.common.normalize import RewardScaler
@@ -139,6 +139,10 @@ def reference_vtrace_terms(model: LinearPolicy, batch: Unroll, cfg: VTraceConfig
     vs, pg_adv = _recursive_reference(
         log_rhos, discounts, rewards, values[:-1], values[-1], None, None, cfg.lambda_
     )
+    if cfg.pg_bootstrap == "lambda":
+        pg_adv = _lambda_pg_reference(
+            vs, log_rhos, discounts, rewards, values[:-1], values[-1], None, cfg.lambda_
+        )
     return logits[:-1], actions, vs, pg_adv
 
 
@@ -159,8 +163,10 @@ def vtrace_learner(model: torch.nn.Module, cfg: VTraceConfig, **kw) -> VTraceLea
     return VTraceLearner(model, cfg, Placement(CPU, threading.Lock(), **kw), total_env_steps=1000)
 
 
-def test_vtrace_loss_is_the_reference_on_the_rows_sliced_by_the_convention():
+@pytest.mark.parametrize("pg_bootstrap", ["vs", "lambda"])
+def test_vtrace_loss_is_the_reference_on_the_rows_sliced_by_the_convention(pg_bootstrap):
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    cfg.pg_bootstrap = pg_bootstrap
     loss = vtrace_learner(model, cfg).loss(batch)
     expected = reference_vtrace_loss(model, batch, cfg)
     np.testing.assert_allclose(
@@ -276,14 +282,15 @@ def test_vtrace_minibatch_epochs_step_the_reference_on_each_column_share_in_turn
 
 
 @pytest.mark.parametrize(
-    ("fixed_targets", "minibatches"),
-    [(False, 3), (True, 3), (True, 1)],
-    ids=["targets per pass", "per batch", "per batch, one minibatch"],
+    ("fixed_targets", "minibatches", "pg_bootstrap"),
+    [(False, 3, "vs"), (True, 3, "vs"), (True, 1, "vs"), (False, 3, "lambda")],
+    ids=["targets per pass", "per batch", "per batch, one minibatch", "lambda bootstrap"],
 )
 def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets(
-    fixed_targets, minibatches
+    fixed_targets, minibatches, pg_bootstrap
 ):
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
+    cfg.pg_bootstrap = pg_bootstrap
     # A rate at which targets recomputed after one full-batch update differ from the first
     # pass's beyond the comparison's tolerance (at 1e-3 they differ by ~3e-8).
     cfg.epochs, cfg.minibatches, cfg.clip_eps, cfg.lr = 3, minibatches, 0.2, 0.05

@@ -273,12 +273,99 @@ def test_per_step_arguments_must_be_time_major_matrices():
         vtrace_returns(*flat, torch.zeros(1, dtype=torch.float64))
 
 
+# --- pg_bootstrap="lambda": rlax's policy-gradient advantage -------------------------------------
+
+
+def _lambda_pg_reference(vs, log_rhos, discounts, rewards, values, bootstrap, clip_pg_rho, lambda_):
+    """pg_s = min(pg_rho_bar, rho_s) (r_s + gamma_s (lambda v_{s+1} + (1 - lambda) V(x_{s+1}))
+    - V(x_s)), v_T = V(x_T)."""
+    num_steps, batch = values.shape
+    pg = np.zeros_like(values)
+    for b in range(batch):
+        for s in range(num_steps):
+            if s + 1 < num_steps:
+                q_next = lambda_ * vs[s + 1, b] + (1.0 - lambda_) * values[s + 1, b]
+            else:
+                q_next = bootstrap[b]
+            rho = _clip(math.exp(log_rhos[s, b]), clip_pg_rho)
+            pg[s, b] = rho * (rewards[s, b] + discounts[s, b] * q_next - values[s, b])
+    return pg
+
+
+def _gae_reference(discounts, rewards, values, bootstrap, lambda_):
+    """GAE (Schulman et al. 2016) written as its sum: A_s = sum_k (prod_{i<k} gamma_{s+i}
+    lambda) delta_{s+k}, the products cut by episode ends."""
+    num_steps, batch = values.shape
+    values_next = np.concatenate([values[1:], bootstrap[None]], axis=0)
+    deltas = rewards + discounts * values_next - values
+    gae = np.zeros_like(values)
+    for b in range(batch):
+        for s in range(num_steps):
+            weight, total = 1.0, 0.0
+            for t in range(s, num_steps):
+                total += weight * deltas[t, b]
+                weight *= discounts[t, b] * lambda_
+            gae[s, b] = total
+    return gae
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("clip_rho, clip_pg_rho, lambda_", SETTINGS)
+@pytest.mark.parametrize("num_steps, batch", [(1, 1), (20, 4)])
+def test_lambda_pg_bootstrap_matches_its_reference(
+    num_steps, batch, clip_rho, clip_pg_rho, lambda_, regime
+):
+    inputs = _random_inputs(num_steps * 100 + batch, num_steps, batch, **regime)
+
+    returns = vtrace_returns(
+        *(torch.as_tensor(x) for x in inputs),
+        clip_rho_threshold=clip_rho,
+        clip_pg_rho_threshold=clip_pg_rho,
+        lambda_=lambda_,
+        pg_bootstrap="lambda",
+    )
+
+    expected_vs, _ = _recursive_reference(*inputs, clip_rho, clip_pg_rho, lambda_)
+    np.testing.assert_allclose(returns.vs.numpy(), expected_vs, rtol=1e-10, atol=1e-10)
+    expected_pg = _lambda_pg_reference(expected_vs, *inputs, clip_pg_rho, lambda_)
+    np.testing.assert_allclose(returns.pg_advantages.numpy(), expected_pg, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("episode_end_prob", [0.0, 0.2])
+def test_on_policy_lambda_pg_advantage_is_gae_and_the_papers_is_not(episode_end_prob):
+    # On-policy (rho = 1) the lambda bootstrap weighs the TD error k steps ahead by
+    # (gamma lambda)^k, GAE's weights; the paper's r_s + gamma v_{s+1} weighs it by
+    # gamma^k lambda^(k-1), so the two differ from the second step on.
+    log_rhos, discounts, rewards, values, bootstrap = _random_inputs(
+        11, 30, 3, episode_end_prob=episode_end_prob
+    )
+    log_rhos = np.zeros_like(log_rhos)
+    inputs = (log_rhos, discounts, rewards, values, bootstrap)
+    gae = _gae_reference(discounts, rewards, values, bootstrap, 0.95)
+
+    rlax_style = vtrace_returns(*inputs, lambda_=0.95, pg_bootstrap="lambda")
+    papers = vtrace_returns(*inputs, lambda_=0.95)
+
+    np.testing.assert_allclose(rlax_style.pg_advantages.numpy(), gae, rtol=1e-10, atol=1e-10)
+    assert np.abs(papers.pg_advantages.numpy() - gae).max() > 0.1
+
+
+def test_the_two_pg_bootstraps_agree_at_lambda_one():
+    inputs = _random_inputs(5, 12, 3, episode_end_prob=0.1)
+
+    papers = vtrace_returns(*inputs)
+    rlax_style = vtrace_returns(*inputs, pg_bootstrap="lambda")
+
+    torch.testing.assert_close(rlax_style.pg_advantages, papers.pg_advantages)
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [
         ({"lambda_": 1.5}, "lambda_"),
         ({"clip_rho_threshold": 0.0}, "clip_rho_threshold"),
         ({"clip_pg_rho_threshold": -1.0}, "clip_pg_rho_threshold"),
+        ({"pg_bootstrap": "gae"}, "pg_bootstrap"),
     ],
 )
 def test_out_of_range_hyperparameter_is_rejected(kwargs, name):

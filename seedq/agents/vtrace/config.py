@@ -22,6 +22,7 @@ from seedq.agents.config import (
     validate_lr_schedule,
     validate_minibatches,
 )
+from seedq.agents.vtrace.loss import PG_BOOTSTRAPS
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 OPTIMIZERS = ("adam", "rmsprop")
@@ -84,6 +85,12 @@ class VTraceConfig(AlgorithmConfig):
         "during training and each batch starts a batch's updates behind its data",
     )
     lambda_: float = setting(1.0, "V-trace lambda (1.0: the paper's targets)")
+    pg_bootstrap: str = setting(
+        "vs",
+        "what the policy-gradient advantage bootstraps from after its step: vs (the next "
+        "V-trace target, IMPALA's and seed_rl's) or lambda (lambda * that + (1 - lambda) * "
+        "the next value, rlax's: GAE's weights on-policy); the same at lambda_ 1",
+    )
     clip_rho_threshold: float | None = setting(
         1.0, "rho-bar of the value targets (null: no clipping)"
     )
@@ -151,3 +158,4 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
         )
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)
+    choice("algorithm.pg_bootstrap", alg.pg_bootstrap, PG_BOOTSTRAPS)

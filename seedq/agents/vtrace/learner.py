@@ -97,6 +97,7 @@ class VTraceLearner(OnPolicyLearner):
             clip_rho_threshold=cfg.clip_rho_threshold,
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
+            pg_bootstrap=cfg.pg_bootstrap,
             clip_eps=cfg.clip_eps,
             normalize_advantages=cfg.normalize_advantages,
             value_scale=self.value_scale(),
@@ -140,6 +141,7 @@ class VTraceLearner(OnPolicyLearner):
             clip_rho_threshold=cfg.clip_rho_threshold,
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
+            pg_bootstrap=cfg.pg_bootstrap,
         )
         return (
             actions.reshape(-1),

@@ -17,6 +17,9 @@ from torch import Tensor
 
 ArrayLike = Tensor | np.ndarray
 
+# What the policy-gradient advantage bootstraps from (`vtrace_returns`).
+PG_BOOTSTRAPS = ("vs", "lambda")
+
 
 class VTraceReturns(NamedTuple):
     """V-trace targets, both without gradient.
@@ -81,6 +84,7 @@ def vtrace_returns(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     lambda_: float = 1.0,
+    pg_bootstrap: str = "vs",
 ) -> VTraceReturns:
     """V-trace value targets and policy-gradient advantages (IMPALA eq. 1).
 
@@ -95,15 +99,26 @@ def vtrace_returns(
         clip_pg_rho_threshold: the clip on the importance weight of the policy-gradient
             advantage; None disables it.
         lambda_: trace coefficient in [0, 1] multiplying every c_i (Remark 2 of the paper).
+        pg_bootstrap: what the policy-gradient advantage bootstraps from after its own step.
+            "vs": the next V-trace target v_{s+1} (the paper's section 4.2, seed_rl's), so
+            with lambda_ < 1 the TD error k steps ahead weighs gamma^k lambda^(k-1).
+            "lambda": lambda_ v_{s+1} + (1 - lambda_) V(x_{s+1}) (rlax's
+            ``vtrace_td_error_and_advantage``), so it weighs (gamma lambda)^k: on-policy the
+            advantage is GAE's. The two agree at lambda_ = 1.
 
     Returns:
         VTraceReturns with vs and pg_advantages, both [T, B], detached from any graph, in the
         floating dtype the inputs promote to (float64 in gives float64 out).
 
     Raises:
-        ValueError: an argument has the wrong shape, or a threshold or lambda_ is out of range.
+        ValueError: an argument has the wrong shape, or a threshold, lambda_ or pg_bootstrap is
+            out of range.
     """
     _check_threshold("clip_rho_threshold", clip_rho_threshold)
+    if pg_bootstrap not in PG_BOOTSTRAPS:
+        raise ValueError(
+            f"pg_bootstrap must be one of {', '.join(PG_BOOTSTRAPS)}, got {pg_bootstrap!r}"
+        )
     _check_threshold("clip_pg_rho_threshold", clip_pg_rho_threshold)
     if not 0.0 <= lambda_ <= 1.0:
         raise ValueError(f"lambda_ must lie in [0, 1], got {lambda_}")
@@ -141,8 +156,11 @@ def vtrace_returns(
         vs = backward_recursion(deltas, discounts_t * cs) + values_t
 
         # The policy gradient estimates Q(x_s, a_s) by r_s + gamma_s v_{s+1} (paper, section
-        # 4.2), so it looks one target ahead, bootstrapping at the end of the unroll.
+        # 4.2), so it looks one target ahead, bootstrapping at the end of the unroll; "lambda"
+        # mixes in V(x_{s+1}) as a lambda-return does (v_T = V(x_T) either way).
         vs_next = torch.cat([vs[1:], bootstrap_t.unsqueeze(0)], dim=0)
+        if pg_bootstrap == "lambda":
+            vs_next = lambda_ * vs_next + (1.0 - lambda_) * values_next
         pg_rhos = rhos if clip_pg_rho_threshold is None else rhos.clamp(max=clip_pg_rho_threshold)
         pg_advantages = pg_rhos * (rewards_t + discounts_t * vs_next - values_t)
 
@@ -233,6 +251,7 @@ def vtrace_loss(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     lambda_: float = 1.0,
+    pg_bootstrap: str = "vs",
     clip_eps: float | None = None,
     normalize_advantages: bool = False,
     value_scale: Tensor | None = None,
@@ -249,7 +268,8 @@ def vtrace_loss(
         discounts: [T, B] gamma * (1 - terminated_t).
         baseline_cost: weight of the value-regression term.
         entropy_cost: weight of the entropy bonus.
-        clip_rho_threshold, clip_pg_rho_threshold, lambda_: as in `vtrace_returns`.
+        clip_rho_threshold, clip_pg_rho_threshold, lambda_, pg_bootstrap: as in
+            `vtrace_returns`.
         clip_eps: None for IMPALA's policy gradient; else the clipped surrogate of PPO
             (Schulman et al. 2017, eq. 7) on the V-trace advantages, with the ratio
             pi(a) / mu(a) to the behaviour policy: Sample Factory's APPO. It keeps several
@@ -289,6 +309,7 @@ def vtrace_loss(
         clip_rho_threshold=clip_rho_threshold,
         clip_pg_rho_threshold=clip_pg_rho_threshold,
         lambda_=lambda_,
+        pg_bootstrap=pg_bootstrap,
     )
 
     return actor_critic_loss(
