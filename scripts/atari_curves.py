@@ -153,14 +153,17 @@ def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> 
 
 def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
     """A run's curve from its metrics log (every row, and the rows with a 100-episode mean
-    as frames / returns / minutes) and its episode log (None for runs from before it). A
-    curve another system wrote (``scripts/sf_curve.py --csv``: env_steps, frames,
-    return_mean) reads the same, without minutes."""
+    as frames / returns) and its episode log (None for runs from before it). A curve another
+    system wrote (``scripts/sf_curve.py --csv``: env_steps, frames, return_mean) reads the
+    same."""
     with open(metrics) as f:
         reader = csv.DictReader(f)
         every_row = list(reader)
     if not {"env_steps", "return_mean"} <= set(reader.fieldnames or ()):
-        raise SystemExit(f"{metrics}: not a seedq metrics.csv (no env_steps/return_mean)")
+        raise SystemExit(
+            f"{metrics}: not a curve (no env_steps/return_mean columns): give a seedq "
+            "metrics.csv or the CSV of scripts/sf_curve.py --csv"
+        )
     rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
     games = None
     if episodes.exists():
@@ -176,9 +179,6 @@ def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
         else [
             (int(g["env_steps"]) * frame_skip, int(g["length"]), float(g["return"])) for g in games
         ],
-        "minutes": [float(r["wall_time"]) / 60 for r in rows]
-        if "wall_time" in reader.fieldnames
-        else None,
         "rows": every_row,
         "frame_skip": frame_skip,
     }
