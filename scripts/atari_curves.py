@@ -122,7 +122,10 @@ def launch(cmd: list[str]) -> int:
 def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> dict:
     """A run directory as seedq-train leaves it, or a bare ``*_metrics.csv`` (as
     docs/results keeps them, beside their ``*_episodes.csv``), which has no config: its game
-    is read from its name, and ``frame_skip`` and ``entropy_cost`` are taken as given."""
+    is read from its name, and ``frame_skip`` and ``entropy_cost`` are taken as given. A run
+    directory's own ``metrics.csv`` reads as the directory (its config names the game)."""
+    if run_dir.name == "metrics.csv" and (run_dir.parent / ".hydra" / "config.yaml").exists():
+        run_dir = run_dir.parent
     if run_dir.is_file():
         label = run_dir.name.removesuffix(".csv").removesuffix("_metrics")
         games = [g for g in (*MILESTONES, *ANCHORS) if g.lower() in label.lower()]

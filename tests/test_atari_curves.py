@@ -69,6 +69,18 @@ def test_the_table_gives_frames_to_each_score_in_the_runs_own_frame_skip(curves,
     assert curves.table([curves.read_run(other)]).endswith("| 0: -, 100: -, 1000: - | - |")
 
 
+def test_a_run_directorys_own_metrics_file_reads_as_the_directory(curves, tmp_path):
+    """Given as ``run/metrics.csv`` (a shell glob's way), a run is still read with its config:
+    not named "metrics" after the file, as two such runs would both be."""
+    env = {"id": "ALE/Breakout-v5", "frame_skip": 2, "repeat_action_probability": 0.0}
+    run = fake_run(tmp_path / "a", env, [(1_000_000, 12.0)], overrides=["seed=3"])
+
+    by_file = curves.read_run(run / "metrics.csv")
+
+    assert (by_file["dir"], by_file["game"], by_file["sticky"]) == (run, "Breakout", 0.0)
+    assert (by_file["frames"], by_file["overrides"]) == ([2_000_000], ["seed=3"])
+
+
 def test_two_runs_of_one_game_are_told_apart_by_the_overrides_they_do_not_share(
     curves, tmp_path, capsys
 ):
