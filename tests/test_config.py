@@ -131,6 +131,7 @@ def test_gpu_group_uses_pinned_memory_on_cuda():
         ("algorithm.gamma=1.5", "algorithm.gamma"),
         ("algorithm.optimizer=sgd", "algorithm.optimizer"),
         ("algorithm.pg_bootstrap=gae", "algorithm.pg_bootstrap"),
+        ("algorithm.proximal_policy=target", "algorithm.proximal_policy"),
         ("algorithm.lr_decay_start=1.0", "algorithm.lr_decay_start"),
         ("algorithm.lr_decay_start=-0.5", "algorithm.lr_decay_start"),
         ("algorithm.model.torso=transformer", "algorithm.model.torso"),
@@ -155,6 +156,21 @@ def test_bad_env_threads_fail_naming_the_key(kind):
 def test_ppo_refuses_a_decay_start_outside_its_budget():
     with pytest.raises(ConfigError, match=r"algorithm\.lr_decay_start=1\.5 .* \[0, 1\)"):
         to_config(compose_config("algorithm=ppo", "algorithm.lr_decay_start=1.5"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["algorithm.clip_eps=null"], r"set algorithm\.clip_eps"),
+        (["algorithm.model.use_lstm=true"], r"with algorithm\.model\.use_lstm=true"),
+        (["algorithm.shuffle_transitions=false"], r"with algorithm\.shuffle_transitions=false"),
+    ],
+)
+def test_a_proximal_policy_at_the_batch_start_names_what_it_needs(overrides, says):
+    base = ["env=atari", "algorithm.proximal_policy=batch_start"]
+    with pytest.raises(ConfigError, match=r"algorithm\.proximal_policy=batch_start.*" + says):
+        to_config(compose_config(*base, *overrides))
+    to_config(compose_config(*base))  # the Atari preset has what it needs
 
 
 def test_bad_choice_lists_the_allowed_values():

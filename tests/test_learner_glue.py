@@ -282,15 +282,31 @@ def test_vtrace_minibatch_epochs_step_the_reference_on_each_column_share_in_turn
 
 
 @pytest.mark.parametrize(
-    ("fixed_targets", "minibatches", "pg_bootstrap"),
-    [(False, 3, "vs"), (True, 3, "vs"), (True, 1, "vs"), (False, 3, "lambda")],
-    ids=["targets per pass", "per batch", "per batch, one minibatch", "lambda bootstrap"],
+    ("fixed_targets", "minibatches", "pg_bootstrap", "proximal"),
+    [
+        (False, 3, "vs", "behaviour"),
+        (True, 3, "vs", "behaviour"),
+        (True, 1, "vs", "behaviour"),
+        (False, 3, "lambda", "behaviour"),
+        (False, 3, "vs", "batch_start"),
+        (False, 1, "vs", "batch_start"),
+        (True, 3, "vs", "batch_start"),
+    ],
+    ids=[
+        "targets per pass",
+        "per batch",
+        "per batch, one minibatch",
+        "lambda bootstrap",
+        "clip against the batch's start",
+        "the same, one minibatch",
+        "the same, targets per batch",
+    ],
 )
 def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets(
-    fixed_targets, minibatches, pg_bootstrap
+    fixed_targets, minibatches, pg_bootstrap, proximal
 ):
     model, batch, cfg = LinearPolicy(), vtrace_batch(), vtrace_config()
-    cfg.pg_bootstrap = pg_bootstrap
+    cfg.pg_bootstrap, cfg.proximal_policy = pg_bootstrap, proximal
     # A rate at which targets recomputed after one full-batch update differ from the first
     # pass's beyond the comparison's tolerance (at 1e-3 they differ by ~3e-8).
     cfg.epochs, cfg.minibatches, cfg.clip_eps, cfg.lr = 3, minibatches, 0.2, 0.05
@@ -302,6 +318,9 @@ def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets(
     T, B = batch.action.shape[0] - 1, batch.num_columns
     obs = torch.from_numpy(batch.obs[:-1].astype(np.float64)).reshape(T * B, OBS)
     behaviour = log_softmax(batch.behaviour[:-1].astype(np.float64)).reshape(T * B, ACTIONS)
+    # With batch_start the clip's ratio is to the policy before the batch's first update.
+    start = F.log_softmax(obs @ reference.w, -1).detach().numpy()
+    anchor = start if proximal == "batch_start" else behaviour
 
     learner.train_batch(batch)
 
@@ -315,7 +334,7 @@ def test_vtrace_shuffled_minibatches_step_the_reference_on_whole_batch_targets(
             rows = rows.numpy()
             log_probs = F.log_softmax(obs[rows] @ reference.w, -1)
             taken = log_probs.gather(-1, torch.from_numpy(actions[rows])[:, None])[:, 0]
-            ratio = torch.exp(taken - torch.from_numpy(take(behaviour[rows], actions[rows])))
+            ratio = torch.exp(taken - torch.from_numpy(take(anchor[rows], actions[rows])))
             adv = torch.from_numpy(pg_adv[rows])
             pg = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
             values = obs[rows] @ reference.v

@@ -26,6 +26,8 @@ from seedq.agents.vtrace.loss import PG_BOOTSTRAPS
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 OPTIMIZERS = ("adam", "rmsprop")
+# What algorithm.clip_eps's ratio is taken against (`proximal_policy`).
+PROXIMAL_POLICIES = ("behaviour", "batch_start")
 
 
 @dataclass
@@ -73,6 +75,14 @@ class VTraceConfig(AlgorithmConfig):
         "start its updates, and kept for every pass (as PPO's GAE); needs a feed-forward "
         "model and shuffle_transitions; false: recomputed under the current weights at each "
         "pass",
+    )
+    proximal_policy: str = setting(
+        "behaviour",
+        "what clip_eps's ratio is taken against: behaviour (pi/mu, the actors' policy: Sample "
+        "Factory's APPO) or batch_start (pi over the learner's policy before the batch's first "
+        "update, IMPACT's target network: the clip bounds how far one batch moves the policy "
+        "however old its data; the advantages keep V-trace's weights for the lag); batch_start "
+        "needs clip_eps, a feed-forward model and shuffle_transitions",
     )
     normalize_advantages: bool = setting(False, "standardise the advantages per minibatch")
     train_queue_batches: int = setting(
@@ -156,6 +166,25 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
             )
             + " each minibatch computes its own, so set fixed_targets=false"
         )
+    choice("algorithm.proximal_policy", alg.proximal_policy, PROXIMAL_POLICIES)
+    if alg.proximal_policy == "batch_start":
+        if alg.clip_eps is None:
+            raise ConfigError(
+                "algorithm.proximal_policy=batch_start bounds the clipped surrogate's ratio; "
+                "set algorithm.clip_eps (e.g. 0.1), or proximal_policy=behaviour"
+            )
+        if not by_transition:
+            raise ConfigError(
+                "algorithm.proximal_policy=batch_start needs a feed-forward model and "
+                "algorithm.shuffle_transitions=true (the batch's policy is taken over all its "
+                "transitions before the first update); with "
+                + (
+                    "algorithm.model.use_lstm=true"
+                    if alg.model.use_lstm
+                    else "algorithm.shuffle_transitions=false"
+                )
+                + " set proximal_policy=behaviour"
+            )
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)
     choice("algorithm.pg_bootstrap", alg.pg_bootstrap, PG_BOOTSTRAPS)

@@ -122,18 +122,19 @@ class VTraceLearner(OnPolicyLearner):
 
     def _batch_targets(
         self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """V-trace targets of the whole batch under the current weights, flattened to
-        transitions: ``(actions, behaviour log-probs, vs, pg advantages)``, each ``[T * B]``.
-        ``batch`` is on the device already (``device_unroll``)."""
+        transitions: ``(actions, behaviour log-probs, vs, pg advantages, the current policy's
+        log-probs)``, each ``[T * B]``. ``batch`` is on the device already (``device_unroll``)."""
         cfg = self.cfg
         with torch.no_grad(), self.step.autocast():
             out, _ = self.model(batch.obs, batch.done, tuple(batch.core_state))
         logits, values = out.logits.float(), out.baseline.float()
         actions = batch.action.long()[:-1]
         behaviour = action_log_probs(batch.behaviour[:-1].float(), actions)
+        policy = action_log_probs(logits[:-1], actions)
         returns = vtrace_returns(
-            action_log_probs(logits[:-1], actions) - behaviour,
+            policy - behaviour,
             transitions[1],
             transitions[0],
             values[:-1],
@@ -148,6 +149,7 @@ class VTraceLearner(OnPolicyLearner):
             behaviour.reshape(-1),
             returns.vs.reshape(-1),
             returns.pg_advantages.reshape(-1),
+            policy.reshape(-1),
         )
 
     def _transition_losses(
@@ -155,12 +157,17 @@ class VTraceLearner(OnPolicyLearner):
         batch: Unroll,
         transitions: tuple[torch.Tensor, torch.Tensor],
         targets: tuple[torch.Tensor, ...] | None = None,
+        proximal: torch.Tensor | None = None,
     ) -> Iterator[VTraceLoss]:
         """One pass of updates of a feed-forward model, each on a random share of the batch's
         transitions, against ``targets`` (``_batch_targets``), or when None the targets of
-        the whole batch under the current weights."""
+        the whole batch under the current weights. ``proximal``: the log-probs ``[T * B]`` the
+        clipped surrogate's ratio is taken against (``algorithm.proximal_policy``); None: the
+        behaviour policy's."""
         cfg = self.cfg
-        actions, behaviour, vs, advantages = targets or self._batch_targets(batch, transitions)
+        targets = targets or self._batch_targets(batch, transitions)
+        actions, behaviour, vs, advantages = targets[:4]
+        anchor = behaviour if proximal is None else proximal
         value_scale = self.value_scale()
         obs = batch.obs
         flat = obs[:-1].reshape(-1, *obs.shape[2:])
@@ -177,7 +184,7 @@ class VTraceLearner(OnPolicyLearner):
             loss = actor_critic_loss(
                 logits,
                 action_log_probs(logits, actions[index]),
-                behaviour[index],
+                anchor[index],
                 out.baseline[0].float(),
                 VTraceReturns(vs=vs[index], pg_advantages=advantages[index]),
                 baseline_cost=cfg.baseline_cost,
@@ -194,27 +201,36 @@ class VTraceLearner(OnPolicyLearner):
         # The batch goes to the device once; each minibatch gathers its rows there.
         on_device = device_unroll(batch, self.step.tensor)
         transitions = self.transitions(batch, on_device.done)
-        # One minibatch trains on the same rows either way; fixed_targets needs this path's
-        # targets computed apart from the updates (the config refuses it with an LSTM).
+        # One minibatch trains on the same rows either way; fixed_targets and a proximal policy
+        # at the batch's start need this path's targets computed apart from the updates (the
+        # config refuses them with an LSTM).
+        fixed = self.cfg.fixed_targets
+        batch_start = self.cfg.proximal_policy == "batch_start"
         by_transition = (
             self.cfg.shuffle_transitions
-            and (self.cfg.minibatches > 1 or self.cfg.fixed_targets)
+            and (self.cfg.minibatches > 1 or fixed or batch_start)
             and not batch.core_state
         )
         passes = self._transition_losses if by_transition else self._column_losses
         first_targets = None
-        if self.popart is not None or (by_transition and self.cfg.fixed_targets):
+        if self.popart is not None or (by_transition and (fixed or batch_start)):
             first_targets = self._batch_targets(on_device, transitions)
         if self.popart is not None and not self.update_value_norm(first_targets[2]):
             # Before the updates, so they regress on targets standardised with this batch in
             # the moments. The head keeps its outputs, so the targets stay valid, except after
             # the first targets, which moved an untrained head's values: computed again.
             first_targets = self._batch_targets(on_device, transitions)
-        if by_transition and self.cfg.fixed_targets:
-            # Computed before the first update, so every pass trains on the advantages under
-            # the weights that start the batch, as PPO trains on its GAE: recomputed at a later
-            # pass, they come from a value head already fitted to these same transitions.
-            passes = functools.partial(self._transition_losses, targets=first_targets)
+        # The policy before the batch's first update: with batch_start every update's clip is
+        # taken against it, so the batch moves the policy as far as one of PPO's (data acted a
+        # few batches back would otherwise clip against weights the learner has left).
+        proximal = first_targets[4] if by_transition and batch_start else None
+        if by_transition:
+            # fixed: computed before the first update, so every pass trains on the advantages
+            # under the weights that start the batch, as PPO trains on its GAE: recomputed at a
+            # later pass, they come from a value head already fitted to these transitions.
+            passes = functools.partial(
+                self._transition_losses, targets=first_targets if fixed else None, proximal=proximal
+            )
 
         sums: torch.Tensor | None = None
         grad_norms = 0.0
@@ -225,7 +241,9 @@ class VTraceLearner(OnPolicyLearner):
             pass_losses = passes(on_device, transitions)
             if epoch == 0 and by_transition and first_targets is not None:
                 # The first pass reuses the targets just computed (the same weights).
-                pass_losses = self._transition_losses(on_device, transitions, first_targets)
+                pass_losses = self._transition_losses(
+                    on_device, transitions, first_targets, proximal
+                )
             for loss in pass_losses:
                 if self.stopping():
                     break
