@@ -22,10 +22,11 @@ from seedq.agents.config import (
     validate_lr_schedule,
     validate_minibatches,
 )
-from seedq.agents.vtrace.loss import PG_BOOTSTRAPS
 from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 OPTIMIZERS = ("adam", "rmsprop")
+# What the policy-gradient advantage bootstraps from (`vtrace_returns`'s pg_bootstrap).
+PG_BOOTSTRAPS = ("vs", "lambda")
 # What algorithm.clip_eps's ratio is taken against (`proximal_policy`).
 PROXIMAL_POLICIES = ("behaviour", "batch_start")
 

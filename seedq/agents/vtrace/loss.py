@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-ArrayLike = Tensor | np.ndarray
+from seedq.agents.vtrace.config import PG_BOOTSTRAPS
 
-# What the policy-gradient advantage bootstraps from (`vtrace_returns`).
-PG_BOOTSTRAPS = ("vs", "lambda")
+ArrayLike = Tensor | np.ndarray
 
 
 class VTraceReturns(NamedTuple):
