@@ -70,6 +70,10 @@ def test_a_stopped_actor_is_evicted_and_rejoins_when_continued(tmp_path):
     steps_while_stopped: list[int] = []
 
     def stop_and_continue() -> None:
+        # Both processes' batches joined first: on a loaded box one actor process can still be
+        # importing when the other has stepped thousands of times, and a process stopped
+        # before it joined has nothing to be evicted.
+        wait_for(lambda: len(run.broker.actors) == 4, what="all four batches connected")
         wait_for(lambda: run.broker.stats.env_steps > 2000, what="2000 env steps")
         victim = run.actors.pids[0]
         os.kill(victim, signal.SIGSTOP)
