@@ -53,12 +53,17 @@ class Crowd:
         sock.send_multipart(frames, copy=False)
         self.broker.handle(self.router.recv_multipart(copy=False))
 
-    def step(self, actor_id: int) -> None:
+    def step(self, actor_id: int, *, read: bool = True) -> None:
+        """Actor ``actor_id`` sends its next request; the broker reads it now, or (``read``
+        false) it waits in the socket for the broker's next drain."""
         obs = np.zeros((1, 4), np.float32)
         flags = np.zeros(1, bool)
         msg = Step(actor_id, "r", self.seq[actor_id], obs, np.zeros(1, np.float32), flags, flags,
                    obs[:0])  # fmt: skip
-        self.deliver(self.socks[actor_id], encode(msg))
+        if read:
+            self.deliver(self.socks[actor_id], encode(msg))
+        else:
+            self.socks[actor_id].send_multipart(encode(msg), copy=False)
 
     def answered(self, actor_id: int) -> bool:
         sock = self.socks[actor_id]
@@ -152,19 +157,40 @@ class TrainsInRecord(Ones):
         self.crowd.now += self.seconds
 
 
-def test_time_the_broker_spends_training_is_not_counted_as_the_actors_silence(crowd):
+def test_requests_sent_while_the_broker_trained_are_read_before_anyone_is_judged_silent(crowd):
+    """record() holds the broker for 45 s; actors 0 and 1 send their next request meanwhile
+    (unread when the update ends), actor 2 sends nothing: the eviction turn reads the socket
+    first, so 0 and 1 stay and 2 goes."""
     c = crowd(3, silent_timeout_s=30.0)
     c.broker.consumer = TrainsInRecord(c, seconds=45.0)
     for actor_id in range(3):
         c.step(actor_id)
     c.broker.answer_ready()  # one batch; its record() takes 45 s
     answered = [c.answered(actor_id) for actor_id in range(3)]
-    after_update = c.broker.evict_silent(c.now, 30.0)
-    c.broker.consumer = Ones()
-    c.now += 30.5  # now actor 2 has truly been silent for 30.5 s of listening
     for actor_id in range(2):
-        c.step(actor_id)
-    assert (answered, after_update, c.broker.evict_silent(c.now, 30.0)) == ([True] * 3, [], [2])
+        c.step(actor_id, read=False)
+    c.broker.evict_if_due()
+    assert (answered, sorted(c.broker.actors), len(c.broker.batcher)) == ([True] * 3, [0, 1], 2)
+
+
+def test_a_stopped_actor_is_evicted_though_the_broker_trains_nearly_all_the_time(crowd):
+    """Each batch's record() holds the broker for 0.9 s of a 1.5 s timeout (a learner-bound
+    run waiting on its training queue): actor 2 stops after the first turn, 0 and 1 go on, and
+    2 is evicted on the second (1.8 s after its last reply), not excused for every stretch the
+    broker was away."""
+    c = crowd(3, silent_timeout_s=1.5)
+    c.broker.consumer = TrainsInRecord(c, seconds=0.9)
+    evicted_at = None
+    for turn in range(10):
+        for actor_id in range(2 if turn else 3):
+            c.step(actor_id)
+        c.now += DEADLINE_S
+        c.broker.answer_ready()
+        assert all(c.answered(actor_id) for actor_id in range(2))
+        c.broker.evict_if_due()
+        if evicted_at is None and 2 not in c.broker.actors:
+            evicted_at = turn
+    assert (sorted(c.broker.actors), c.broker.stats.evicted, evicted_at) == ([0, 1], 1, 1)
 
 
 def bench(*args: str) -> dict:

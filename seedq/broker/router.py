@@ -128,6 +128,9 @@ class Broker:
         self._lock = consumer_lock if consumer_lock is not None else contextlib.nullcontext()
         self._logged_codes: set[str] = set()
         self._next_eviction = 0.0
+        # The broker clock when a drain that then found the socket empty began: everything the
+        # actors sent before it has been read (None: not yet).
+        self._heard_all_at: float | None = None
         self._revoked: collections.deque[int] = collections.deque()
         socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
 
@@ -165,7 +168,7 @@ class Broker:
                 if slot is not None:
                     self._remove(slot)
             self.answer_ready()
-            self._maybe_evict()
+            self.evict_if_due()
             if tick is not None:
                 tick()
 
@@ -179,15 +182,19 @@ class Broker:
             answered += 1
         return answered
 
-    def _drain(self, limit: int = 4096) -> None:
-        """Receive what is queued, until a batch is full (it goes out before more is read)."""
+    def _drain(self, limit: int = 4096, *, to_empty: bool = False) -> None:
+        """Receive what is queued, until a batch is full (it goes out before more is read) or,
+        ``to_empty``, until the socket is empty. A drain that ends on an empty socket has heard
+        everything sent before it began (``_heard_all_at``)."""
         batcher = self.batcher
+        started = self.clock()
         for _ in range(limit):
             try:
                 self._receive()
             except zmq.Again:
+                self._heard_all_at = started
                 return
-            if batcher.pending_size >= batcher.max_batch:
+            if not to_empty and batcher.pending_size >= batcher.max_batch:
                 return
 
     def _receive(self) -> None:
@@ -377,16 +384,29 @@ class Broker:
         if release_rows:
             self.registry.leave(slot.hello.actor_id, self, slot.rows)
 
-    def _maybe_evict(self) -> None:
+    def evict_if_due(self) -> None:
+        """Every ``min(1 s, silent_timeout_s / 4)``: read the socket empty, then evict those
+        silent for ``silent_timeout_s`` before the moment everything sent had been heard.
+
+        Silence is judged at that moment, not at the clock's now: time the broker spent away
+        from the socket (in the consumer, which holds it while an on-policy learner trains, or
+        on a starved core) hides the requests live actors sent meanwhile, and the drain reads
+        them first. A stopped actor's silence still grows at the clock's pace however little
+        the broker listens, where excusing each stretch away from the socket would let a
+        broker that is away most of the time (waiting on a full training queue) never evict."""
         if not self.silent_timeout_s:
             return
         now = self.clock()
-        if now >= self._next_eviction:
-            self._next_eviction = now + min(1.0, self.silent_timeout_s / 4)
-            self.evict_silent(now, self.silent_timeout_s)
+        if now < self._next_eviction:
+            return
+        self._next_eviction = now + min(1.0, self.silent_timeout_s / 4)
+        self._drain(to_empty=True)
+        if self._heard_all_at is not None:
+            self.evict_silent(self._heard_all_at, self.silent_timeout_s)
 
     def evict_silent(self, now: float, timeout_s: float) -> list[int]:
-        """Evict actors silent for more than ``timeout_s``; returns their ids.
+        """Evict actors silent for more than ``timeout_s`` at ``now``, a moment by which every
+        message sent to the broker has been read; returns their ids.
 
         An actor whose request is still queued is waiting for us, not silent; its silence
         counts from our reply.
@@ -408,7 +428,6 @@ class Broker:
         batch = self._assemble(requests)
         if batch is None:
             return
-        started = self.clock()
         with self._lock:
             actions = self.consumer.act(batch)
         slots = batch.slots
@@ -425,18 +444,6 @@ class Broker:
         self.stats.record_batch(batch.num_envs, batch.episodes)
         with self._lock:
             self.consumer.record(batch)
-        self._excuse_deaf_time(self.clock() - started)
-
-    def _excuse_deaf_time(self, seconds: float) -> None:
-        """Time the broker spent in the consumer instead of reading the socket is nobody's
-        silence: an on-policy learner that pauses acting while it trains (PPO) holds the broker
-        in ``record`` for a whole update, and the requests the actors sent meanwhile are still
-        unread. Without this, a 30 s update on a CPU evicted every actor, whose envs then reset
-        and never finished an episode."""
-        if seconds < 0.5:
-            return
-        for slot in self.actors.values():
-            slot.last_seen += seconds
 
     def _assemble(self, requests: list[Request]) -> RequestBatch | None:
         """The batch of ``requests``; those whose arrays fail a check are answered with their
