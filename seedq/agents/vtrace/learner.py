@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -24,6 +24,16 @@ from seedq.agents.vtrace.loss import (
 )
 from seedq.core.unroll import TIME_FIELDS, Unroll, take_columns
 from seedq.messages import EnvSpec
+
+
+class BatchTargets(NamedTuple):
+    """A batch's V-trace targets under one set of weights, flattened to transitions ``[T * B]``."""
+
+    actions: torch.Tensor
+    behaviour: torch.Tensor  # the actors' log-probs of the actions
+    vs: torch.Tensor
+    advantages: torch.Tensor  # the policy gradient's
+    policy: torch.Tensor  # log-probs of the actions under those weights
 
 
 def make_optimizer(
@@ -122,10 +132,9 @@ class VTraceLearner(OnPolicyLearner):
 
     def _batch_targets(
         self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """V-trace targets of the whole batch under the current weights, flattened to
-        transitions: ``(actions, behaviour log-probs, vs, pg advantages, the current policy's
-        log-probs)``, each ``[T * B]``. ``batch`` is on the device already (``device_unroll``)."""
+    ) -> BatchTargets:
+        """V-trace targets of the whole batch under the current weights. ``batch`` is on the
+        device already (``device_unroll``)."""
         cfg = self.cfg
         with torch.no_grad(), self.step.autocast():
             out, _ = self.model(batch.obs, batch.done, tuple(batch.core_state))
@@ -144,7 +153,7 @@ class VTraceLearner(OnPolicyLearner):
             lambda_=cfg.lambda_,
             pg_bootstrap=cfg.pg_bootstrap,
         )
-        return (
+        return BatchTargets(
             actions.reshape(-1),
             behaviour.reshape(-1),
             returns.vs.reshape(-1),
@@ -156,7 +165,7 @@ class VTraceLearner(OnPolicyLearner):
         self,
         batch: Unroll,
         transitions: tuple[torch.Tensor, torch.Tensor],
-        targets: tuple[torch.Tensor, ...] | None = None,
+        targets: BatchTargets | None = None,
         proximal: torch.Tensor | None = None,
     ) -> Iterator[VTraceLoss]:
         """One pass of updates of a feed-forward model, each on a random share of the batch's
@@ -166,8 +175,8 @@ class VTraceLearner(OnPolicyLearner):
         behaviour policy's."""
         cfg = self.cfg
         targets = targets or self._batch_targets(batch, transitions)
-        actions, behaviour, vs, advantages = targets[:4]
-        anchor = behaviour if proximal is None else proximal
+        actions, vs, advantages = targets.actions, targets.vs, targets.advantages
+        anchor = targets.behaviour if proximal is None else proximal
         value_scale = self.value_scale()
         obs = batch.obs
         flat = obs[:-1].reshape(-1, *obs.shape[2:])
@@ -215,7 +224,7 @@ class VTraceLearner(OnPolicyLearner):
         first_targets = None
         if self.popart is not None or (by_transition and (fixed or batch_start)):
             first_targets = self._batch_targets(on_device, transitions)
-        if self.popart is not None and not self.update_value_norm(first_targets[2]):
+        if self.popart is not None and not self.update_value_norm(first_targets.vs):
             # Before the updates, so they regress on targets standardised with this batch in
             # the moments. The head keeps its outputs, so the targets stay valid, except after
             # the first targets, which moved an untrained head's values: computed again.
@@ -223,7 +232,7 @@ class VTraceLearner(OnPolicyLearner):
         # The policy before the batch's first update: with batch_start every update's clip is
         # taken against it, so the batch moves the policy as far as one of PPO's (data acted a
         # few batches back would otherwise clip against weights the learner has left).
-        proximal = first_targets[4] if by_transition and batch_start else None
+        proximal = first_targets.policy if by_transition and batch_start else None
         if by_transition:
             # fixed: computed before the first update, so every pass trains on the advantages
             # under the weights that start the batch, as PPO trains on its GAE: recomputed at a
