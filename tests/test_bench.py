@@ -124,7 +124,10 @@ def test_learner_times_the_learners_own_work_per_env_step_with_the_torso_left_ou
     # self CPU time.
     batches, updates = map(int, re.search(PROFILED, result.stdout).groups())
     assert batches >= 1 and updates == 16 * batches
-    assert "aten::index_select" in result.stdout and "Self CPU" in result.stdout
+    # Which ops make the top 25 depends on the load (index_select, the minibatch gather, fell
+    # out of it once on a busy box): the table is checked for its form, not its ranking.
+    table = result.stdout[re.search(PROFILED, result.stdout).end() :]
+    assert "aten::" in table and "Self CPU time total" in table
 
 
 @pytest.mark.parametrize(("algorithm", "lr"), [("vtrace", 0.00025), ("sac", 0.0003)])
