@@ -122,11 +122,12 @@ def test_learner_times_the_learners_own_work_per_env_step_with_the_torso_left_ou
     assert figures["us_per_step"] == pytest.approx(stages, abs=0.05)
     # profile=1: a batch more (or the burst that completes it) under torch.profiler, its ops by
     # self CPU time.
-    batches, updates = map(int, re.search(PROFILED, result.stdout).groups())
+    profiled = re.search(PROFILED, result.stdout)
+    batches, updates = map(int, profiled.groups())
     assert batches >= 1 and updates == 16 * batches
     # Which ops make the top 25 depends on the load (index_select, the minibatch gather, fell
     # out of it once on a busy box): the table is checked for its form, not its ranking.
-    table = result.stdout[re.search(PROFILED, result.stdout).end() :]
+    table = result.stdout[profiled.end() :]
     assert "aten::" in table and "Self CPU time total" in table
 
 
