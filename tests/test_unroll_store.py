@@ -157,19 +157,96 @@ def interleaved(store: UnrollStore, steps: int, sizes=(3, 2, 4), seed: int = 0) 
         clocks[key] += 1
 
 
+def _by_column(unrolls) -> dict[tuple[int, int], dict[str, np.ndarray]]:
+    """Every column of ``unrolls`` by (env, time of its first row): its fields."""
+    columns = {}
+    for unroll in unrolls:
+        for c, env in enumerate(unroll.env_id.tolist()):
+            key = (env, int(unroll.obs[0, c, 1]))
+            assert key not in columns, f"env {env}'s unroll from t={key[1]} emitted twice"
+            fields = ("obs", "reward", "action", "behaviour")
+            columns[key] = {name: getattr(unroll, name)[:, c] for name in fields}
+            columns[key]["core_state"] = unroll.core_state[0][c]
+    return columns
+
+
 @pytest.mark.parametrize("columns", [2, 4, 9, 11])
-def test_joined_columns_are_the_assemblers_batches_written_at_once(columns):
+def test_joined_batches_hold_the_lone_unrolls_columns_each_once_in_time_order(columns):
     alone, joined = [], []
-    assembler = BatchAssembler(batch_size=columns)
-    interleaved(UnrollStore(3, lambda u: alone.extend(assembler.add(u)), overlap=2), 14)
+    interleaved(UnrollStore(3, alone.append, overlap=2), 14)
     interleaved(UnrollStore(3, joined.append, overlap=2, columns=columns), 14)
-    assert len(joined) == len(alone) > 0
-    for got, want in zip(joined, alone, strict=True):
-        assert got.num_columns == columns
-        for name in ("obs", "reward", "action", "behaviour", "env_id"):
-            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
-        np.testing.assert_array_equal(got.core_state[0], want.core_state[0])
-        assert got.obs.flags.c_contiguous  # the learner's tensor without another copy
+    lone, got = _by_column(alone), _by_column(joined)
+    assert joined and all(u.num_columns == columns for u in joined)
+    assert all(u.obs.flags.c_contiguous for u in joined)  # the learner's tensor, no copy
+    for key, fields in got.items():
+        for name, array in fields.items():
+            np.testing.assert_array_equal(array, lone[key][name])
+    # What is not out yet waits at the end of each env's stream (none skipped), fewer than two
+    # batches' worth of it.
+    for env in {env for env, _ in lone}:
+        starts = sorted(t for e, t in lone if e == env)
+        out = sorted(t for e, t in got if e == env)
+        assert out == starts[: len(out)]
+    assert len(lone) - len(got) < 2 * columns
+
+
+def _complete(store: UnrollStore, key: str, base: int, unrolls: int, clock: dict) -> None:
+    """Append ``unrolls`` whole unrolls (length 2) of actor ``key`` (2 envs from ``base``)."""
+    for _ in range(2 * unrolls + (clock.get(key) is None)):
+        t = clock.get(key, -1) + 1
+        store.append(key, record(t, 2, base=base))
+        clock[key] = t
+
+
+def _four_actors(columns: int = 8) -> tuple[UnrollStore, list, dict]:
+    unrolls, clock = [], {}
+    store = UnrollStore(2, unrolls.append, columns=columns)
+    for i, key in enumerate("abcd"):
+        store.register(key, np.arange(2 * i, 2 * i + 2))
+    return store, unrolls, clock
+
+
+def test_a_batch_takes_each_actors_oldest_unroll_before_a_fast_actors_second():
+    """First come, first joined, a and b's second unrolls took c and d's places."""
+    store, unrolls, clock = _four_actors()
+    _complete(store, "a", 0, 2, clock)
+    _complete(store, "b", 2, 2, clock)
+    _complete(store, "c", 4, 1, clock)
+    assert unrolls == []  # 10 columns wait, but d's is not among them yet
+    _complete(store, "d", 6, 1, clock)
+
+    (batch,) = unrolls
+    assert batch.env_id.tolist() == list(range(8))
+    assert batch.obs[0, :, 1].tolist() == [0] * 8  # each actor's first unroll
+    _complete(store, "c", 4, 1, clock)
+    _complete(store, "d", 6, 1, clock)
+    assert [u.obs[0, :, 1].tolist() for u in unrolls[1:]] == [[2] * 8]
+
+
+def test_a_batch_does_not_wait_for_an_actor_that_stopped():
+    """d stops before its first unroll (not evicted yet): once a second batch's worth waits,
+    the batch is filled in arrival order, and the run trains on."""
+    store, unrolls, clock = _four_actors()
+    _complete(store, "a", 0, 1, clock)
+    for _ in range(3):
+        _complete(store, "b", 2, 1, clock)
+        _complete(store, "c", 4, 1, clock)
+    assert unrolls == []  # 14 columns, none of them d's
+    _complete(store, "a", 0, 1, clock)
+
+    assert [u.env_id.tolist() for u in unrolls] == [[0, 1, 2, 3, 4, 5, 2, 3]]
+    assert unrolls[0].obs[0, :, 1].tolist() == [0, 0, 0, 0, 0, 0, 2, 2]
+
+
+def test_a_batch_wider_than_the_actors_is_filled_in_arrival_order():
+    unrolls, clock = [], {}
+    store = UnrollStore(2, unrolls.append, columns=6)
+    store.register("a", np.arange(2))
+    store.register("b", np.arange(2, 4))
+    _complete(store, "a", 0, 2, clock)
+    _complete(store, "b", 2, 1, clock)
+
+    assert [u.env_id.tolist() for u in unrolls] == [[0, 1, 0, 1, 2, 3]]
 
 
 def test_emitted_unrolls_own_their_arrays():
