@@ -271,3 +271,27 @@ def test_a_dropped_actors_complete_unrolls_are_still_emitted_its_partial_one_is_
     for t in range(3):
         store.append("b", record(t, base=3))
     assert [u.env_id.tolist() for u in unrolls] == [[0, 1, 2, 3]]
+
+
+def test_a_hand_off_that_raises_leaves_no_consumed_unroll_waiting():
+    """The batch is settled before it is handed on: the next batch is whole, from the next
+    unrolls, whatever the first hand-off did."""
+    unrolls, clock = [], {}
+
+    def hand_off(unroll) -> None:  # noqa: ANN001
+        if not unrolls:
+            unrolls.append(None)
+            raise RuntimeError("the training queue refused it")
+        unrolls.append(unroll)
+
+    store = UnrollStore(2, hand_off, columns=4)
+    store.register("a", np.arange(2))
+    store.register("b", np.arange(2, 4))
+    _complete(store, "a", 0, 1, clock)
+    with pytest.raises(RuntimeError, match="refused"):
+        _complete(store, "b", 2, 1, clock)
+    _complete(store, "a", 0, 2, clock)  # a runs ahead: its second unroll must wait for b's
+    _complete(store, "b", 2, 1, clock)
+
+    assert unrolls[1].env_id.tolist() == [0, 1, 2, 3]
+    assert unrolls[1].obs[0, :, 1].tolist() == [2, 2, 2, 2]

@@ -20,12 +20,11 @@ times: into a per-actor buffer, out of it at emit, into the training batch, and 
 when that batch was a slice).
 
 A joined batch takes each actor's oldest waiting unroll, one per actor, oldest first. First
-come, first joined, a fast actor's second unroll took a slow actor's place: on a loaded 2-core
-box 3 batches of 29 of a Pong run (16 envs, batches of all 16) held two unrolls of each of 8
-envs and none of the other 8, which then waited a batch longer. The batch waits for the slow
-actor only while it can: when the registered actors have fewer columns than a batch, or a
-second batch's worth is already waiting (an actor stopped, not yet evicted), it is filled in
-arrival order, so a batch never waits on an actor that may not come back.
+come, first joined, a fast actor's second unroll took a slow actor's place, and the slow
+actor's unroll waited a batch longer (CHANGELOG, twenty-eighth session). The batch waits for
+the slow actor only while it can: when the registered actors have fewer columns than a batch,
+or a second batch's worth is already waiting (an actor stopped, not yet evicted), it is filled
+in arrival order, so a batch never waits on an actor that may not come back.
 """
 
 from __future__ import annotations
@@ -115,14 +114,17 @@ class UnrollStore:
         self._rows[key] = rows[-self.overlap :]
         done = _Completed(key, rows, self._env_ids[key])
         if not self.columns:
-            self._emit([done], done.left)
+            self._on_unroll(self._write([done], done.left))
             return
         self._completed.append(done)
         self._completed_columns += done.left
         while (parts := self._next_batch()) is not None:
-            self._emit(parts, self.columns)
+            unroll = self._write(parts, self.columns)
+            # The waiting list is settled before the batch is handed on, so a hand-off that
+            # raises leaves no consumed unroll in it.
             self._completed = [part for part in self._completed if part.left]
             self._completed_columns -= self.columns
+            self._on_unroll(unroll)
 
     def _next_batch(self) -> list[_Completed] | None:
         """The waiting unrolls the next joined batch is written from, in order, or None while
@@ -143,9 +145,9 @@ class UnrollStore:
             return list(self._completed)
         return None
 
-    def _emit(self, parts: list[_Completed], width: int) -> None:
-        """Write ``width`` columns from ``parts``, in order, into one Unroll (consuming them:
-        each part's ``start`` moves on) and hand it on."""
+    def _write(self, parts: list[_Completed], width: int) -> Unroll:
+        """``width`` columns from ``parts``, in order, written into one Unroll (consuming them:
+        each part's ``start`` moves on)."""
         first = parts[0].rows[0]
         steps = self.unroll_length + 1
         fields = {}
@@ -168,4 +170,4 @@ class UnrollStore:
             col += take
             part.start += take
         self.unrolls_emitted += 1
-        self._on_unroll(Unroll(**fields, core_state=tuple(states), env_id=env_id))
+        return Unroll(**fields, core_state=tuple(states), env_id=env_id)
