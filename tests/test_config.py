@@ -173,6 +173,23 @@ def test_a_proximal_policy_at_the_batch_start_names_what_it_needs(overrides, say
     to_config(compose_config(*base))  # the Atari preset has what it needs
 
 
+@pytest.mark.parametrize(
+    "cause", ["algorithm.model.use_lstm=true", "algorithm.shuffle_transitions=false"]
+)
+def test_whole_batch_keys_that_a_model_cannot_take_are_named_in_one_error(cause):
+    both = ["algorithm.fixed_targets=true", "algorithm.proximal_policy=batch_start"]
+    with pytest.raises(ConfigError) as raised:
+        to_config(compose_config("env=atari", *both, cause))
+    message = str(raised.value)
+    assert f"with {cause}" in message
+    assert message.startswith(
+        "algorithm.fixed_targets=true and algorithm.proximal_policy=batch_start need "
+    )
+    fixes = message.rsplit("so set ", 1)[1].split()
+    assert fixes == ["algorithm.fixed_targets=false", "algorithm.proximal_policy=behaviour"]
+    to_config(compose_config("env=atari", *both, cause, *fixes))  # the named fix is enough
+
+
 def test_bad_choice_lists_the_allowed_values():
     with pytest.raises(ConfigError, match=r"choose one of \['adam', 'rmsprop'\]"):
         to_config(compose_config("algorithm.optimizer=sgd"))

@@ -154,38 +154,54 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
     validate_minibatches(alg)
     if alg.clip_eps is not None and not alg.clip_eps > 0:
         raise ConfigError(f"algorithm.clip_eps={alg.clip_eps} must be > 0, or null for none")
-    by_transition = splits_by_transition(alg)
-    if alg.fixed_targets and not by_transition:
-        raise ConfigError(
-            "algorithm.fixed_targets=true needs a feed-forward model and "
-            "algorithm.shuffle_transitions=true (targets over the whole batch, kept across "
-            "passes); with "
-            + (
-                "algorithm.model.use_lstm=true"
-                if alg.model.use_lstm
-                else "algorithm.shuffle_transitions=false"
-            )
-            + " each minibatch computes its own, so set fixed_targets=false"
-        )
     choice("algorithm.proximal_policy", alg.proximal_policy, PROXIMAL_POLICIES)
-    if alg.proximal_policy == "batch_start":
-        if alg.clip_eps is None:
-            raise ConfigError(
-                "algorithm.proximal_policy=batch_start bounds the clipped surrogate's ratio; "
-                "set algorithm.clip_eps (e.g. 0.1), or proximal_policy=behaviour"
-            )
-        if not by_transition:
-            raise ConfigError(
-                "algorithm.proximal_policy=batch_start needs a feed-forward model and "
-                "algorithm.shuffle_transitions=true (the batch's policy is taken over all its "
-                "transitions before the first update); with "
-                + (
-                    "algorithm.model.use_lstm=true"
-                    if alg.model.use_lstm
-                    else "algorithm.shuffle_transitions=false"
-                )
-                + " set proximal_policy=behaviour"
-            )
+    if alg.proximal_policy == "batch_start" and alg.clip_eps is None:
+        raise ConfigError(
+            "algorithm.proximal_policy=batch_start bounds the clipped surrogate's ratio; "
+            "set algorithm.clip_eps (e.g. 0.1), or proximal_policy=behaviour"
+        )
+    validate_whole_batch_keys(alg)
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)
     choice("algorithm.pg_bootstrap", alg.pg_bootstrap, PG_BOOTSTRAPS)
+
+
+def validate_whole_batch_keys(alg: VTraceConfig) -> None:
+    """``fixed_targets`` and ``proximal_policy=batch_start`` take something over the whole
+    batch before its first update, which needs minibatches of shuffled transitions of a
+    feed-forward model. One error names every such key the run set, with the values that
+    lift it, so a user who adds an LSTM to a preset setting both fixes it in one go."""
+    if splits_by_transition(alg):
+        return
+    needs = []
+    if alg.fixed_targets:
+        needs.append(
+            (
+                "fixed_targets=true",
+                "targets over the whole batch, kept across passes",
+                "fixed_targets=false",
+            )
+        )
+    if alg.proximal_policy == "batch_start":
+        needs.append(
+            (
+                "proximal_policy=batch_start",
+                "the batch's policy taken over all its transitions before the first update",
+                "proximal_policy=behaviour",
+            )
+        )
+    if not needs:
+        return
+    cause = (
+        "algorithm.model.use_lstm=true"
+        if alg.model.use_lstm
+        else "algorithm.shuffle_transitions=false"
+    )
+    raise ConfigError(
+        " and ".join(f"algorithm.{key}" for key, _, _ in needs)
+        + f" need{'s' if len(needs) == 1 else ''} a feed-forward model and "
+        "algorithm.shuffle_transitions=true ("
+        + "; ".join(why for _, why, _ in needs)
+        + f"); with {cause} each minibatch computes its own, so set "
+        + " ".join(f"algorithm.{fix}" for _, _, fix in needs)
+    )
