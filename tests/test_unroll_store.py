@@ -1,9 +1,12 @@
 """UnrollStore: per-actor time-major unrolls with a one-step overlap, and batch assembly."""
 
+import weakref
+
 import numpy as np
 import pytest
 
 from seedq.agents.common.batches import BatchAssembler
+from seedq.learner.memory import ReusedArrays
 from seedq.learner.unroll_store import StepRecord, UnrollStore
 
 
@@ -295,3 +298,24 @@ def test_a_hand_off_that_raises_leaves_no_consumed_unroll_waiting():
 
     assert unrolls[1].env_id.tolist() == [0, 1, 2, 3]
     assert unrolls[1].obs[0, :, 1].tolist() == [2, 2, 2, 2]
+
+
+def test_reused_unroll_arrays_never_overwrite_an_unroll_still_held():
+    """With reuse, an unroll the learner let go of lends its arrays to the next one, and one it
+    still holds keeps its values (as the learner's queue or replay hold them)."""
+    unrolls = []
+    # This test's arrays are small; the learner's pool takes them from 32 MB.
+    store = UnrollStore(2, unrolls.append, arrays=ReusedArrays(1 << 20, min_bytes=1))
+    store.register("a", np.arange(3))
+    for t in range(5):
+        store.append("a", record(t))
+    held, let_go = unrolls
+    let_go_obs = weakref.ref(let_go.obs)
+    unrolls.clear()
+    del let_go
+    for t in range(5, 7):
+        store.append("a", record(t))
+    (reused,) = unrolls
+    assert reused.obs is let_go_obs()
+    assert held.obs[:, 0, 1].tolist() == [0, 1, 2]
+    assert reused.obs[:, 0, 1].tolist() == [4, 5, 6]

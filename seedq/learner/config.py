@@ -42,10 +42,11 @@ class HardwareConfig:
     )
     keep_freed_mb: int = setting(
         1024,
-        "Linux/glibc: MB of freed memory the learner process keeps for reuse instead of handing "
-        "it back to the kernel (and blocks up to 32 MB taken from the heap, not mapped one by "
-        "one), so each new batch is not written into freshly faulted-in pages; 0: glibc's "
-        "defaults",
+        "MB of freed memory the learner process keeps for reuse instead of handing it back to "
+        "the kernel, so each new batch is not written into freshly faulted-in pages: glibc "
+        "(Linux) keeps blocks up to 32 MB, taken from the heap, not mapped one by one; the "
+        "unroll store reuses larger training batches (e.g. 128-step Atari unrolls) once the "
+        "learner has let go of them; 0: neither",
     )
     learners: int = setting(
         1,

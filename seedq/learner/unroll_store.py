@@ -17,7 +17,9 @@ unroll's arrays. With ``columns``, completed actor unrolls wait until that many 
 complete and are written into one unroll of exactly that width, the batch the learner trains on,
 so an observation is copied once between the request and the learner's tensor (it was four
 times: into a per-actor buffer, out of it at emit, into the training batch, and by the learner
-when that batch was a slice).
+when that batch was a slice). The learner's store writes batches of 32 MB and more into arrays
+it hands out again once the learner has let go of them (``ReusedArrays``), since glibc maps
+each such block anew.
 
 A joined batch takes each actor's oldest waiting unroll, one per actor, oldest first. First
 come, first joined, a fast actor's second unroll took a slow actor's place, and the slow
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seedq.core.unroll import TIME_FIELDS, StepRows, Unroll
+from seedq.learner.memory import ReusedArrays
 
 
 @dataclass
@@ -68,6 +71,10 @@ class UnrollStore:
     An unroll has ``unroll_length + 1`` rows; the last ``overlap`` rows of one are the first
     rows of the next (1 for V-trace; burn-in + 1 for R2D2). ``columns``: env columns of every
     emitted unroll, joined from several actors' (0: each actor's unroll as it completes).
+    ``arrays``: where the emitted unrolls' arrays come from; the largest are handed out again
+    once their consumer has let go of them (default: a
+    :class:`~seedq.learner.memory.ReusedArrays` with the learner process's budget,
+    ``hardware.keep_freed_mb``).
     """
 
     def __init__(
@@ -76,6 +83,7 @@ class UnrollStore:
         on_unroll: Callable[[Unroll], None],
         overlap: int = 1,
         columns: int = 0,
+        arrays: ReusedArrays | None = None,
     ) -> None:
         if unroll_length <= 0:
             raise ValueError(f"unroll_length must be > 0, got {unroll_length}")
@@ -87,6 +95,7 @@ class UnrollStore:
         self.overlap = overlap
         self.columns = columns
         self._on_unroll = on_unroll
+        self._arrays = arrays if arrays is not None else ReusedArrays()
         self._rows: dict[Hashable, list[StepRecord]] = {}
         self._env_ids: dict[Hashable, np.ndarray] = {}
         self._completed: list[_Completed] = []
@@ -153,7 +162,7 @@ class UnrollStore:
         fields = {}
         for name in TIME_FIELDS:
             like = getattr(first, name)
-            fields[name] = np.empty((steps, width, *like.shape[1:]), like.dtype)
+            fields[name] = self._arrays.empty((steps, width, *like.shape[1:]), like.dtype)
         states = [np.empty((width, *s.shape[1:]), s.dtype) for s in first.core_state]
         env_id = np.empty(width, np.int64)
         col = 0
