@@ -57,8 +57,8 @@ class ReusedArrays:
     glibc will not raise its mmap threshold past 32 MB, so :func:`keep_freed_memory` cannot
     keep larger blocks: each is mapped on its own and unmapped when freed, and the next one is
     written into pages the kernel faults in and zeroes. A 128-step training batch of 16 Atari
-    envs holds 58 MB of frames; writing it into fresh pages doubled the unroll store's CPU per
-    env step (benchmarks/RESULTS.md, thirtieth session). This pool keeps up to
+    envs holds 58 MB of frames; writing it into fresh pages cost the unroll store 1.5-2x its
+    CPU per env step (benchmarks/RESULTS.md, thirtieth session). This pool keeps up to
     ``budget_bytes`` of such arrays (default: what :func:`keep_freed_memory` set for the
     process) and gives one back out when its only reference is the pool's: a consumer that
     keeps the array, a view of it or a tensor made from it (``torch.from_numpy``) holds a
