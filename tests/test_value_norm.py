@@ -93,6 +93,34 @@ def test_the_scale_has_a_floor_so_constant_targets_do_not_blow_the_head_up():
     assert torch.isfinite(head.weight).all() and torch.isfinite(head.bias).all()
 
 
+def test_outputs_follow_the_moments_however_they_last_changed():
+    # The float32 std and mean are cached between changes: each change below comes after a
+    # forward has filled that cache.
+    norm, head = ValueNorm(step=0.5), torch.nn.Linear(2, 1)
+    x = torch.tensor([[-1.0], [0.5], [2.0]])
+
+    def expected():
+        std = np.sqrt(max(norm.mean_sq.item() - norm.mean.item() ** 2, norm.min_std**2))
+        return x.double().numpy() * std + norm.mean.item()
+
+    def close():
+        return np.allclose(norm(x).numpy(), expected(), rtol=1e-6)
+
+    norm(x)
+    norm.update(torch.tensor([3.0, 7.0]), head)
+    assert close()
+    other = ValueNorm()
+    other.update(torch.tensor([-20.0, 5.0, 40.0]), torch.nn.Linear(2, 1))
+    norm.load_state_dict(other.state_dict())
+    assert close() and norm.std().item() == pytest.approx(other.std().item())
+    with torch.no_grad():  # what a broadcast from rank 0 does to the buffers
+        norm.mean.fill_(1.5)
+        norm.mean_sq.fill_(6.25)
+    assert close() and norm.std().item() == pytest.approx(2.0)
+    norm.mean = torch.tensor(-3.0, dtype=torch.float64)  # what module.to() does
+    assert close()
+
+
 def test_a_step_outside_the_unit_interval_is_refused():
     with pytest.raises(ValueError, match="step"):
         ValueNorm(step=0.0)

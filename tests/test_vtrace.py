@@ -11,6 +11,7 @@ from seedq.agents.vtrace.loss import (
     VTraceReturns,
     _backward_recursion_torch,
     action_log_probs,
+    actor_critic_loss,
     backward_recursion,
     policy_entropy,
     vtrace_loss,
@@ -654,3 +655,119 @@ def test_backward_recursion_gives_the_bits_of_the_torch_loop_on_both_paths(dtype
         got = path(deltas, discounts * cs)
         assert got.dtype == dtype
         torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+# --- the loss's written-out gradient against autograd through torch ops ------------------------
+
+
+def _composed_loss(logits, actions, anchor, values, returns, *, costs, value_scale=None):
+    """The loss terms built from torch ops, autograd deriving the gradient: what
+    ``actor_critic_loss`` computed before its backward was written out (issue 34)."""
+    baseline_cost, entropy_cost, clip_eps, normalize = costs
+    advantages = returns.pg_advantages
+    if normalize and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    taken = action_log_probs(logits, actions)
+    ratio = torch.exp(taken - anchor)
+    if clip_eps is None:
+        pg = -(taken * advantages).mean()
+    else:
+        clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
+        pg = -torch.min(ratio * advantages, clipped * advantages).mean()
+    error = returns.vs - values
+    if value_scale is not None:
+        error = error / value_scale
+    baseline = baseline_cost * 0.5 * error.pow(2).mean()
+    entropy = -entropy_cost * policy_entropy(logits).mean()
+    return {"total": pg + baseline + entropy, "pg": pg, "baseline": baseline, "entropy": entropy}
+
+
+def _minibatch(shape=(6, 4), num_actions=5, seed=3, masked=False):
+    gen = torch.Generator().manual_seed(seed)
+
+    def normal(*size):
+        return torch.randn(*size, generator=gen, dtype=torch.float64)
+
+    logits = normal(*shape, num_actions)
+    actions = torch.randint(0, num_actions, shape, generator=gen)
+    if masked:
+        # An impossible action in every row, never the one taken.
+        logits[..., :] = torch.where(
+            torch.arange(num_actions) == (actions.unsqueeze(-1) + 1) % num_actions,
+            -math.inf,
+            logits,
+        )
+    # Behaviour log-probs near the target's: ratios on both sides of a 0.1 clip.
+    anchor = action_log_probs(logits, actions) + 0.2 * normal(*shape)
+    returns = VTraceReturns(vs=normal(*shape), pg_advantages=normal(*shape))
+    return logits.requires_grad_(), actions, anchor, normal(*shape).requires_grad_(), returns
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (24,)])
+@pytest.mark.parametrize("clip_eps", [None, 0.1])
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("scaled", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("term", ["total", "pg", "baseline", "entropy"])
+def test_loss_terms_and_gradients_match_autograd_through_torch_ops(
+    shape, clip_eps, normalize, scaled, masked, term
+):
+    logits, actions, anchor, values, returns = _minibatch(shape, masked=masked)
+    costs = (0.5, 0.01, clip_eps, normalize)
+    scale = torch.tensor(2.5, dtype=torch.float64) if scaled else None
+
+    expected = _composed_loss(
+        logits, actions, anchor, values, returns, costs=costs, value_scale=scale
+    )
+    loss = actor_critic_loss(
+        logits,
+        actions,
+        anchor,
+        values,
+        returns,
+        baseline_cost=0.5,
+        entropy_cost=0.01,
+        clip_eps=clip_eps,
+        normalize_advantages=normalize,
+        value_scale=scale,
+    )
+
+    torch.testing.assert_close(getattr(loss, term), expected[term], rtol=1e-12, atol=1e-14)
+    want = torch.autograd.grad(expected[term], (logits, values), allow_unused=True)
+    got = torch.autograd.grad(getattr(loss, term), (logits, values), allow_unused=True)
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None or not g.any()
+        else:
+            assert torch.isfinite(g).all()
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-14)
+
+
+def test_clipped_loss_gradient_passes_a_finite_difference_check():
+    logits, actions, anchor, values, returns = _minibatch((5, 3), seed=11)
+
+    def terms(logits, values):
+        loss = actor_critic_loss(
+            logits, actions, anchor, values, returns,
+            baseline_cost=0.5, entropy_cost=0.05, clip_eps=0.1,
+            normalize_advantages=True, value_scale=torch.tensor(1.7, dtype=torch.float64),
+        )  # fmt: skip
+        return loss.total, loss.pg, loss.baseline, loss.entropy
+
+    assert torch.autograd.gradcheck(terms, (logits, values))
+
+
+def test_loss_gradient_flows_through_total_and_a_term_together():
+    logits, actions, anchor, values, returns = _minibatch()
+    costs = (0.5, 0.01, 0.1, True)
+    kwargs = {"baseline_cost": 0.5, "entropy_cost": 0.01, "clip_eps": 0.1}
+    loss = actor_critic_loss(
+        logits, actions, anchor, values, returns, **kwargs, normalize_advantages=True
+    )
+    expected = _composed_loss(logits, actions, anchor, values, returns, costs=costs)
+
+    got = torch.autograd.grad(loss.total + 3.0 * loss.entropy, (logits, values))
+    want = torch.autograd.grad(expected["total"] + 3.0 * expected["entropy"], (logits, values))
+
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-14)

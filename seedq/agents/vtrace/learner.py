@@ -192,7 +192,7 @@ class VTraceLearner(OnPolicyLearner):
             logits = out.logits[0].float()
             loss = actor_critic_loss(
                 logits,
-                action_log_probs(logits, actions[index]),
+                actions[index],
                 anchor[index],
                 out.baseline[0].float(),
                 VTraceReturns(vs=vs[index], pg_advantages=advantages[index]),
