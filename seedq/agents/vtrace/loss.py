@@ -361,10 +361,11 @@ def actor_critic_loss(
         target_logits,
         values,
         actions,
-        behaviour_log_probs.detach(),
-        returns.pg_advantages.detach(),
-        returns.vs.detach(),
-        None if value_scale is None else value_scale.detach(),
+        # No gradient reaches these (the node's backward gives them None): not detached.
+        behaviour_log_probs,
+        returns.pg_advantages,
+        returns.vs,
+        value_scale,
         (baseline_cost, entropy_cost, clip_eps, normalize_advantages),
     )
     return VTraceLoss(*terms)
@@ -402,7 +403,9 @@ class _ActorCriticLoss(torch.autograd.Function):
         # -p log p, 0 where p = 0 (an impossible action's -inf logit): no 0 * -inf.
         entr = torch.special.entr(probs)
         entropies = entr.sum(-1)
-        taken = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        if actions.dtype != torch.int64:
+            actions = actions.long()
+        taken = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         if normalize and advantages.numel() > 1:
             std, mean = torch.std_mean(advantages)
             advantages = (advantages - mean) / (std + 1e-8)
@@ -431,8 +434,7 @@ class _ActorCriticLoss(torch.autograd.Function):
         )
         ctx.mark_non_differentiable(approx_kl, clip_fraction)
         ctx.set_materialize_grads(False)
-        ctx.costs = (baseline_cost, entropy_cost, clip_eps is None)
-        ctx.shapes = logits.shape, values.shape
+        ctx.costs = baseline_cost, entropy_cost
         pg_weight = advantages if clip_eps is None else torch.where(active, unclipped, 0.0)
         ctx.save_for_backward(probs, entr, entropies, actions, pg_weight, value_error, scale)
         return pg + baseline + entropy, pg, baseline, entropy, approx_kl, clip_fraction
@@ -447,7 +449,7 @@ class _ActorCriticLoss(torch.autograd.Function):
         *_: Tensor | None,
     ) -> tuple[Tensor | None, ...]:
         probs, entr, entropies, actions, pg_weight, value_error, scale = ctx.saved_tensors
-        baseline_cost, entropy_cost, impala = ctx.costs
+        baseline_cost, entropy_cost = ctx.costs
         count = value_error.numel()
         d_pg, d_baseline, d_entropy = (
             _sum_grads(d_total, d) for d in (d_pg, d_baseline, d_entropy)
@@ -464,7 +466,7 @@ class _ActorCriticLoss(torch.autograd.Function):
                 per_row = entropies * k if d_taken is None else torch.addcmul(d_taken, entropies, k)
                 d_logits = torch.addcmul(entr * k, probs, per_row.unsqueeze(-1), value=-1.0)
             if d_taken is not None:
-                d_logits.scatter_add_(-1, actions.long().unsqueeze(-1), d_taken.unsqueeze(-1))
+                d_logits.scatter_add_(-1, actions.unsqueeze(-1), d_taken.unsqueeze(-1))
         if ctx.needs_input_grad[1] and d_baseline is not None:
             error = value_error if scale is None else value_error / scale
             d_values = error * (d_baseline * (-baseline_cost / count))
