@@ -18,7 +18,7 @@ import torch
 from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.onpolicy import OnPolicyLearner
-from seedq.agents.common.update import GradientStep, Placement
+from seedq.agents.common.update import GradientStep, Placement, make_adam
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.loss import gae, ppo_loss
 from seedq.core.unroll import Unroll
@@ -43,7 +43,7 @@ class PPOLearner(OnPolicyLearner):
         """``spec``: the env's, so weights reading indicator observations get their learning
         rate (``algorithm.indicator_lr_scale``)."""
         groups = param_groups(model, spec, cfg.lr, cfg.indicator_lr_scale)
-        optimizer = torch.optim.Adam(groups, lr=cfg.lr, eps=cfg.adam_eps)
+        optimizer = make_adam(groups, lr=cfg.lr, eps=cfg.adam_eps)
         step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
         super().__init__(model, cfg, step, total_env_steps=total_env_steps)
         self.generator = torch.Generator().manual_seed(seed)

@@ -12,7 +12,7 @@ import torch
 from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.onpolicy import OnPolicyLearner
-from seedq.agents.common.update import GradientStep, Placement
+from seedq.agents.common.update import GradientStep, Placement, make_adam
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import (
     VTraceLoss,
@@ -43,14 +43,7 @@ def make_optimizer(
     get their learning rate (``algorithm.indicator_lr_scale``)."""
     groups = param_groups(model, spec, cfg.lr, cfg.indicator_lr_scale)
     if cfg.optimizer == "adam":
-        # One fused kernel per step where torch has one: the unfused step runs ~10 small ops per
-        # tensor, a tenth of a minibatch update's host time with the Atari preset's 16 updates
-        # per batch (issue 34). Same update; the fused kernel rounds differently (~1 ulp).
-        params = [p for group in groups for p in group["params"]]
-        fused = next(model.parameters()).device.type in ("cpu", "cuda") and all(
-            p.is_floating_point() for p in params
-        )
-        return torch.optim.Adam(groups, lr=cfg.lr, eps=cfg.adam_eps, fused=fused)
+        return make_adam(groups, lr=cfg.lr, eps=cfg.adam_eps)
     return torch.optim.RMSprop(
         groups,
         lr=cfg.lr,
