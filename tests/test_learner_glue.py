@@ -19,6 +19,7 @@ from test_vtrace import _lambda_pg_reference, _recursive_reference
 
 from seedq.actor.config import ActorConfig
 from seedq.agents.common.normalize import RewardScaler
+from seedq.agents.common.onpolicy import LossMeans
 from seedq.agents.common.replay import SampledSequences
 from seedq.agents.common.update import Placement, clip_grad_norm
 from seedq.agents.config import ModelConfig
@@ -730,3 +731,14 @@ def test_clip_grad_norm_gives_the_bits_of_torchs_clip(max_norm):
     assert torch.equal(total, expected)
     for p, q in zip(params, twins, strict=True):
         assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)
+
+
+def test_loss_means_are_each_terms_mean_over_the_updates_and_hold_no_graph():
+    weights = torch.ones(3, requires_grad=True)
+    means = LossMeans()
+    for scale in (1.0, 2.0, 6.0):
+        total = (weights * scale).sum()
+        means.add((total, total.detach() / 3))
+
+    assert means.means() == [9.0, 3.0]
+    assert len(means) == 3 and not any(t.requires_grad for t in means._terms)

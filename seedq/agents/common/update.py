@@ -103,7 +103,7 @@ class GradientStep:
             # Averaged before unscaling, the finiteness check and clipping: every rank then
             # clips, steps or skips exactly the same gradients, so the weights stay identical.
             grads = [p.grad for p in self.parameters if p.grad is not None]
-            self.collective.average_gradients(grads, math.isfinite(float(loss.detach())))
+            self.collective.average_gradients(grads, math.isfinite(loss.item()))
         self.scaler.unscale_(self.optimizer)
         grad_norm = float(clip_grad_norm(self.parameters, self.grad_clip))
         if self.scaler.is_enabled():
@@ -115,7 +115,7 @@ class GradientStep:
                 if after_step is not None:
                     after_step()
             return grad_norm
-        if not (math.isfinite(grad_norm) and math.isfinite(float(loss.detach()))):
+        if not (math.isfinite(grad_norm) and math.isfinite(loss.item())):
             self.zero_grad()
             return math.nan
         with self.weights_lock:

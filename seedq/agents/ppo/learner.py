@@ -17,14 +17,14 @@ import torch
 
 from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
-from seedq.agents.common.onpolicy import OnPolicyLearner
+from seedq.agents.common.onpolicy import LossMeans, OnPolicyLearner
 from seedq.agents.common.update import GradientStep, Placement, make_adam
 from seedq.agents.ppo.config import PPOConfig
-from seedq.agents.ppo.loss import gae, ppo_loss
+from seedq.agents.ppo.loss import PPOLoss, gae, ppo_loss
 from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
 
-_STAT_KEYS = ("total", "pg", "value", "entropy", "approx_kl", "clip_fraction")
+_STAT_KEYS = PPOLoss._fields
 
 
 class PPOLearner(OnPolicyLearner):
@@ -124,8 +124,7 @@ class PPOLearner(OnPolicyLearner):
             # the moments. The head keeps its outputs, so the targets stay valid, except after
             # the first returns, which moved an untrained head's values: computed again.
             data = self.targets(batch, transitions)
-        sums = dict.fromkeys(_STAT_KEYS, 0.0) | {"grad_norm": 0.0}
-        taken = 0
+        terms, grad_norms = LossMeans(), 0.0
         for _ in range(self.cfg.epochs):
             for index in self._minibatches(batch):
                 if self.stopping():
@@ -134,20 +133,18 @@ class PPOLearner(OnPolicyLearner):
                 grad_norm = self.step.apply(loss.total)
                 if not self.stats.record_step(grad_norm):
                     continue
-                taken += 1
                 self.stats.samples += int(index.numel()) * (
                     batch.reward.shape[0] - 1 if batch.core_state else 1
                 )
-                for key in _STAT_KEYS:
-                    sums[key] += float(getattr(loss, key).detach())
-                sums["grad_norm"] += grad_norm
-        if not taken:
+                terms.add(loss)
+                grad_norms += grad_norm
+        if not terms:
             return {"skipped": True}
         # After the updates: this batch was trained with the statistics it was collected with.
         update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock, self.step.collective)
-        stats = {f"loss/{k}": sums[k] / taken for k in _STAT_KEYS}
+        stats = {f"loss/{k}": mean for k, mean in zip(_STAT_KEYS, terms.means(), strict=True)}
         stats |= {
-            "grad_norm": sums["grad_norm"] / taken,
+            "grad_norm": grad_norms / len(terms),
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         self.stats.add(stats)

@@ -11,7 +11,7 @@ import torch
 
 from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
-from seedq.agents.common.onpolicy import OnPolicyLearner
+from seedq.agents.common.onpolicy import LossMeans, OnPolicyLearner
 from seedq.agents.common.update import GradientStep, Placement, make_adam
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import (
@@ -234,9 +234,8 @@ class VTraceLearner(OnPolicyLearner):
                 self._transition_losses, targets=first_targets if fixed else None, proximal=proximal
             )
 
-        sums: torch.Tensor | None = None
+        terms = LossMeans()
         grad_norms = 0.0
-        taken = 0
         for epoch in range(self.cfg.epochs):
             if self.stopping():
                 break
@@ -252,20 +251,16 @@ class VTraceLearner(OnPolicyLearner):
                 grad_norm = self.step.apply(loss.total)
                 if not self.stats.record_step(grad_norm):
                     continue
-                taken += 1
-                # Summed where they are and read once per batch: no host sync per metric.
-                values = torch.stack(list(loss))
-                values = values.detach().double()
-                sums = values if sums is None else sums + values
+                terms.add(loss)
                 grad_norms += grad_norm
-        if sums is None:
+        if not terms:
             # A skipped update leaves the observation statistics alone too: a NaN observation
             # must not poison them, and a run of skips keeps the last good model whole.
             return {"skipped": True}
         # After the updates: this batch was trained with the statistics it was collected with.
         update_obs_norm(self.model, on_device.obs[1:], self.step.weights_lock, self.step.collective)
-        stats = dict(zip(LOSS_KEYS, (sums / taken).tolist(), strict=True))
-        stats["grad_norm"] = grad_norms / taken
+        stats = dict(zip(LOSS_KEYS, terms.means(), strict=True))
+        stats["grad_norm"] = grad_norms / len(terms)
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         self.stats.samples += int(batch.action.shape[1]) * (int(batch.action.shape[0]) - 1)
         self.stats.add(stats)
