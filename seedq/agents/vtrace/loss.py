@@ -346,10 +346,11 @@ def actor_critic_loss(
     or ``[N]`` transitions); means are over all of them. Gradients reach ``target_logits`` and
     ``values`` only.
 
-    One autograd node with its gradient written out (``_ActorCriticLoss``): the terms built
-    from torch ops took ~90 ops forward and ~60 autograd nodes backward, each a few µs of host
-    time (a kernel launch on a GPU) for a few hundred rows, ~40 % of a V-trace minibatch
-    update's learner CPU with the Atari preset (issue 34). Tested against that composition.
+    One autograd node with its gradient written out (``_ActorCriticLoss``): built from torch
+    ops, the terms cost each update dozens of ops forward and of autograd nodes backward, a few
+    µs of host time each (a kernel launch each on a GPU) for a few hundred rows. With the
+    node, a minibatch update of the Atari preset runs 364 aten ops instead of 496 (issue 34,
+    benchmarks/RESULTS.md). Tested against that composition (tests/test_vtrace.py).
     """
     if values.shape != actions.shape or target_logits.shape[:-1] != actions.shape:
         raise ValueError(
