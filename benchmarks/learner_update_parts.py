@@ -16,7 +16,7 @@ import sys
 import time
 
 from seedq.agents.common.normalize import update_obs_norm
-from seedq.agents.common.update import clip_grad_norm
+from seedq.agents.common.update import clip_grad_norm, optimizer_step
 from seedq.agents.vtrace.learner import device_unroll
 from seedq.bench.learner import LearnerLoop, compose
 from seedq.messages import EnvSpec
@@ -58,7 +58,7 @@ def main() -> None:
                 learner.step.zero_grad()
                 timed("backward", loss.total.backward)
                 timed("clip", clip_grad_norm, learner.step.parameters, cfg.grad_clip)
-                timed("adam", learner.optimizer.step)
+                timed("adam", optimizer_step, learner.optimizer)
         timed(
             "obs statistics",
             update_obs_norm,
@@ -97,7 +97,7 @@ def count_ops(learner, batch) -> None:  # noqa: ANN001
         "gather + forward + loss": lambda: next(losses),
         "backward": lambda: loss.total.backward(),
         "clip": lambda: clip_grad_norm(learner.step.parameters, learner.cfg.grad_clip),
-        "adam": learner.optimizer.step,
+        "adam": lambda: optimizer_step(learner.optimizer),
     }
     learner.step.zero_grad()
     total = 0
