@@ -362,6 +362,47 @@ def test_atari_episodic_life_continues_the_game() -> None:
         env.close()
 
 
+def _noop_game_overs(fire_after_life_loss: bool, game: str = "ALE/Breakout-v5") -> tuple:
+    """Game overs and lost lives of 2 envs sent NOOP for 600 steps, and every observation."""
+    cfg = AtariConfig(
+        id=game,
+        repeat_action_probability=0.0,
+        noop_max=0,
+        fire_after_life_loss=fire_after_life_loss,
+    )
+    env = make_env_batch(cfg, 2, seed=0)
+    try:
+        frames = [env.reset()]
+        game_overs = lives_lost = 0
+        for _ in range(600):
+            out = env.step(np.zeros(2, np.int64))
+            frames.append(out.obs)
+            game_overs += int(out.game_over.sum())
+            lives_lost += int((out.terminated & ~out.game_over).sum())
+        return game_overs, lives_lost, np.stack(frames)
+    finally:
+        env.close()
+
+
+def test_atari_fire_after_life_loss_serves_for_an_agent_that_never_fires() -> None:
+    """Breakout waits for FIRE after each lost life: an agent sending NOOP loses one life and
+    then nothing happens; with fire_after_life_loss every life is served and the games end."""
+    pytest.importorskip("ale_py")
+    stuck = _noop_game_overs(False)
+    served = _noop_game_overs(True)
+
+    assert stuck[:2] == (0, 2)  # one life each (the reset's FIRE served it), then a wait
+    assert served[0] >= 2 and served[1] >= 8  # five lives a game, every one of them served
+
+
+def test_atari_fire_after_life_loss_changes_nothing_in_a_game_without_lives() -> None:
+    pytest.importorskip("ale_py")
+    *_, plain = _noop_game_overs(False, "ALE/Pong-v5")
+    *_, fired = _noop_game_overs(True, "ALE/Pong-v5")
+
+    np.testing.assert_array_equal(plain, fired)
+
+
 def test_atari_rejects_non_atari_id() -> None:
     pytest.importorskip("ale_py")
     with pytest.raises(EnvError, match="not an Atari id"):

@@ -55,6 +55,12 @@ class AtariConfig(EnvConfig):
         "A life loss reports terminated while the game goes on; only game over resets "
         "(DeepMind's semantics: no bootstrap across a lost life); returns still count games.",
     )
+    fire_after_life_loss: bool = setting(
+        False,
+        "After a lost life the next step presses FIRE, whatever the action, so the agent need "
+        "not learn to serve (Breakout); the Atari wrappers of CleanRL, Sample Factory and "
+        "Stable-Baselines3 press it inside a reset. Games without FIRE or lives ignore it.",
+    )
     repeat_action_probability: float = setting(
         0.25, "Sticky actions: the chance the previous action repeats, in [0, 1]."
     )
@@ -145,6 +151,9 @@ class AtariBatch(BatchBase):
     ``episodic_life`` maps to ale_py's ``life_loss_info``: a life loss reports terminated while
     the game goes on, and only game over resets (DeepMind's semantics). ale_py's own
     ``episodic_life`` would restart the game on every life loss, so it is not used.
+    ``fire_after_life_loss`` replaces the action of the step after a lost life by FIRE: to the
+    agent, a state in which every action serves. CleanRL's and Sample Factory's wrappers take
+    that step (and a no-op before it) inside the reset a lost life triggers there.
 
     Observations are uint8 ``[frame_stack, S, S]`` (grey) or ``[3 * frame_stack, S, S]`` (RGB,
     channels of each frame together).
@@ -155,6 +164,7 @@ class AtariBatch(BatchBase):
     ) -> None:
         game = _atari_game(cfg.id)
         _atari_rom_path(game)
+        import ale_py
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
 
@@ -190,6 +200,12 @@ class AtariBatch(BatchBase):
             raise EnvError(f"cannot build AtariVectorEnv for {cfg.id!r} ({game}): {exc}") from exc
         self._env = env
         self._episodic_life = bool(cfg.episodic_life)
+        # The FIRE action's index in the game's action set (None: not pressed for the agent).
+        actions = list(env.ale.get_action_set())
+        fire = ale_py.Action.FIRE
+        self._fire = actions.index(fire) if cfg.fire_after_life_loss and fire in actions else None
+        self._serve = np.zeros(num_envs, dtype=bool)  # envs whose last step lost a life
+        self._lives = np.zeros(num_envs)
         self._grayscale = bool(cfg.grayscale)
         stack, size = int(cfg.frame_stack), int(cfg.screen_size)
         channels = stack if self._grayscale else 3 * stack
@@ -226,11 +242,20 @@ class AtariBatch(BatchBase):
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, info = self._env.reset(seed=self._reset_seed(seed))
         self._episode_frames = np.asarray(info["episode_frame_number"]).copy()
+        self._lives = np.asarray(info["lives"]).copy()
+        self._serve[:] = False
         return self._layout(obs)
 
     def step(self, actions: np.ndarray) -> StepBatch:
         actions = self._check_actions(actions)
+        if self._fire is not None and self._serve.any():
+            actions = np.where(self._serve, self._fire, actions)
         obs, reward, terminated, truncated, info = self._env.step(actions)
+        if self._fire is not None:
+            # Fewer lives than before and no reset (a reset, at game over, restores them).
+            lives = np.asarray(info["lives"])
+            self._serve = lives < self._lives
+            self._lives = lives.copy()
         terminated, truncated = split_done(terminated, truncated)
         if truncated.any():
             # info["final_obs"] is [N, ...]; rows of envs that did not end hold stale frames.
