@@ -166,8 +166,9 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
     """``optimizer.step()``; a fused Adam's kernel is called directly where it can be.
 
     ``Optimizer.step`` wraps the kernel in profiling, hooks and a regrouping of every tensor
-    by device and dtype: ~90 µs of host time per step on the 2-core box against ~30 for the
-    kernel and the step counts (issue 34), at 16 steps per 512 env steps with the Atari preset.
+    by device and dtype: ~120 µs of host time per step on the loaded 2-core box against ~50
+    for the kernel and the step counts (issue 34, benchmarks/RESULTS.md), at 16 steps per 512
+    env steps with the Atari preset.
     The same state, kernel and bits (tests/test_optim.py); every other case (another optimizer,
     unfused, amsgrad, a grad scaler's ``found_inf``, step hooks, a parameter with a gradient
     but no state yet, mixed devices or dtypes) takes ``optimizer.step()``."""

@@ -414,13 +414,14 @@ class _ActorCriticLoss(torch.autograd.Function):
         ratio = torch.exp(log_ratio)
         if clip_eps is None:
             surrogate = taken * advantages
-            active = None
+            pg_weight = advantages  # d surrogate / d log p_a
         else:
             unclipped = ratio * advantages
             surrogate = torch.minimum(
                 unclipped, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
             )
-            active = unclipped <= surrogate
+            # r A where the unclipped term is the smaller (it carries the gradient), else 0.
+            pg_weight = torch.where(unclipped <= surrogate, unclipped, 0.0)
         pg = -surrogate.mean()
         value_error = vs - values
         if scale is not None:
@@ -436,7 +437,6 @@ class _ActorCriticLoss(torch.autograd.Function):
         ctx.mark_non_differentiable(approx_kl, clip_fraction)
         ctx.set_materialize_grads(False)
         ctx.costs = baseline_cost, entropy_cost
-        pg_weight = advantages if clip_eps is None else torch.where(active, unclipped, 0.0)
         ctx.save_for_backward(probs, entr, entropies, actions, pg_weight, value_error, scale)
         return pg + baseline + entropy, pg, baseline, entropy, approx_kl, clip_fraction
 
