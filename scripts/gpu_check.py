@@ -539,11 +539,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--merge", nargs="*", default=[], help="earlier gpu_check.json files to include"
     )
+    parser.add_argument(
+        "--keep-runs",
+        action="store_true",
+        help="keep the steps' run dirs (checkpoints, logs) after a check that passed; they are "
+        "always kept after a failed step",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     info = machine(args.cpu)
     runs = Path(tempfile.mkdtemp(prefix="seedq-gpu-check-"))
+    ok = False
+    try:
+        ok = _run_steps(parser, args, out, info, runs)
+    finally:
+        if ok and not args.keep_runs:
+            shutil.rmtree(runs, ignore_errors=True)
+        elif runs.exists() and any(runs.iterdir()):
+            print(f"gpu_check: the steps' run dirs are in {runs}")
+        else:
+            shutil.rmtree(runs, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def _run_steps(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    out: Path,
+    info: dict[str, Any],
+    runs: Path,
+) -> bool:
     steps = plan(
         args.cpu,
         int(info.get("gpus") or 0),
@@ -575,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = write_report(out, info, results)
     verdict = "ok" if ok else "FAILED"
     print(f"gpu_check: report in {out}/gpu_check.md and gpu_check.json ({verdict})")
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

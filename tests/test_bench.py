@@ -4,6 +4,7 @@ These prove the benchmarks work, not how fast they are (speed is never asserted 
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,13 +18,20 @@ from seedq.bench.common import BenchError, split_args
 from seedq.bench.pipeline import NullEnvBatch, NullPolicy
 
 
-def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def bench(*args: str, timeout: float = 240, tmp: Path | None = None) -> subprocess.CompletedProcess:
+    """``tmp``: the bench's TMPDIR, to see what it leaves behind."""
     return subprocess.run(
         [sys.executable, "-m", "seedq.bench.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=None if tmp is None else {**os.environ, "TMPDIR": str(tmp)},
     )
+
+
+def left_in(tmp: Path) -> list[str]:
+    """What seedq left in a TMPDIR (torch keeps its own caches there too)."""
+    return sorted(str(p) for p in tmp.iterdir() if p.name.startswith("seedq"))
 
 
 PROFILED = r"torch\.profiler: (\d+) batches \((\d+) updates\)"
@@ -65,8 +73,10 @@ def test_null_env_and_policy_cost_nothing_and_keep_shapes():
     assert actions.shape == (6,) and actions.dtype == np.int32 and not actions.any()
 
 
-def test_raw_env_reports_steps_per_process_and_total():
-    figures = last_json(bench("raw-env", "seconds=0.5", "warmup_s=0.2"))
+def test_raw_env_reports_steps_per_process_and_total(tmp_path):
+    figures = last_json(bench("raw-env", "seconds=0.5", "warmup_s=0.2", tmp=tmp_path))
+    # Its config's scratch run dir is gone with the process: a bench of figures leaves no files.
+    assert left_in(tmp_path) == []
     assert figures["env"] == "CartPole-v1" and len(figures["per_process_steps_per_s"]) == 2
     assert figures["env_steps_per_s"] == pytest.approx(
         sum(figures["per_process_steps_per_s"]), 1e-3
@@ -218,8 +228,13 @@ def test_the_learner_loop_names_the_algorithms_it_trains():
         LearnerLoop(cfg, EnvSpec((4, 12, 12), "uint8", 6), "zero", requests=4)
 
 
-def test_train_runs_the_real_loop_for_a_few_seconds():
-    figures = last_json(bench("train", "seconds=3", "warmup_s=2", "actor.transport=inproc"))
+def test_train_runs_the_real_loop_for_a_few_seconds(tmp_path):
+    figures = last_json(
+        bench("train", "seconds=3", "warmup_s=2", "actor.transport=inproc", tmp=tmp_path)
+    )
+    # The run dir its figures name is kept, and nothing else.
+    assert left_in(tmp_path) == [figures["run_dir"]]
+    assert (Path(figures["run_dir"]) / "metrics.csv").is_file()
     assert figures["algorithm"] == "vtrace" and figures["env_steps_per_s"] > 0
     assert figures["updates_per_s"] > 0
 
@@ -274,10 +289,11 @@ def test_broker_stages_time_every_stage_and_central_inference_answers_behind_the
         (["contention", "copies=0"], "copies and rounds must be >= 1"),
     ],
 )
-def test_bad_arguments_exit_2_with_a_message(args, message):
-    result = bench(*args)
+def test_bad_arguments_exit_2_with_a_message(args, message, tmp_path):
+    result = bench(*args, tmp=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr
+    assert left_in(tmp_path) == []  # no run dir left behind by a run that never started
 
 
 def _against(*args: str) -> subprocess.CompletedProcess:

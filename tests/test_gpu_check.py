@@ -168,7 +168,9 @@ def test_the_report_is_markdown_and_json_and_fails_on_any_failed_step(tmp_path):
     assert not gpu_check.write_report(tmp_path, info, failed)
 
 
-def dry_run(out: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+def dry_run(
+    out: Path, *args: str, timeout: float, tmp: Path | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(SCRIPT), "--cpu", "--out", str(out), *args],
         capture_output=True,
@@ -182,20 +184,26 @@ def dry_run(out: Path, *args: str, timeout: float) -> subprocess.CompletedProces
             "PYTHON": sys.executable,
             "PYTHONPATH": str(TREE),
             "SEEDQ_WHEELS": str(out / "no-wheels"),
+            **({"TMPDIR": str(tmp)} if tmp else {}),
         },
         cwd=TREE,
     )
 
 
 def test_one_step_of_the_dry_run_writes_the_three_report_files(tmp_path):
-    result = dry_run(tmp_path, "--only", "bench_pipeline", timeout=300)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    out = tmp_path / "out"
+    result = dry_run(out, "--only", "bench_pipeline", timeout=300, tmp=scratch)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    # A check that passed leaves no run dirs (torch may keep its caches there).
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("seedq")] == []
+    assert sorted(p.name for p in out.iterdir()) == [
         "gpu_check.json",
         "gpu_check.log",
         "gpu_check.md",
     ]
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    report = json.loads((out / "gpu_check.json").read_text())
     assert [(s["name"], s["status"]) for s in report["steps"]] == [("bench_pipeline", "pass")]
     assert report["machine"]["mode"] == "cpu (dry run)"
 

@@ -13,11 +13,17 @@ Any ``seedq-train`` override applies (``hardware=gpu``, ``algorithm.lr=...``).
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from typing import Any
 
-from seedq.bench.common import compose, print_json, print_table, split_args
+from seedq.bench.common import (
+    compose,
+    kept_dir,
+    print_json,
+    print_table,
+    scratch_dir,
+    split_args,
+)
 
 OPTIONS = {
     "num_envs": [256, 1024, 4096, 16384],
@@ -32,7 +38,7 @@ OPTIONS = {
 def _throughput(num_envs: int, seconds: float, overrides: list[str]) -> dict[str, Any]:
     from seedq.arch.anakin import AnakinRun
 
-    run_dir = tempfile.mkdtemp(prefix="seedq-bench-anakin-")
+    run_dir = scratch_dir("seedq-bench-anakin-")
     cfg = compose(["arch=anakin", f"arch.anakin.num_envs={num_envs}", *overrides], run_dir)
     run = AnakinRun(cfg, run_dir)
     run.train_iteration()  # warm-up: first allocations (and compilation)
@@ -56,21 +62,21 @@ def _throughput(num_envs: int, seconds: float, overrides: list[str]) -> dict[str
 def _time_to_target(seed: int, options: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     from seedq.arch.anakin import AnakinRun
 
-    run_dir = tempfile.mkdtemp(prefix="seedq-bench-anakin-")
-    cfg = compose(
-        [
-            "arch=anakin",
-            f"seed={seed}",
-            f"stop_at_return={options['target']}",
-            f"max_minutes={options['max_minutes']}",
-            "total_env_steps=1000000000000",
-            "log_interval_s=0.5",
-            "checkpoint.every_minutes=0",
-            *overrides,
-        ],
-        run_dir,
-    )
-    summary = AnakinRun(cfg, run_dir).run()
+    with kept_dir("", "seedq-bench-anakin-") as run_dir:
+        cfg = compose(
+            [
+                "arch=anakin",
+                f"seed={seed}",
+                f"stop_at_return={options['target']}",
+                f"max_minutes={options['max_minutes']}",
+                "total_env_steps=1000000000000",
+                "log_interval_s=0.5",
+                "checkpoint.every_minutes=0",
+                *overrides,
+            ],
+            run_dir,
+        )
+        summary = AnakinRun(cfg, run_dir).run()
     return {
         "seed": seed,
         "time_to_target_s": summary.time_to_target_s,

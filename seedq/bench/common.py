@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import platform
+import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +59,32 @@ def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, 
     return values, overrides
 
 
+def scratch_dir(prefix: str) -> str:
+    """A temporary run dir for a bench that reports figures, not files: removed (with whatever
+    the run wrote there) when the process exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+@contextlib.contextmanager
+def kept_dir(given: str, prefix: str) -> Iterator[str]:
+    """The run dir of a bench whose figures name it: ``given``, or a new temporary one that is
+    kept when the body finishes and removed when it raises (a bad override leaves nothing)."""
+    if given:
+        yield given
+        return
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
 def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig:
-    """The training config ``seedq-train OVERRIDES`` would run, validated."""
+    """The training config ``seedq-train OVERRIDES`` would run, validated. Without
+    ``run_dir`` the config points at a scratch dir removed at exit."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -65,7 +92,7 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
     from seedq.cli import to_config
 
     register_configs()
-    run_dir = run_dir or tempfile.mkdtemp(prefix="seedq-bench-")
+    run_dir = run_dir or scratch_dir("seedq-bench-")
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=[f"run_dir={run_dir}", *overrides])

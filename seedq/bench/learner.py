@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 import queue
-import tempfile
 import threading
 import time
 import uuid
@@ -42,7 +41,15 @@ import torch
 from seedq.agents.common.models import RecurrentBody
 from seedq.agents.common.onpolicy import OnPolicyAgent
 from seedq.agents.registry import agent_class, build_agent
-from seedq.bench.common import CONF_DIR, BenchError, compose, print_json, print_table, split_args
+from seedq.bench.common import (
+    CONF_DIR,
+    BenchError,
+    compose,
+    print_json,
+    print_table,
+    scratch_dir,
+    split_args,
+)
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.core.agent import RunContext
 from seedq.learner.central_inference import CentralInference
@@ -214,7 +221,7 @@ def run_process(options: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     from seedq.arch.seed import SeedRun
 
     seconds, warmup_s = options["seconds"], options["warmup_s"]
-    run_dir = tempfile.mkdtemp(prefix="seedq-bench-learner-")
+    run_dir = scratch_dir("seedq-bench-learner-")
     cfg = run_config(options, overrides, run_dir)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     run = SeedRun(cfg, run_dir)

@@ -11,14 +11,20 @@ import csv
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from seedq.agents.registry import agent_class
-from seedq.bench.common import compose, frames_per_step, print_json, print_table, split_args
+from seedq.bench.common import (
+    compose,
+    frames_per_step,
+    kept_dir,
+    print_json,
+    print_table,
+    split_args,
+)
 
 OPTIONS = {"seconds": 20.0, "warmup_s": 5.0, "run_dir": ""}
 
@@ -35,7 +41,15 @@ def run(argv: list[str], runner: Callable[[Any, str], Any] | None = None) -> dic
     from seedq.arch.seed import SeedRun
 
     options, overrides = split_args(argv, OPTIONS)
-    run_dir = options["run_dir"] or tempfile.mkdtemp(prefix="seedq-bench-train-")
+    with kept_dir(options["run_dir"], "seedq-bench-train-") as run_dir:
+        figures = _train(options, overrides, run_dir, runner or SeedRun)
+    print_json("train", figures)
+    return figures
+
+
+def _train(
+    options: dict[str, Any], overrides: list[str], run_dir: str, runner: Callable[[Any, str], Any]
+) -> dict[str, Any]:
     seconds, warmup_s = options["seconds"], options["warmup_s"]
     cfg = compose(
         [
@@ -48,7 +62,7 @@ def run(argv: list[str], runner: Callable[[Any, str], Any] | None = None) -> dic
         run_dir=run_dir,
     )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    summary = (runner or SeedRun)(cfg, run_dir).run()
+    summary = runner(cfg, run_dir).run()
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > warmup_s]
     if not rows:
@@ -97,5 +111,4 @@ def run(argv: list[str], runner: Callable[[Any, str], Any] | None = None) -> dic
             ]
         ],
     )
-    print_json("train", figures)
     return figures
