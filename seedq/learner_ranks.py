@@ -56,14 +56,19 @@ class LearnersFailed(RuntimeError):
 def start_learners(config: Any) -> Any:
     """Run ``config`` as ``config.hardware.learners`` ranks on this machine; rank 0's
     :class:`~seedq.arch.monitor.RunSummary`. Raises :class:`LearnersFailed` if a rank failed."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     learners = config.hardware.learners
+    elastic_dir = os.path.join(rank_log_dir(config), "elastic")
     launch = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=learners,
+        # The launcher's own folders (one per rank and attempt, for error files) go with the
+        # run, not into a new torchelastic_* folder in the temp dir on every run.
+        logs_specs=DefaultLogsSpecs(log_dir=elastic_dir),
         run_id=f"seedq-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d",
         rdzv_endpoint="127.0.0.1:0",
@@ -79,7 +84,19 @@ def start_learners(config: Any) -> Any:
         results = elastic_launch(launch, rank_entry)(config)
     except ChildFailedError as exc:
         raise LearnersFailed(describe_failure(exc, config.run_dir)) from None
+    finally:
+        remove_empty_dirs(elastic_dir)
     return results[0]
+
+
+def remove_empty_dirs(top: str) -> None:
+    """Remove ``top`` and the folders under it that hold no file (what the launcher wrote is
+    kept, with the folders leading to it)."""
+    for path, _, _ in os.walk(top, topdown=False):  # each folder after those under it
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass  # not empty, or already gone
 
 
 def describe_failure(exc: Any, run_dir: str) -> str:

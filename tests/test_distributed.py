@@ -58,8 +58,13 @@ def command(run_dir: Path, *overrides: str) -> list[str]:
     ]
 
 
-def train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def train(
+    run_dir: Path, *overrides: str, timeout: float = 240, tmp: Path | None = None
+) -> subprocess.CompletedProcess:
+    """``tmp``: the run's TMPDIR, to see what it leaves there."""
     env = {**os.environ, "PYTHONPATH": TREE, "PYTHONUNBUFFERED": "1"}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     return subprocess.run(
         command(run_dir, *overrides),
         stdout=subprocess.PIPE,
@@ -105,9 +110,14 @@ def test_every_algorithm_has_a_two_rank_case():
 
 
 @pytest.mark.parametrize("algorithm", sorted(AGENTS))
-def test_two_ranks_end_with_bit_identical_weights_and_write_one_run(tmp_path, algorithm):
-    result = train(tmp_path, *algorithm_case(algorithm))
+def test_two_ranks_end_with_bit_identical_weights_and_write_one_run(
+    tmp_path, tmp_path_factory, algorithm
+):
+    scratch = tmp_path_factory.mktemp("tmpdir")
+    result = train(tmp_path, *algorithm_case(algorithm), tmp=scratch)
     assert result.returncode == 0, result.stdout[-3000:]
+    # The elastic launcher's folders are in the run dir, not left in the temp dir.
+    assert list(scratch.glob("torchelastic_*")) == []
     reports = rank_reports(tmp_path)
     assert sorted(reports) == [0, 1], result.stdout[-3000:]
     assert reports[0]["digest"] == reports[1]["digest"]

@@ -22,7 +22,7 @@ from test_distributed import COMMON, algorithm_case, rank_reports
 from test_slurm_launcher import needs_slurm, outside_slurm
 
 from seedq.bench.common import compose
-from seedq.learner_ranks import EXIT_RANK_LOST, describe_failure
+from seedq.learner_ranks import EXIT_RANK_LOST, describe_failure, remove_empty_dirs
 from seedq.parallel.agreement import RECENT, pool_recent
 from seedq.parallel.ranks import (
     SEED_STRIDE,
@@ -51,6 +51,27 @@ def test_torchrun_s_variables_make_a_rank_and_one_process_makes_none():
     )
     assert launched_rank({"RANK": "0", "WORLD_SIZE": "1"}) is None
     assert launched_rank({}) is None
+
+
+def test_the_launchers_empty_folders_go_and_a_file_it_wrote_stays(tmp_path):
+    top = tmp_path / "elastic"
+    (top / "run_1" / "attempt_0" / "0").mkdir(parents=True)
+    (top / "run_1" / "attempt_0" / "1").mkdir()
+    (top / "run_1" / "attempt_0" / "1" / "error.json").write_text("{}")
+    (top / "run_2" / "attempt_0" / "0").mkdir(parents=True)
+    remove_empty_dirs(str(top))
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == [
+        "elastic",
+        "elastic/run_1",
+        "elastic/run_1/attempt_0",
+        "elastic/run_1/attempt_0/1",
+        "elastic/run_1/attempt_0/1/error.json",
+    ]
+    (top / "run_1" / "attempt_0" / "1" / "error.json").unlink()
+    remove_empty_dirs(str(top))
+    assert list(tmp_path.iterdir()) == []
+    remove_empty_dirs(str(top))  # gone already: nothing to do
 
 
 def test_an_srun_step_of_several_tasks_is_a_group_and_a_batch_script_is_not():
