@@ -28,7 +28,6 @@ import argparse
 import csv
 import json
 import statistics
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from hydra import compose, initialize_config_dir
 import seedq
 from seedq.agents.registry import build_agent
 from seedq.arch.seed import SeedRun
+from seedq.bench.common import scratch_dir
 from seedq.cli import to_config
 from seedq.config import register_configs
 from seedq.core.agent import RunContext
@@ -63,7 +63,7 @@ def config(run_dir: str, overrides: list[str]):
 
 def trained_agent(overrides: list[str]):
     """The preset's agent with its optimizer state filled (as after the first update)."""
-    cfg = config(tempfile.mkdtemp(prefix="seedq-ckpt-bench-"), overrides)
+    cfg = config(scratch_dir("seedq-ckpt-bench-"), overrides)
     spec = env_spec(cfg.env, seed=0)
     context = RunContext(cfg, spec, torch.device("cpu"), threading.Lock(), threading.Event())
     agent = build_agent(context)
@@ -83,7 +83,7 @@ def snapshot(repeats: int) -> list[dict]:
     rows = []
     for name, overrides in PRESETS.items():
         agent = trained_agent(overrides)
-        run_dir = tempfile.mkdtemp(prefix="seedq-ckpt-bench-")
+        run_dir = scratch_dir("seedq-ckpt-bench-")
         fresh_s, reused_s, write_s, written = [], [], [], None
         for i in range(repeats):
             # Side by side: a copy into new memory, and (as a run does) into the tensors of the
@@ -132,7 +132,7 @@ def snapshot(repeats: int) -> list[dict]:
 
 
 def one_run(every_minutes: float, seconds: float, warmup_s: float) -> dict:
-    run_dir = tempfile.mkdtemp(prefix="seedq-ckpt-bench-")
+    run_dir = scratch_dir("seedq-ckpt-bench-")
     overrides = [
         f"checkpoint.every_minutes={every_minutes}",
         f"max_minutes={seconds / 60}",
@@ -188,7 +188,7 @@ def throughput(intervals: list[float], rounds: int, seconds: float, warmup_s: fl
 
 
 def stress(preset: str, seconds: float, window_s: float, every_s: float, warmup_s: float):
-    run_dir = tempfile.mkdtemp(prefix="seedq-ckpt-bench-")
+    run_dir = scratch_dir("seedq-ckpt-bench-")
     overrides = [
         *PRESETS[preset],
         "checkpoint.every_minutes=0",

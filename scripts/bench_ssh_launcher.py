@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +21,8 @@ TREE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TREE / "tests"))
 
 from ssh_hosts import SshdHost, client_config, user_key  # noqa: E402
+
+from seedq.bench.common import scratch_dir  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -78,7 +79,7 @@ def run(label: str, args: list[str], run_dir: Path, config: str, sshd_dirs: list
 def main() -> None:
     seconds = float(sys.argv[1])
     overrides = [*sys.argv[2:], f"max_minutes={seconds / 60}", "log_interval_s=5"]
-    tmp = Path(tempfile.mkdtemp(prefix="seedq-bench-ssh-"))
+    tmp = Path(scratch_dir("seedq-bench-ssh-"))  # keys, sshd dirs, run dirs: gone at exit
     key = user_key(tmp)
     hosts = [SshdHost(tmp / "a", key), SshdHost(tmp / "b", key)]
     config = str(client_config(tmp, key, {"a": hosts[0], "b": hosts[1]}))
