@@ -79,8 +79,9 @@ def test_raw_env_reports_steps_per_process_and_total(tmp_path):
     # Its config's scratch run dir is gone with the process: a bench of figures leaves no files.
     assert left_in(tmp_path) == []
     assert figures["env"] == "CartPole-v1" and len(figures["per_process_steps_per_s"]) == 2
+    # Each figure is rounded to 0.1 (the error on a loaded box that steps slowly).
     assert figures["env_steps_per_s"] == pytest.approx(
-        sum(figures["per_process_steps_per_s"]), 1e-3
+        sum(figures["per_process_steps_per_s"]), rel=1e-3, abs=3 * 0.05
     )
 
 
@@ -96,7 +97,10 @@ def test_raw_env_atari_counts_frames_as_four_per_step():
             "warmup_s=0.2",
         )
     )
-    assert figures["frames_per_s"] == pytest.approx(4 * figures["env_steps_per_s"], rel=1e-3)
+    # Both figures are rounded to 0.1: on a loaded box (a few env steps/s) that is the error.
+    assert figures["frames_per_s"] == pytest.approx(
+        4 * figures["env_steps_per_s"], rel=1e-3, abs=4 * 0.05 + 0.05
+    )
 
 
 def test_pipeline_moves_steps_through_the_broker_and_reports_latency():
