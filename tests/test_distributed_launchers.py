@@ -169,6 +169,8 @@ def test_torchrun_starts_the_ranks_as_one_run(tmp_path):
             "torch.distributed.run",
             "--standalone",
             "--nproc-per-node=2",
+            # torchrun's own folders (else a torchelastic_* folder in the temp dir per run)
+            f"--log-dir={tmp_path / 'elastic'}",
             "-m",
             "seedq.cli",
             *quick_run(tmp_path),
@@ -232,6 +234,8 @@ def learner_hosts(tmp_path):
 @needs_sshd
 def test_ssh_starts_torchrun_on_each_learner_host(tmp_path, learner_hosts):
     run_dir = tmp_path / "run"
+    scratch = tmp_path / "hosts-tmp"  # the hosts' temp dir
+    scratch.mkdir()
     result = subprocess.run(
         [
             sys.executable,
@@ -241,7 +245,7 @@ def test_ssh_starts_torchrun_on_each_learner_host(tmp_path, learner_hosts):
             "launcher.learner_hosts=[learner-a,learner-b]",
             "launcher.learner_port=29531",
             f"launcher.ssh_args=[-F,{learner_hosts}]",
-            f"+launcher.env={{PYTHONPATH:'{TREE}'}}",
+            f"+launcher.env={{PYTHONPATH:'{TREE}',TMPDIR:'{scratch}'}}",
             *quick_run(run_dir),
         ],
         stdout=subprocess.PIPE,
@@ -258,6 +262,9 @@ def test_ssh_starts_torchrun_on_each_learner_host(tmp_path, learner_hosts):
     reports = rank_reports(run_dir)
     assert reports[0]["digest"] == reports[1]["digest"]
     assert reports[0]["updates"] >= 50
+    # torchrun's own folders are in the run dir, not one per run in each host's temp dir.
+    assert list(scratch.glob("torchelastic_*")) == []
+    assert (run_dir / "learners" / "elastic").is_dir()
 
 
 def test_rank_reports_reads_rank_logs(tmp_path):

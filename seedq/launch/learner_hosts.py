@@ -40,10 +40,18 @@ class LearnerHostFailed(RuntimeError):
 
 
 def torchrun_argv(
-    python: str, hosts: int, node_rank: int, per_host: int, master: str, port: int
+    python: str,
+    hosts: int,
+    node_rank: int,
+    per_host: int,
+    master: str,
+    port: int,
+    log_dir: str,
 ) -> list[str]:
     """torchrun on one host: its node rank among ``hosts``, ``per_host`` ranks, the static
-    rendezvous at ``master:port``; no restarts (a failed rank stops the run)."""
+    rendezvous at ``master:port``; no restarts (a failed rank stops the run). Its own folders
+    (a folder per rank and attempt) go under ``log_dir``, not into a new ``torchelastic_*``
+    folder in the host's temp dir on every run."""
     return [
         python,
         "-m",
@@ -55,6 +63,7 @@ def torchrun_argv(
         f"--master-port={port}",
         "--max-restarts=0",
         "--monitor-interval=0.5",
+        f"--log-dir={log_dir}",
         "-m",
         "seedq.cli",
     ]
@@ -106,7 +115,13 @@ class SshLearners:
         master = self.hosts[0].hostname
         for i, host in enumerate(self.hosts):
             argv = torchrun_argv(
-                python, len(self.hosts), i, self.per_host, master, cfg.launcher.learner_port
+                python,
+                len(self.hosts),
+                i,
+                self.per_host,
+                master,
+                cfg.launcher.learner_port,
+                os.path.join(self.run_dir, "learners", "elastic"),
             )
             script = host_script(cfg, argv, self.overrides, self.run_dir)
             command = ssh_command(cfg.launcher.ssh_args, host.entry, "sh", "-s")
