@@ -554,9 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ok = _run_steps(parser, args, out, info, runs)
     finally:
-        if ok and not args.keep_runs:
-            shutil.rmtree(runs, ignore_errors=True)
-        elif runs.exists() and any(runs.iterdir()):
+        if (args.keep_runs or not ok) and runs.exists() and any(runs.iterdir()):
             print(f"gpu_check: the steps' run dirs are in {runs}")
         else:
             shutil.rmtree(runs, ignore_errors=True)

@@ -17,6 +17,7 @@ sockets close; NCCL: ``hardware.learner_timeout_s``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -93,10 +94,8 @@ def remove_empty_dirs(top: str) -> None:
     """Remove ``top`` and the folders under it that hold no file (what the launcher wrote is
     kept, with the folders leading to it)."""
     for path, _, _ in os.walk(top, topdown=False):  # each folder after those under it
-        try:
+        with contextlib.suppress(OSError):  # a folder that holds a file stays
             os.rmdir(path)
-        except OSError:
-            pass  # not empty, or already gone
 
 
 def describe_failure(exc: Any, run_dir: str) -> str:

@@ -220,3 +220,28 @@ def test_the_whole_dry_run_passes_on_the_cpu(tmp_path):
         "sample_factory",
         *(n for n in EVERY_STEP if "compile" in n),
     }
+
+
+@pytest.mark.parametrize(
+    "passed, keep, kept",
+    [(True, False, False), (False, False, True), (True, True, True)],
+)
+def test_the_steps_run_dirs_go_after_a_pass_and_stay_after_a_failure(
+    tmp_path, monkeypatch, capsys, passed, keep, kept
+):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(gpu_check.tempfile, "tempdir", str(scratch))
+
+    def steps(parser, args, out, info, runs):
+        (runs / "pong").mkdir()
+        (runs / "pong" / "cli.log").write_text("a step's log\n")
+        return passed
+
+    monkeypatch.setattr(gpu_check, "_run_steps", steps)
+    argv = ["--cpu", "--out", str(tmp_path / "out"), *(["--keep-runs"] if keep else [])]
+    assert gpu_check.main(argv) == (0 if passed else 1)
+    left = list(scratch.glob("seedq-gpu-check-*"))
+    assert (len(left), "the steps' run dirs are in" in capsys.readouterr().out) == (kept, kept)
+    if kept:
+        assert (left[0] / "pong" / "cli.log").is_file()
