@@ -1,6 +1,7 @@
 """Checkpoints: atomic writes, keeping the newest K, clear refusals, and resuming a run."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,10 +119,17 @@ def test_killed_run_resumes_with_its_counters_optimizer_and_curve(tmp_path):
     assert summary["stop_reason"] == "total_env_steps"
 
 
-def test_resume_with_another_env_is_refused(tmp_path):
-    run_dir = tmp_path / "run"
-    first = run_cli("total_env_steps=20000", f"hydra.run.dir={run_dir}")
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One short CartPole run with a checkpoint, shared by the refused resumes below."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    first = run_cli("total_env_steps=5000", f"hydra.run.dir={run_dir}")
     assert first.returncode == 0, first.stdout
+    return run_dir
+
+
+def test_resume_with_another_env_is_refused(tmp_path, finished_run):
+    run_dir = finished_run
     result = run_cli(
         f"resume={run_dir}", "env=gym", "env.id=Acrobot-v1", f"hydra.run.dir={tmp_path / 'again'}"
     )
@@ -134,10 +142,11 @@ def test_resume_with_another_env_is_refused(tmp_path):
     ), result.stdout
 
 
-def test_a_resume_that_would_reshape_the_network_is_refused_naming_what_differs(tmp_path):
+def test_a_resume_that_would_reshape_the_network_is_refused_naming_what_differs(
+    tmp_path, finished_run
+):
     run_dir = tmp_path / "run"
-    first = run_cli("total_env_steps=20000", f"hydra.run.dir={run_dir}")
-    assert first.returncode == 0, first.stdout
+    shutil.copytree(finished_run, run_dir)  # its checkpoint is damaged below
     # A key override (not a group) that changes the network: named before any weight loads.
     popart = run_cli(
         f"resume={run_dir}", "algorithm.value_norm=true", f"hydra.run.dir={tmp_path / 'a'}"
