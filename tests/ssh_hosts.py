@@ -101,11 +101,15 @@ class SshdHost:
         raise RuntimeError("sshd did not start listening within 30 s")
 
     def kill(self) -> None:
-        """The host dies: sshd and every session it serves, at once."""
+        """The host dies: sshd and every session it serves, at once.
+
+        The sessions are found before the listener dies: they are told by their parent (a
+        session's sshd renames itself, ``sshd: user@notty``), and orphans lose it."""
+        sessions = session_pids(self.dir)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
-        for pid in session_pids(self.dir):
+        for pid in sessions:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

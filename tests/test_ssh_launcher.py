@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -158,29 +159,51 @@ def test_a_crashed_learner_leaves_no_actor_on_the_hosts(tmp_path, hosts):
 @needs_sshd
 def test_a_killed_host_takes_its_actor_with_it_and_the_run_leaves_nothing_behind(tmp_path, hosts):
     """The dead host's actor is restarted until the host is dropped; the run goes on with the
-    other host to its budget and leaves no process on either."""
+    other host, and stopping it then leaves no process on either.
+
+    The drop is awaited in the output, not left to a time budget: the run is stopped once its
+    env steps have grown past where they were at the drop."""
     run_dir = tmp_path / "run"
     process = start(
         run_dir,
         hosts,
-        "max_minutes=1.5",
-        "total_env_steps=1000000000000",  # out of reach: the run ends on its time budget
+        "max_minutes=5",  # a backstop: the test stops the run
+        "total_env_steps=1000000000000",
         "log_interval_s=1",
         "launcher.max_host_failures=2",
     )
-    wait_for_metrics(run_dir)
-    hosts["sshd"][1].kill()
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    dead = hosts["sshd"][1]
     try:
-        output, _ = process.communicate(timeout=300)
+        wait_for_metrics(run_dir)
+        dead.kill()
+        wait_for(lambda: any("dropping it" in line for line in lines), 120, "the host's drop")
+        at_drop = env_steps(run_dir)
+        wait_for(lambda: env_steps(run_dir) > at_drop, 60, "env steps after the drop")
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=90)
     finally:
         if process.poll() is None:
             process.kill()
+    reader.join(timeout=10)
+    output = "".join(lines)
+    dropped = [line for line in lines if "dropping it" in line]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (process.returncode, summary["stop_reason"], left_behind(run_dir)) == (
-        0,
-        "max_minutes",
-        [],
-    ), output
+    assert (
+        process.returncode,
+        summary["stop_reason"],
+        [str(dead.port) in line for line in dropped],
+        left_behind(run_dir),
+    ) == (75, "interrupted", [True], []), output
+
+
+def env_steps(run_dir: Path) -> int:
+    """The env steps of the last row of the run's metrics.csv."""
+    header, *rows = [line.split(",") for line in (run_dir / "metrics.csv").read_text().splitlines()]
+    whole = [row for row in rows if len(row) == len(header)]  # the last may be half written
+    return int(float(whole[-1][header.index("env_steps")])) if whole else 0
 
 
 @needs_sshd
