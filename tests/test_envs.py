@@ -407,3 +407,37 @@ def test_atari_rejects_non_atari_id() -> None:
     pytest.importorskip("ale_py")
     with pytest.raises(EnvError, match="not an Atari id"):
         make_env_batch(AtariConfig(id="CartPole-v1"), 2, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "overrides", "warned"),
+    [
+        # A NoFrameskip-v4 id has no sticky actions; env=atari's default has them (ALE v5's).
+        ("PongNoFrameskip-v4", {}, "add env.repeat_action_probability=0.0 to play it as"),
+        ("Breakout-v4", {}, "add env.repeat_action_probability=0.0 to play it as"),
+        ("PongNoFrameskip-v4", {"repeat_action_probability": 0.0}, None),
+        ("ALE/Pong-v5", {}, None),
+        # A key the user changed is chosen, whatever the id's registration says.
+        ("ALE/Pong-v5", {"repeat_action_probability": 0.0}, None),
+        ("pong", {}, None),  # a ROM name registers nothing
+    ],
+)
+def test_atari_names_the_keys_that_play_an_id_otherwise_than_registered(
+    caplog, env_id, overrides, warned
+) -> None:
+    pytest.importorskip("ale_py")
+    with caplog.at_level("WARNING", logger="seedq.envs.atari"):
+        make_env_batch(AtariConfig(id=env_id, **overrides), 1, seed=0).close()
+    warnings = [r.getMessage() for r in caplog.records if "registered with" in r.getMessage()]
+    assert [warned in w for w in warnings] == ([] if warned is None else [True]), warnings
+
+
+@pytest.mark.parametrize(
+    ("env_id", "atari"), [("PongNoFrameskip-v4", True), ("CartPole-v1", False)]
+)
+def test_env_gym_points_an_atari_id_to_env_atari(caplog, env_id, atari) -> None:
+    pytest.importorskip("ale_py")
+    with caplog.at_level("WARNING", logger="seedq.envs.gym"):
+        make_env_batch(GymConfig(id=env_id), 1, seed=0).close()
+    hint = f"env=atari env.id={env_id} adds DeepMind's preprocessing"
+    assert [hint in r.getMessage() for r in caplog.records] == ([True] if atari else [])

@@ -84,6 +84,12 @@ class AtariConfig(EnvConfig):
 
 def _atari_game(env_id: str) -> str:
     """The snake_case ROM name (``"pong"``) of ``env_id`` (``"ALE/Pong-v5"`` or ``"pong"``)."""
+    return _atari_spec(env_id)[0]
+
+
+def _atari_spec(env_id: str) -> tuple[str, dict]:
+    """``env_id``'s ROM name and the keyword arguments gymnasium registered it with (none for
+    a ROM name)."""
     try:
         import ale_py
         from ale_py import roms
@@ -95,7 +101,7 @@ def _atari_game(env_id: str) -> str:
     gym.register_envs(ale_py)
     rom_ids = roms.get_all_rom_ids()
     if env_id in rom_ids:
-        return env_id
+        return env_id, {}
     try:
         spec = gym.spec(env_id)
     except gym.error.Error:
@@ -116,7 +122,23 @@ def _atari_game(env_id: str) -> str:
             "or the ids with `python -c 'import gymnasium, ale_py; "
             "gymnasium.register_envs(ale_py); gymnasium.pprint_registry()'`"
         )
-    return str(game)
+    return str(game), dict(spec.kwargs)
+
+
+def registered_differences(cfg: AtariConfig, registered: dict) -> list[tuple[str, Any, Any]]:
+    """The keys left at env=atari's defaults that play ``cfg.id`` otherwise than gymnasium
+    registered it, as (key, env=atari's value, the registered one): ``PongNoFrameskip-v4`` has
+    no sticky actions, env=atari's default has them (ALE v5's). A key the user changed is taken
+    as chosen. Frame skips are left out: env=atari skips ``frame_skip`` frames whatever the id
+    (a NoFrameskip id is meant for that)."""
+    defaults = AtariConfig()
+    differences = []
+    for key in ("repeat_action_probability", "full_action_space"):
+        ours, default = getattr(cfg, key), getattr(defaults, key)
+        kind = type(default)
+        if key in registered and kind(ours) == default and kind(registered[key]) != default:
+            differences.append((f"env.{key}", ours, kind(registered[key])))
+    return differences
 
 
 def _atari_rom_path(game: str) -> Any:
@@ -162,8 +184,17 @@ class AtariBatch(BatchBase):
     def __init__(
         self, cfg: AtariConfig, num_envs: int, seed: int | None, env_offset: int = 0
     ) -> None:
-        game = _atari_game(cfg.id)
+        game, registered = _atari_spec(cfg.id)
         _atari_rom_path(game)
+        if differences := registered_differences(cfg, registered):
+            logger.warning(
+                "%s is registered with %s, and env=atari plays it with its defaults %s; add %s "
+                "to play it as registered",
+                cfg.id,
+                ", ".join(f"{key[4:]}={theirs}" for key, _, theirs in differences),
+                ", ".join(f"{key}={ours}" for key, ours, _ in differences),
+                " ".join(f"{key}={theirs}" for key, _, theirs in differences),
+            )
         import ale_py
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode

@@ -341,6 +341,15 @@ def make_cartpole(cfg: EnvConfig, num_envs: int, seed: int, env_offset: int) -> 
 
 def make_gym(cfg: GymConfig, num_envs: int, seed: int, env_offset: int) -> GymVectorBatch:
     """``env.kind=gym``: ``cfg.id`` vectorised as ``cfg.vectorization`` says."""
+    entry = gym_spec(cfg.id).entry_point
+    if isinstance(entry, str) and entry.startswith("ale_py"):
+        logger.warning(
+            "%s is an Atari game: env=gym gives the network its raw screens (no frame skip for "
+            "a NoFrameskip id, no resizing, no frame stack, rewards as the game gives them); "
+            "env=atari env.id=%s adds DeepMind's preprocessing, as seedq's Atari results use",
+            cfg.id,
+            cfg.id,
+        )
     return GymVectorBatch(
         cfg.id, num_envs, seed, env_offset, cfg.vectorization, cfg.max_episode_steps
     )
