@@ -47,6 +47,10 @@ from seedq.tracking.config import LoggerConfig, validate_logger
 __all__ = ["ConfigError", "SeedqConfig", "register_configs", "validate", "schema_for"]
 
 
+# The largest run seed: env i is seeded with seed + i, and ale_py's seeds are 31-bit.
+MAX_SEED = 2**30
+
+
 @dataclass
 class SeedqConfig:
     algorithm: AlgorithmConfig = setting(
@@ -65,7 +69,9 @@ class SeedqConfig:
     security: SecurityConfig = setting(
         help="CURVE authentication of actors (seedq-keys)", factory=SecurityConfig
     )
-    seed: int = setting(0, "seed of the learner, the env batches and exploration")
+    seed: int = setting(
+        0, f"seed of the learner, the env batches and exploration, in [0, {MAX_SEED}]"
+    )
     total_env_steps: int = setting(5_000_000, "stop after this many env steps")
     max_minutes: float = setting(10.0, "stop after this many minutes of training (0: no limit)")
     stop_at_return: float | None = setting(
@@ -129,6 +135,11 @@ def validate(cfg: Any) -> None:
     validate_checkpoint(cfg.checkpoint)
     validate_supervisor(cfg.supervisor)
     validate_logger(cfg.logger)
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise ConfigError(
+            f"seed={cfg.seed} is out of range; it must be in [0, {MAX_SEED}] (env i of a run "
+            "is seeded with seed + i, and ale_py takes seeds below 2^31)"
+        )
     positive("log_interval_s", cfg.log_interval_s)
     positive("total_env_steps", cfg.total_env_steps)
     positive("max_minutes", cfg.max_minutes, zero_ok=True)

@@ -142,11 +142,26 @@ def test_gpu_group_uses_pinned_memory_on_cuda():
         ("hardware.device=tpu", "hardware.device"),
         ("hardware.amp=int8", "hardware.amp"),
         ("actor.num_actors=-1", "actor.num_actors"),
+        ("seed=-1", "seed"),  # was numpy's "expected non-negative integer" from deep inside
+        ("seed=1073741825", "seed"),  # env seeds are seed + i; ale_py's are 31-bit
     ],
 )
 def test_bad_value_fails_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         to_config(compose_config(override))
+
+
+def test_the_largest_seed_runs_atari_env_seeds_in_ale_pys_range():
+    pytest.importorskip("ale_py")
+    from seedq.config import MAX_SEED
+    from seedq.envs import AtariConfig, make_env_batch
+
+    to_config(compose_config(f"seed={MAX_SEED}"))
+    env = make_env_batch(AtariConfig(), 2, seed=MAX_SEED, env_offset=4096)
+    try:
+        assert env.reset().shape == (2, 4, 84, 84)
+    finally:
+        env.close()
 
 
 @pytest.mark.parametrize("kind", ["atari", "procgen"])
