@@ -44,6 +44,7 @@ from seedq.envs import (
     procgen,
     rows_per_env,
 )
+from seedq.envs.gym import obs_transform
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
@@ -77,6 +78,7 @@ class Policy:
         default = agent.default_epsilon(alg)
         self.epsilon = default if epsilon is None else epsilon
         self.generator = torch.Generator().manual_seed(seed)
+        self.obs_shape: tuple[int, ...] | None = None  # set by load_policy
         self.reset()
 
     def reset(self) -> None:
@@ -86,8 +88,19 @@ class Policy:
 
     @torch.no_grad()
     def __call__(self, obs: np.ndarray) -> int | np.ndarray:
-        """The action for ``obs``: an int, or a float32 vector for continuous actions."""
-        obs_t = torch.as_tensor(np.asarray(obs))[None, None]
+        """The action for ``obs``: an int, or a float32 vector for continuous actions.
+
+        ``obs`` is laid out as training's env batch delivered it (``self.obs_shape``);
+        ``seedq.envs.gym.obs_transform`` turns a gymnasium env's raw ones into that layout."""
+        obs = np.asarray(obs)
+        if self.obs_shape is not None and obs.shape != self.obs_shape:
+            raise ValueError(
+                f"an observation of shape {obs.shape}; the policy was trained on "
+                f"{self.obs_shape} (a gymnasium env's raw observations take "
+                "seedq.envs.gym.obs_transform's layout: one-hots of Discrete states, "
+                "channels-first images)"
+            )
+        obs_t = torch.as_tensor(obs)[None, None]
         done = torch.tensor([[self._new_episode]])
         out, self._state = self.model(obs_t, done, self._state)
         self._new_episode = False
@@ -128,6 +141,9 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     env = gym.make(env_cfg.id, **kwargs)
     if isinstance(env.action_space, gym.spaces.Box):
         env = gym.wrappers.ClipAction(env)  # as training's env backend clips
+    # The observations as training's env batch delivers them: one-hots of Discrete states,
+    # channels-first images, float32 vectors.
+    transform, _, _ = obs_transform(env_cfg.id, env.observation_space)
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
@@ -135,9 +151,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             frames = [_render(env)] if video else []
             total, done = 0.0, False
             while not done:
-                if obs.dtype == np.float64:  # as the env batch delivers it (MuJoCo)
-                    obs = obs.astype(np.float32)
-                obs, reward, terminated, truncated, _ = env.step(policy(obs))
+                action = policy(transform(np.asarray(obs)[None])[0])
+                obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated
                 if video:
@@ -235,6 +250,7 @@ def evaluate(
     "scoring"}`` to count goals of a football agent trained with checkpoint rewards, or
     another scenario); the observations must keep the shape the policy was trained on.
     """
+    check_arguments(episodes=episodes, epsilon=epsilon, seed=seed)
     path = find_checkpoint(checkpoint)
     policy = load_policy(str(path), mode=mode, epsilon=epsilon, seed=seed)
     try:
@@ -271,6 +287,18 @@ def evaluate(
     return returns, videos
 
 
+def check_arguments(*, episodes: int, epsilon: float | None, seed: int) -> None:
+    """ValueError naming the first argument out of its range."""
+    from seedq.config import MAX_SEED
+
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes} is out of range; it must be > 0")
+    if epsilon is not None and not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon={epsilon} is out of range; it must be in [0, 1]")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed={seed} is out of range; it must be in [0, {MAX_SEED}]")
+
+
 ARGUMENTS = {
     "checkpoint": str,
     "episodes": int,
@@ -284,7 +312,11 @@ ARGUMENTS = {
 def main(argv: Sequence[str] | None = None) -> int:
     args: dict[str, Any] = {}
     env_overrides: dict[str, Any] = {}
-    for item in sys.argv[1:] if argv is None else argv:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(item in ("-h", "--help") for item in argv):
+        print(__doc__.strip())
+        return 0
+    for item in argv:
         key, sep, value = item.partition("=")
         if sep and key.startswith("env.") and len(key) > 4:
             env_overrides[key[4:]] = yaml.safe_load(value) if value else value
@@ -296,7 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        args[key] = ARGUMENTS[key](value)
+        try:
+            args[key] = ARGUMENTS[key](value)
+        except ValueError:
+            kind = "an integer" if ARGUMENTS[key] is int else "a number"
+            print(f"seedq-eval: {key}={value!r} is not {kind}", file=sys.stderr)
+            return 2
     if "checkpoint" not in args:
         print("seedq-eval: checkpoint=<checkpoint file or run dir> is required", file=sys.stderr)
         return 2

@@ -61,6 +61,62 @@ def test_bad_arguments_and_missing_checkpoints_exit_2(tmp_path, capsys):
     assert "no checkpoint there" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argument",
+    ["episodes=0", "episodes=abc", "epsilon=1.5", "seed=-1", "seed=x"],
+)
+def test_arguments_out_of_range_exit_2_naming_them(cartpole_run, capsys, argument):
+    assert main([f"checkpoint={cartpole_run}", argument]) == 2
+    assert argument.split("=")[0] + "=" in capsys.readouterr().err
+
+
+def test_help_prints_the_usage(capsys):
+    assert main(["--help"]) == 0
+    assert "seedq-eval checkpoint=" in capsys.readouterr().out
+
+
+class RecordingPolicy:
+    """Acts 0 and keeps what it was shown."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, obs):
+        self.seen.append((obs.shape, obs.dtype.name, obs.sum()))
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("env_id", "shape", "dtype"),
+    [
+        # Discrete states reach the policy as training's one-hots, not bare ints.
+        ("FrozenLake-v1", (16,), "bool"),
+        # gymnasium's HWC frames as training's channels-first ones.
+        ("ALE/Pong-v5", (3, 210, 160), "uint8"),
+        ("CartPole-v1", (4,), "float32"),
+    ],
+)
+def test_gym_episodes_show_the_policy_what_training_showed_it(env_id, shape, dtype):
+    from seedq.envs import GymConfig
+    from seedq.evaluate import _gym_episodes
+
+    policy = RecordingPolicy()
+    cfg = GymConfig(id=env_id, max_episode_steps=5)
+    [(total, _)] = list(_gym_episodes(policy, cfg, 1, 0, False))
+    assert {(s, d) for s, d, _ in policy.seen} == {(shape, dtype)}
+    if env_id == "FrozenLake-v1":
+        assert all(n == 1 for *_, n in policy.seen)  # one state at a time
+
+
+def test_a_policy_shown_another_shape_names_the_layout_it_wants(cartpole_run):
+    policy = seedq.load_policy(str(cartpole_run))
+    with pytest.raises(ValueError, match=r"shape \(5,\); the policy was trained on \(4,\)"):
+        policy([0.0] * 5)
+
+
 def test_env_overrides_change_the_evaluation_env_but_not_the_observation_shape(
     cartpole_run, capsys
 ):
