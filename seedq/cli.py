@@ -25,6 +25,7 @@ from seedq.envs.section import foreign_key
 from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
 from seedq.launch.sizing import size_config, size_run
 from seedq.learner.errors import CheckpointError
+from seedq.logging_setup import quiet_file_errors
 
 log = logging.getLogger("seedq")
 
@@ -209,6 +210,7 @@ def _train(cfg: DictConfig) -> float | None:
     from seedq.envs import EnvError
 
     hydra_cfg = HydraConfig.get()
+    quiet_file_errors()  # Hydra's cli.log on a full disk: one line, not a trace per record
     try:
         ranks = learner_ranks.launched_rank()
         if ranks is not None:

@@ -31,3 +31,28 @@ def setup_logging(log_file: str | None = None, *, role: str, level: int = loggin
         handler.setFormatter(logging.Formatter(FORMAT))
         handler.addFilter(_RoleFilter(role))
         root.addHandler(handler)
+    quiet_file_errors(root)
+
+
+def quiet_file_errors(root: logging.Logger | None = None) -> None:
+    """A log file that cannot be written (a full disk) costs one line on stderr, not a
+    traceback per record: the file handlers of ``root`` say so once and drop what they cannot
+    write; the console keeps every line."""
+    for handler in (root or logging.getLogger()).handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handleError = _once_per_handler(handler)  # type: ignore[method-assign]
+
+
+def _once_per_handler(handler: logging.FileHandler):
+    told = []
+
+    def handle_error(record: logging.LogRecord) -> None:
+        if not told:
+            told.append(True)
+            error = sys.exc_info()[1]
+            sys.stderr.write(
+                f"seedq: cannot write the log file {handler.baseFilename} ({error}); its "
+                "lines go to the terminal only from here\n"
+            )
+
+    return handle_error

@@ -27,11 +27,19 @@ def replace_text(path: str, text: str) -> None:
     leaves either the old file or the new one whole."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk: the old file stays as it was, and no half-written temp file beside it.
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _continue_header(path: str, columns: list[str]) -> list[str]:

@@ -86,3 +86,61 @@ def test_a_run_whose_checkpoints_fail_logs_it_and_goes_on(tmp_path, monkeypatch)
     assert summary.stop_reason == "max_minutes"
     assert faults["checkpoint_failures"] >= 2  # the periodic ones and the final one
     assert list((tmp_path / "checkpoints").glob("*")) == []
+
+
+def test_replace_text_keeps_the_old_file_whole_on_a_full_disk(tmp_path, monkeypatch):
+    from seedq import metrics
+
+    path = tmp_path / "faults.json"
+    path.write_text("old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(metrics.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        metrics.replace_text(str(path), "new")
+    assert (path.read_text(), sorted(p.name for p in tmp_path.iterdir())) == (
+        "old",
+        ["faults.json"],
+    )
+
+
+def test_a_full_disk_at_the_end_costs_the_summary_file_not_the_run(tmp_path, monkeypatch, caplog):
+    from seedq.arch import base
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(base, "replace_text", full, raising=False)
+    run = make_run(tmp_path, *FAKE, "actor.transport=inproc", "max_minutes=0.02")
+    summary = run.run()  # was: OSError out of run() at summary.json, a traceback and exit 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert summary.stop_reason == "max_minutes"
+    assert any("could not write faults.json" in e for e in errors), errors
+    assert any("summary.json" in e and "free disk space" in e for e in errors), errors
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_a_log_file_that_cannot_be_written_says_so_once(tmp_path, capsys):
+    import logging
+
+    from seedq.logging_setup import quiet_file_errors
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    logger = logging.Logger("full-disk-test")
+    handler = logging.FileHandler(tmp_path / "cli.log")
+    logger.addHandler(handler)
+    quiet_file_errors(logger)
+    handler.stream = FullDisk()
+    for i in range(3):
+        logger.error("line %d", i)
+    err = capsys.readouterr().err
+    assert (err.count("cannot write the log file"), "Traceback" in err) == (1, False), err
+    assert "No space left on device" in err

@@ -49,7 +49,7 @@ from seedq.learner.checkpoint_writer import CheckpointWriter
 from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.errors import CheckpointError
 from seedq.learner.inference import InferenceEngine
-from seedq.metrics import MetricsWriter
+from seedq.metrics import MetricsWriter, replace_text
 from seedq.parallel.agreement import this_process
 
 log = logging.getLogger(__name__)
@@ -384,8 +384,16 @@ class TrainingRun:
                 self._wind_down(threads, monitor, writer, time.monotonic() - start, reason)
         summary = monitor.summary(reason)
         if self.dist.is_writer:
-            with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-                json.dump(summary.__dict__, f, indent=2)
+            path = os.path.join(self.run_dir, "summary.json")
+            try:
+                replace_text(path, json.dumps(summary.__dict__, indent=2))
+            except OSError as exc:
+                log.error(
+                    "could not write %s (%s); free disk space there: the summary is on the "
+                    "next line, and resume=auto takes the run as unfinished without it",
+                    path,
+                    exc,
+                )
         log.info("run finished (%s): %s", reason, summary)
         return summary
 
@@ -425,7 +433,7 @@ class TrainingRun:
         if not self.dist.is_writer:
             return
         try:
-            with open(os.path.join(self.run_dir, "faults.json"), "w") as f:
-                json.dump(self.dist.summed_faults(self.fault_counts()), f, indent=2)
+            faults = self.dist.summed_faults(self.fault_counts())
+            replace_text(os.path.join(self.run_dir, "faults.json"), json.dumps(faults, indent=2))
         except OSError as exc:
-            log.error("could not write faults.json: %s", exc)
+            log.error("could not write faults.json (the previous one is kept): %s", exc)
