@@ -8,6 +8,7 @@ import io
 import logging
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,6 +69,32 @@ def _continue_header(path: str, columns: list[str]) -> list[str]:
     return header + added
 
 
+class _Outage:
+    """Write failures of one file, logged without flooding the log: the first in full, then
+    one line a minute with the count, and one when writes succeed again."""
+
+    EVERY_S = 60.0
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.failures = 0
+        self._logged_at = -math.inf
+
+    def failed(self, message: str, *args: Any) -> None:
+        self.failures += 1
+        now = time.monotonic()
+        if now - self._logged_at < self.EVERY_S:
+            return
+        self._logged_at = now
+        more = f" ({self.failures} failed writes so far; the next line in a minute)"
+        log.error(message + more, *args)
+
+    def succeeded(self) -> None:
+        if self.failures:
+            log.warning("%s is written again, after %d failed writes", self.path, self.failures)
+            self.failures, self._logged_at = 0, -math.inf
+
+
 class MetricsWriter:
     """Writes one row per logging interval to ``metrics.csv`` and the same values, as written
     there, to each tracker.
@@ -91,6 +118,8 @@ class MetricsWriter:
         self.trackers = open_trackers(cfg, run_dir)
         self.episodes_path = os.path.join(run_dir, EPISODES_NAME)
         self._episodes: Any = None  # opened at the first finished episode
+        self._metrics_outage = _Outage(self.path)
+        self._episodes_outage = _Outage(self.episodes_path)
 
     def write(self, row: Mapping[str, float]) -> None:
         unknown = set(row) - set(self.columns)
@@ -100,10 +129,11 @@ class MetricsWriter:
         try:
             self._csv.writerow(written)
             self._file.flush()
+            self._metrics_outage.succeeded()
         except OSError as exc:
             # A full disk costs rows of metrics.csv (this one; the file's buffer may carry it out
             # later), not the run: the trackers still get it, and the checkpoint is untouched.
-            log.error(
+            self._metrics_outage.failed(
                 "the metrics row at env_steps %s could not be written to %s: %s",
                 written.get("env_steps"),
                 self.path,
@@ -134,10 +164,13 @@ class MetricsWriter:
                 f"{steps},{_fmt(float(ret))},{length}\n" for steps, ret, length in episodes
             )
             self._episodes.flush()
+            self._episodes_outage.succeeded()
         except OSError as exc:
             # A full disk or a bad folder costs these episodes' rows, not the run: metrics.csv
             # still has their mean, and the next row tries again.
-            log.error("%d episodes not written to %s: %s", len(episodes), self.episodes_path, exc)
+            self._episodes_outage.failed(
+                "%d episodes not written to %s: %s", len(episodes), self.episodes_path, exc
+            )
 
     def close(self) -> None:
         for tracker in self.trackers:

@@ -245,6 +245,29 @@ def test_an_episode_log_that_cannot_be_written_costs_its_rows_not_the_run(tmp_pa
     assert [r["env_steps"] for r in csv_rows(tmp_path)] == [8]
 
 
+def test_a_disk_full_for_many_rows_logs_once_and_says_when_writes_go_through(tmp_path, caplog):
+    """One error for an outage, not one per row (a full disk under a 5-s log interval
+    flooded the log with two lines a row), and a line when the disk has room again."""
+    writer = MetricsWriter(str(tmp_path), [])
+    real_flush, calls = writer._file.flush, []
+
+    def full_then_free() -> None:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise OSError(28, "No space left on device")
+        real_flush()
+
+    writer._file.flush = full_then_free
+    for steps in range(8, 48, 8):
+        writer.write({"wall_time": 1.0, "env_steps": steps, "return_mean": -21.0})
+    writer.close()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == ["ERROR", "WARNING"], lines
+    assert "env_steps 8 could not be written" in lines[0][1] and "after 3 failed" in lines[1][1]
+    # The rows whose flush failed stayed in the file's buffer and went out with the next one.
+    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [8, 16, 24, 32, 40]
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 def test_a_metrics_log_on_a_full_disk_costs_its_rows_not_the_run(tmp_path, caplog):
     # metrics.csv links to /dev/full, where every write fails with ENOSPC, as on a full disk.
