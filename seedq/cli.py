@@ -241,10 +241,17 @@ def _train(cfg: DictConfig) -> float | None:
         log.error("run failed: %s (the newest checkpoint is in %s)", exc, run.run_dir)
         sys.exit(EXIT_RUN_FAILED)
     if summary.stop_reason == STOPPED:
+        saved = (
+            "with a checkpoint"
+            if run.last_checkpoint_written
+            else "but its stop checkpoint could not be written (see above; the newest one "
+            "written is kept)"
+        )
         log.warning(
-            "stopped by %s with a checkpoint (exit status %d); the same command with "
-            "resume=auto and run_dir=%s continues the run",
+            "stopped by %s %s (exit status %d); the same command with resume=auto and "
+            "run_dir=%s continues the run",
             run.stop_signal or "Ctrl-C",
+            saved,
             EXIT_STOPPED,
             run.run_dir,
         )

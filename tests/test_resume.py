@@ -253,6 +253,27 @@ def test_a_stop_signal_saves_a_checkpoint_and_exits_75_to_be_resumed(tmp_path, s
     )
 
 
+def test_a_stop_whose_checkpoint_cannot_be_written_does_not_claim_one(tmp_path):
+    (tmp_path / "checkpoints").write_text("a file where the folder goes: every write fails")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", *FAKE, f"run_dir={tmp_path}", "max_minutes=3"]
+        + ["checkpoint.every_minutes=0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: len(read_rows(tmp_path)) >= 2, 120, "metrics rows")
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 75, output
+    assert "but its stop checkpoint could not be written" in output, output
+    assert "with a checkpoint" not in output, output
+
+
 def read_rows(run_dir) -> list[str]:
     metrics = run_dir / "metrics.csv"
     return metrics.read_text().splitlines()[1:] if metrics.exists() else []

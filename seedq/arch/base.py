@@ -164,6 +164,12 @@ class TrainingRun:
         written = self._writer.failures if self._writer is not None else 0
         return written + self.replay_failures
 
+    @property
+    def last_checkpoint_written(self) -> bool:
+        """Whether the newest checkpoint this run took was written (False: it failed, and the
+        one before it is the newest on disk; also False when none was taken)."""
+        return self._writer is not None and self._writer.last_ok is True
+
     def checkpoint_state(self, wall_time_s: float) -> dict:
         """Everything needed to continue this run; the agent's part copied under the lock.
 
