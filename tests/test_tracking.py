@@ -286,3 +286,32 @@ def test_a_metrics_log_on_a_full_disk_costs_its_rows_not_the_run(tmp_path, caplo
 def test_trackers_get_the_values_as_the_csv_has_them():
     row = {"env_steps": "64768", "loss/pg": "0.348227", "return_mean": "", "x": "inf"}
     assert loggable(row) == {"env_steps": 64768, "loss/pg": 0.348227}
+
+
+def test_tensorboards_writer_thread_is_quiet_on_a_full_disk_and_other_threads_are_not(
+    monkeypatch,
+):
+    """TensorBoard's event writer thread re-raises a failed write to the thread hook (a
+    traceback on stderr); the metrics writer logs the same error in one line at the next row."""
+    import threading
+
+    from seedq.tracking.tensorboard_log import _quiet_writer_thread_errors
+
+    reported = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: reported.append(args.thread.name))
+    _quiet_writer_thread_errors()
+    _quiet_writer_thread_errors()  # once, however many trackers
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    class _AsyncWriterThread(threading.Thread):  # TensorBoard's class name
+        pass
+
+    for thread in (
+        _AsyncWriterThread(target=full_disk, name="tensorboard"),
+        threading.Thread(target=full_disk, name="another"),
+    ):
+        thread.start()
+        thread.join()
+    assert reported == ["another"]
