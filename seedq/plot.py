@@ -71,18 +71,37 @@ def group_key(run_dir: Path) -> str:
 
 
 def read_curve(run_dir: Path) -> RunCurve:
-    with open(run_dir / "metrics.csv") as f:
+    """The run's return curve. Rows that do not read as numbers (a row torn by a killed
+    writer, a damaged file) are left out and counted on stderr; a file without seedq's
+    columns is a ValueError naming them."""
+    path = run_dir / "metrics.csv"
+    with open(path, newline="", errors="replace") as f:
         rows = list(csv.DictReader(f))
+    header = set(rows[0]) if rows else set()
     # R2D2 runs are judged by their eval episodes ("eval_return_mean" in runs before 0.2).
-    evals = [k for k in ("eval/return_mean", "eval_return_mean") if rows and k in rows[0]]
+    evals = [k for k in ("eval/return_mean", "eval_return_mean") if k in header]
     key = evals[0] if evals else "return_mean"
-    rows = [r for r in rows if r.get(key) not in ("", None)]
+    missing = [k for k in ("wall_time", "env_steps", key) if k not in header]
+    if rows and missing:
+        raise ValueError(f"{path} has no {', '.join(missing)} column: not a seedq metrics file")
+    points, skipped = [], 0
+    for row in rows:
+        if row.get(key) in ("", None):
+            continue  # no episode had ended yet
+        try:
+            points.append(tuple(float(row[k]) for k in ("env_steps", "wall_time", key)))
+        except (TypeError, ValueError):
+            skipped += 1
+    if skipped:
+        print(f"seedq-plot: {path}: {skipped} rows left out (not numbers)", file=sys.stderr)
+    table = np.array(points, dtype=float).reshape(-1, 3)  # env steps, seconds, return
+    steps, seconds, returns = table.T
     return RunCurve(
         name=run_dir.name,
         group=group_key(run_dir),
-        env_steps=np.array([float(r["env_steps"]) for r in rows]),
-        minutes=np.array([float(r["wall_time"]) / 60 for r in rows]),
-        returns=np.array([float(r[key]) for r in rows]),
+        env_steps=steps,
+        minutes=seconds / 60,
+        returns=returns,
     )
 
 
@@ -143,8 +162,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"seedq-plot: {exc}", file=sys.stderr)
         return 2
-    plot([read_curve(r) for r in runs], args.out)
-    print(f"wrote {args.out} ({len(runs)} runs)")
+    try:
+        curves = [read_curve(r) for r in runs]
+    except (OSError, ValueError) as exc:
+        print(f"seedq-plot: {exc}", file=sys.stderr)
+        return 2
+    empty = [c.name for c in curves if not len(c.returns)]
+    if len(empty) == len(curves):
+        print(f"seedq-plot: no returns to plot yet in {', '.join(empty)}", file=sys.stderr)
+        return 2
+    if empty:
+        print(f"seedq-plot: no returns yet in {', '.join(empty)}; left out", file=sys.stderr)
+    plot(curves, args.out)
+    print(f"wrote {args.out} ({len(curves) - len(empty)} runs)")
     return 0
 
 

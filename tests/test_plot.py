@@ -60,3 +60,26 @@ def test_cli_writes_a_png_and_refuses_a_folder_without_runs(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     assert "no metrics.csv" in capsys.readouterr().err
+
+
+def test_rows_that_are_not_numbers_are_left_out_and_counted(tmp_path, capsys):
+    run = fake_run(tmp_path / "r", ["seed=0"], [1, "abc", 3])
+    with open(run / "metrics.csv", "a") as f:
+        f.write("240.0,40")  # a last row torn by a killed writer
+    curve = read_curve(run)
+    assert (curve.env_steps.tolist(), curve.returns.tolist()) == ([1000, 3000], [1.0, 3.0])
+    assert "1 rows left out (not numbers)" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_file_that_is_not_a_metrics_file_or_has_no_returns_yet(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "metrics.csv").write_bytes(b"garbage,,\n\x00\x01binary\n")
+    assert main([str(tmp_path / "garbage"), "-o", str(tmp_path / "g.png")]) == 2
+    assert "has no wall_time, env_steps, return_mean column" in capsys.readouterr().err
+    early = fake_run(tmp_path / "early", ["seed=0"], [""])  # no episode has ended yet
+    assert main([str(early), "-o", str(tmp_path / "e.png")]) == 2
+    assert "no returns to plot yet in early" in capsys.readouterr().err
+    fake_run(tmp_path / "late", ["seed=1"], [1, 2])
+    assert main([str(early), str(tmp_path / "late"), "-o", str(tmp_path / "l.png")]) == 0
+    assert "no returns yet in early; left out" in capsys.readouterr().err
