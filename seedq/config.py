@@ -23,7 +23,7 @@ from seedq.agents.config import AlgorithmConfig
 from seedq.agents.registry import AGENTS, agent_names, config_class
 from seedq.arch.config import ArchConfig, validate_arch
 from seedq.broker.config import BrokerConfig, validate_broker
-from seedq.envs.config import EnvConfig
+from seedq.envs.config import MAX_SEED, EnvConfig
 from seedq.envs.registry import BACKENDS
 from seedq.envs.section import config_class as env_config_class
 from seedq.envs.section import validate_env
@@ -45,10 +45,6 @@ from seedq.security import SecurityConfig, validate_security
 from seedq.tracking.config import LoggerConfig, validate_logger
 
 __all__ = ["ConfigError", "SeedqConfig", "register_configs", "validate", "schema_for"]
-
-
-# The largest run seed: env i is seeded with seed + i, and ale_py's seeds are 31-bit.
-MAX_SEED = 2**30
 
 
 @dataclass

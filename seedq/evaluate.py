@@ -44,6 +44,7 @@ from seedq.envs import (
     procgen,
     rows_per_env,
 )
+from seedq.envs.config import MAX_SEED
 from seedq.envs.gym import obs_transform
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from seedq.messages import EnvSpec
@@ -289,8 +290,6 @@ def evaluate(
 
 def check_arguments(*, episodes: int, epsilon: float | None, seed: int) -> None:
     """ValueError naming the first argument out of its range."""
-    from seedq.config import MAX_SEED
-
     if episodes < 1:
         raise ValueError(f"episodes={episodes} is out of range; it must be > 0")
     if epsilon is not None and not 0.0 <= epsilon <= 1.0:

@@ -153,8 +153,8 @@ def test_bad_value_fails_naming_the_key(override, key):
 
 def test_the_largest_seed_runs_atari_env_seeds_in_ale_pys_range():
     pytest.importorskip("ale_py")
-    from seedq.config import MAX_SEED
     from seedq.envs import AtariConfig, make_env_batch
+    from seedq.envs.config import MAX_SEED
 
     to_config(compose_config(f"seed={MAX_SEED}"))
     env = make_env_batch(AtariConfig(), 2, seed=MAX_SEED, env_offset=4096)

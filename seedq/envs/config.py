@@ -14,6 +14,9 @@ from typing import Any, ClassVar
 
 from seedq.schema import positive, setting
 
+# The largest run seed: env i of a run is seeded with seed + i, and ale_py's seeds are 31-bit.
+MAX_SEED = 2**30
+
 KIND_HELP = (
     "The env family, which picks the backend and the other env keys: env=<kind> sets it with "
     "its keys (seedq-train --keys lists the kinds, --keys env=<kind> a kind's keys)."
