@@ -33,6 +33,24 @@ from seedq.security import client_options
 log = logging.getLogger(__name__)
 
 
+def check_endpoints(endpoint: str) -> list[str]:
+    """The learner's addresses of ``--endpoint`` (comma-separated, one per broker shard), or a
+    ValueError naming the first one that is not a ZeroMQ address an actor can dial."""
+    endpoints = [e.strip() for e in endpoint.split(",")]
+    for address in endpoints:
+        scheme, sep, rest = address.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if scheme in ("ipc", "inproc") and sep and rest:
+            continue
+        if scheme == "tcp" and sep and host and colon and port.isdigit() and 0 < int(port) < 65536:
+            continue
+        raise ValueError(
+            f"--endpoint {address!r} is not an address to dial: give tcp://HOST:PORT (or "
+            "ipc://PATH, inproc://NAME), several separated by commas"
+        )
+    return endpoints
+
+
 async def _run(
     ctx: zmq.asyncio.Context,
     endpoint: str,
@@ -220,8 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     patience = Patience(args.reply_timeout_s, args.learner_lost_s, args.max_rejoins)
     raise_open_file_limit()
     try:
-        env_cfg = env_config(json.loads(args.env_config))
+        check_endpoints(args.endpoint)
+        try:
+            env_section = json.loads(args.env_config)
+        except ValueError as exc:
+            raise ValueError(f"--env-config is not JSON ({exc})") from None
+        env_cfg = env_config(env_section)
         actor_ids = [int(x) for x in args.actor_ids.split(",")]
+        if args.envs_per_batch < 1:
+            raise ValueError(f"--envs-per-batch {args.envs_per_batch} must be >= 1")
         curve_client = client_options(args.keys_dir) if args.keys_dir else None
     except (TypeError, ValueError) as exc:
         log.error("bad actor arguments: %s", exc)
@@ -252,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             reporter.cancel()
-            ctx.term()
+            # Closes what an error left open: term() alone would wait on it for ever.
+            ctx.destroy(linger=0)
 
     stats = ActorStats()
     signals: set[int] = set()
@@ -268,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(run())
     except (ActorError, EnvError) as exc:
         log.error("%s", exc)
+        return 1
+    except zmq.ZMQError as exc:
+        log.error(
+            "actors %s: ZeroMQ failed (%s) with --endpoint %s", args.actor_ids, exc, args.endpoint
+        )
         return 1
     log.info(
         "actors %s stopped after %d env steps (%d rejoins)",
