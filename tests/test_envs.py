@@ -423,11 +423,15 @@ def test_atari_rejects_non_atari_id() -> None:
     ],
 )
 def test_atari_names_the_keys_that_play_an_id_otherwise_than_registered(
-    caplog, env_id, overrides, warned
+    caplog, monkeypatch, env_id, overrides, warned
 ) -> None:
     pytest.importorskip("ale_py")
+    from seedq.envs import atari
+
+    monkeypatch.setattr(atari, "_WARNED", set())  # a process warns once an id
     with caplog.at_level("WARNING", logger="seedq.envs.atari"):
-        make_env_batch(AtariConfig(id=env_id, **overrides), 1, seed=0).close()
+        for _ in range(2):  # two env batches of one process: one warning
+            make_env_batch(AtariConfig(id=env_id, **overrides), 1, seed=0).close()
     warnings = [r.getMessage() for r in caplog.records if "registered with" in r.getMessage()]
     assert [warned in w for w in warnings] == ([] if warned is None else [True]), warnings
 

@@ -125,6 +125,9 @@ def _atari_spec(env_id: str) -> tuple[str, dict]:
     return str(game), dict(spec.kwargs)
 
 
+_WARNED: set[tuple] = set()
+
+
 def registered_differences(cfg: AtariConfig, registered: dict) -> list[tuple[str, Any, Any]]:
     """The keys left at env=atari's defaults that play ``cfg.id`` otherwise than gymnasium
     registered it, as (key, env=atari's value, the registered one): ``PongNoFrameskip-v4`` has
@@ -186,7 +189,9 @@ class AtariBatch(BatchBase):
     ) -> None:
         game, registered = _atari_spec(cfg.id)
         _atari_rom_path(game)
-        if differences := registered_differences(cfg, registered):
+        differences = registered_differences(cfg, registered)
+        if differences and (cfg.id, tuple(differences)) not in _WARNED:
+            _WARNED.add((cfg.id, tuple(differences)))  # once a process, not once a batch
             logger.warning(
                 "%s is registered with %s, and env=atari plays it with its defaults %s; add %s "
                 "to play it as registered",
