@@ -37,9 +37,33 @@ def export(commit: str, bench: str, into: Path) -> Path:
     if archive.returncode != 0:
         raise SystemExit(f"bench_against: git archive {commit}: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    module = bench.replace("-", "_") + ".py"
-    shutil.copy(ROOT / "seedq" / "bench" / module, into / "seedq" / "bench" / module)
+    module = bench.replace("-", "_")
+    shutil.copy(
+        ROOT / "seedq" / "bench" / f"{module}.py", into / "seedq" / "bench" / f"{module}.py"
+    )
+    if import_error(into, module):
+        # The module needs helpers the base's ``common.py`` predates (``scratch_dir`` since
+        # fc928c5): this checkout's copy goes over it too, as the measuring code it is.
+        shutil.copy(ROOT / "seedq" / "bench" / "common.py", into / "seedq" / "bench" / "common.py")
+        error = import_error(into, module)
+        if error:
+            raise SystemExit(
+                f"bench_against: seedq.bench.{module} does not import on {commit}:\n{error}"
+            )
     return into
+
+
+def import_error(tree: Path, module: str) -> str:
+    """The tail of the traceback of importing ``seedq.bench.<module>`` in ``tree``, or ''."""
+    run = subprocess.run(
+        [sys.executable, "-c", f"import seedq.bench.{module}"],
+        cwd=tree,
+        env=tree_env(tree),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return "" if run.returncode == 0 else run.stderr.strip()[-1500:]
 
 
 def tree_env(tree: Path) -> dict[str, str]:
