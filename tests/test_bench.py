@@ -340,6 +340,28 @@ def test_bench_against_names_a_bad_commit_and_an_unknown_metric():
         against.metric(line, "bench")
 
 
+def test_bench_against_exports_a_base_older_than_the_benchs_helpers(tmp_path):
+    # seedq/bench/learner.py imports scratch_dir from common.py since fc928c5: against a base
+    # before it (the 0ac3cd8 among them) the export failed with an ImportError.
+    root = Path(__file__).resolve().parent.parent
+    base = "fc928c5~1"
+    known = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--verify", "-q", base + "^{commit}"],
+        capture_output=True,
+        check=False,
+    )
+    if known.returncode != 0:
+        pytest.skip(f"{base} is not in this clone's history")
+    spec = importlib.util.spec_from_file_location(
+        "bench_against", root / "scripts" / "bench_against.py"
+    )
+    against = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(against)
+    tree = against.export(base, "learner", tmp_path)
+    assert against.import_error(tree, "learner") == ""
+    assert "def scratch_dir" in (tree / "seedq" / "bench" / "common.py").read_text()
+
+
 def test_the_update_parts_probe_times_the_learners_own_update():
     # benchmarks/learner_update_parts.py drives VTraceLearner's own methods by hand; if they
     # change, the probe must fail here, not print figures of code that no longer runs.
