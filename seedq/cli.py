@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -65,6 +66,7 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
     ``algorithm``, ``env`` or ``launcher`` groups is allowed only if they match the checkpoint.
     """
     from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
+    from seedq.learner.checkpoint_files import run_dir_of
 
     path = find_checkpoint(str(composed.resume))
     state = load_checkpoint(path)
@@ -84,6 +86,10 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
     # it here, naming the key, rather than when the weights do not fit.
     compatible(path, state["config"], OmegaConf.to_container(saved, resolve=True))
     saved.resume = str(path)
+    if not any(o.startswith("run_dir=") for o in overrides):
+        # The run goes on where its checkpoint lies, not in the folder it was saved from (a
+        # run moved or copied elsewhere): a lone checkpoint file goes on in Hydra's new folder.
+        saved.run_dir = str(run_dir_of(path) or composed.run_dir)
     schema = schema_for(saved.algorithm.name, saved.env.get("kind", "cartpole"))
     try:
         typed = OmegaConf.merge(OmegaConf.structured(schema), saved)
@@ -167,15 +173,32 @@ def resolve_config(
     ``ranks_here``: learner ranks sharing this machine, each taking its share of the cores
     (``hardware.runs_at_once``) unless the command line says otherwise.
     """
+    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints, set_aside_newer
+    from seedq.learner.run_lock import claim_run_dir
+
+    # One learner process writes the run (several ranks: rank 0, not claimed here).
+    claim = claim_run_dir if cfg.hardware.learners == 1 else (lambda _: None)
     if cfg.resume not in (None, AUTO):
         config, state = resumed_config(cfg, list(hydra_cfg.overrides.task))
+        claim(config.run_dir)
         log.info("resuming %s in %s", config.resume, config.run_dir)
+        set_aside_newer(Path(config.resume), Path(config.run_dir))
         return config, state
     if ranks_here > 1 and not cfg.hardware.runs_at_once:
         cfg.hardware.runs_at_once = ranks_here
     size_run(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
     if cfg.resume != AUTO:
-        return to_config(cfg), None
+        config = to_config(cfg)
+        saved = list_checkpoints(Path(config.run_dir) / DIR_NAME)
+        if saved:
+            raise ConfigError(
+                f"{config.run_dir} holds another run ({DIR_NAME}/{saved[-1].name}); continue "
+                f"it with resume=auto run_dir={config.run_dir}, or give this run another "
+                "run_dir (a fresh run there would mix both runs' metrics and checkpoints)"
+            )
+        claim(config.run_dir)
+        return config, None
+    claim(str(cfg.run_dir))
     config, state = auto_resumed(cfg, hydra_cfg)
     if state is None:
         return config, None
@@ -375,18 +398,46 @@ def foreign_algorithm_key(argv: list[str]) -> str | None:
 
 def with_hydra_dir(argv: list[str]) -> list[str]:
     """``run_dir=DIR`` also puts Hydra's own files there (``.hydra/``, ``cli.log``): one folder
-    holds the whole run, however often it is restarted (sweeps keep Hydra's job folders)."""
+    holds the whole run, however often it is restarted (sweeps keep Hydra's job folders). So
+    does ``resume=RUN`` for the run directory it continues."""
+    from seedq.learner.checkpoint_files import resumed_run_dir
+
     if any(a in ("-m", "--multirun") or a.startswith("hydra.run.dir=") for a in argv):
         return argv
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
-    return [*argv, f"hydra.run.dir={dirs[-1]}"] if dirs else argv
+    if dirs:
+        return [*argv, f"hydra.run.dir={dirs[-1]}"]
+    resumes = [a.split("=", 1)[1] for a in argv if a.startswith("resume=")]
+    if resumes and resumes[-1] not in (AUTO, "null", "None", ""):
+        run_dir = resumed_run_dir(resumes[-1])
+        if run_dir is not None:
+            return [*argv, f"hydra.run.dir={run_dir}"]
+    return argv
+
+
+def shared_sweep_dir(argv: list[str]) -> str | None:
+    """The refusal of a sweep (``-m``) whose jobs would all write into one ``run_dir=``; None
+    if there is none. Each job needs its own folder: Hydra gives it one when run_dir is left
+    out, and ``run_dir=runs/x/${hydra:job.num}`` names one per job."""
+    if not any(a in ("-m", "--multirun") for a in argv):
+        return None
+    for arg in argv:
+        if arg.startswith("run_dir=") and "${" not in arg and "," not in arg:
+            return (
+                f"{arg}: every job of this sweep would write into that one folder (their "
+                "metrics, checkpoints and summaries mixed); leave run_dir out (each job gets "
+                "its own folder under runs/multirun/) or give one per job, e.g. "
+                "'run_dir=runs/sweep/${hydra:job.num}'"
+            )
+    return None
 
 
 def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         print_keys(sys.argv[2:])
         return
-    if refusal := foreign_env_key(sys.argv[1:]) or foreign_algorithm_key(sys.argv[1:]):
+    argv = sys.argv[1:]
+    if refusal := foreign_env_key(argv) or foreign_algorithm_key(argv) or shared_sweep_dir(argv):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     sys.argv[1:] = with_hydra_dir(sys.argv[1:])

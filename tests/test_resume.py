@@ -352,3 +352,82 @@ def test_a_metrics_file_whose_header_was_cut_short_gets_its_header_back(tmp_path
     writer.write({"wall_time": 1.0, "env_steps": 100, "return_mean": -20.0})
     writer.close()
     assert read_steps(tmp_path / "metrics.csv") == [100]
+
+
+# ---- whose run directory: resume=RUN goes on where RUN is; one learner per run directory ----
+
+
+def _checkpoints(run_dir) -> list[str]:
+    return sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+
+def test_resume_of_a_moved_run_goes_on_in_the_folder_it_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a stray Hydra folder would land here, under runs/
+    first = run_cli(*FAKE, f"run_dir={tmp_path / 'orig'}", "total_env_steps=2000")
+    assert first.returncode == 0, first.stdout
+    (tmp_path / "orig").rename(tmp_path / "moved")
+    moved = tmp_path / "moved"
+    before = _checkpoints(moved)
+    again = run_cli(f"resume={moved}", "total_env_steps=6000")
+    assert again.returncode == 0, again.stdout
+    # The checkpoint's saved run_dir (orig) is where it was written, not where the run is now.
+    assert not (tmp_path / "orig").exists() and not (tmp_path / "runs").exists()
+    assert f"in {moved}" in again.stdout and len(_checkpoints(moved)) > len(before)
+    assert "resuming" in (moved / "cli.log").read_text()  # Hydra's own files went there too
+
+
+def test_resume_of_an_older_checkpoint_sets_the_newer_ones_aside(tmp_path):
+    run_dir = tmp_path / "run"
+    for steps in (2000, 6000):
+        done = run_cli(*FAKE, f"run_dir={run_dir}", "resume=auto", f"total_env_steps={steps}")
+        assert done.returncode == 0, done.stdout
+    oldest, *newer = _checkpoints(run_dir)
+    assert newer
+    again = run_cli(f"resume={run_dir / 'checkpoints' / oldest}", "total_env_steps=4000")
+    assert again.returncode == 0, again.stdout
+    aside = run_dir / "checkpoints" / f"superseded-{oldest.removeprefix('ckpt-')[:-3]}"
+    assert sorted(p.name for p in aside.iterdir()) == newer  # kept, not deleted
+    # resume=auto and seedq-eval now find this run's own newest checkpoint.
+    assert all(int(name[5:17]) < 6000 for name in _checkpoints(run_dir))
+
+
+def test_a_second_run_into_a_live_run_dir_is_refused(tmp_path):
+    command = [sys.executable, "-m", "seedq.cli", *FAKE, f"run_dir={tmp_path}", "max_minutes=3"]
+    live = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (tmp_path / "metrics.csv").exists(), what="the first run's metrics")
+        rows = (tmp_path / "metrics.csv").read_text()
+        for extra in (["resume=auto"], []):  # auto would have cut its metrics back to 0 rows
+            second = run_cli(*FAKE, f"run_dir={tmp_path}", "max_minutes=3", *extra)
+            assert second.returncode == 2, second.stdout
+            assert f"{tmp_path} is in use by another seedq run (pid {live.pid})" in second.stdout
+        assert (tmp_path / "metrics.csv").read_text().startswith(rows)
+    finally:
+        live.send_signal(signal.SIGTERM)
+        live.wait(timeout=60)
+    # Its end let go of the lock: the run continues.
+    again = run_cli(*FAKE, f"run_dir={tmp_path}", "resume=auto", "total_env_steps=1000")
+    assert again.returncode == 0, again.stdout
+
+
+def test_a_fresh_run_into_a_run_dir_with_checkpoints_is_refused(tmp_path):
+    first = run_cli(*FAKE, f"run_dir={tmp_path}", "total_env_steps=1000")
+    assert first.returncode == 0, first.stdout
+    rows = (tmp_path / "metrics.csv").read_text()
+    second = run_cli(*FAKE, f"run_dir={tmp_path}", "total_env_steps=1000", "seed=3")
+    assert second.returncode == 2, second.stdout
+    assert f"{tmp_path} holds another run (checkpoints/ckpt-" in second.stdout
+    assert f"resume=auto run_dir={tmp_path}" in second.stdout
+    assert (tmp_path / "metrics.csv").read_text() == rows
+
+
+def test_a_sweep_into_one_run_dir_is_refused(tmp_path):
+    from seedq.cli import shared_sweep_dir
+
+    assert shared_sweep_dir(["-m", "seed=0,1", "run_dir=runs/x"]) is not None
+    assert shared_sweep_dir(["-m", "seed=0,1", "run_dir=runs/x/${hydra:job.num}"]) is None
+    assert shared_sweep_dir(["-m", "seed=0,1"]) is None
+    assert shared_sweep_dir(["seed=1", "run_dir=runs/x"]) is None
+    result = run_cli("-m", "seed=0,1", f"run_dir={tmp_path / 'x'}", "total_env_steps=100")
+    assert result.returncode == 2 and "every job of this sweep" in result.stdout, result.stdout
+    assert not (tmp_path / "x").exists()

@@ -28,14 +28,18 @@ import torch
 from omegaconf import OmegaConf
 
 from seedq.envs.section import saved_env_section
+from seedq.learner.checkpoint_files import (  # noqa: F401 - find_checkpoint: this module's API too
+    DIR_NAME,
+    PREFIX,
+    find_checkpoint,
+    list_checkpoints,
+)
 from seedq.learner.errors import CheckpointError
 from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
 FORMAT = 2
-DIR_NAME = "checkpoints"
-PREFIX = "ckpt-"
 # Settings that must match for a checkpoint to fit a run: the networks' shapes and meaning
 # (with the algorithm's keys declared `setting(..., network=True)`, which the caller names).
 COMPATIBILITY_KEYS = ("algorithm.name", "algorithm.model", "env")
@@ -189,26 +193,6 @@ def load_arrays(path: Path) -> dict[str, Any]:
             f"{path} cannot be read ({type(exc).__name__}: {exc}); delete it to resume with "
             "an empty replay"
         ) from None
-
-
-def list_checkpoints(folder: Path) -> list[Path]:
-    """Checkpoints in ``folder``, oldest first (names sort by env steps)."""
-    return sorted(folder.glob(f"{PREFIX}*.pt"))
-
-
-def find_checkpoint(path: str) -> Path:
-    """A checkpoint file itself, or the newest checkpoint of a run directory."""
-    target = Path(path)
-    if target.is_file():
-        return target
-    for folder in (target / DIR_NAME, target):
-        found = list_checkpoints(folder) if folder.is_dir() else []
-        if found:
-            return found[-1]
-    raise CheckpointError(
-        f"{path}: no checkpoint there; give a run directory that has "
-        f"{DIR_NAME}/{PREFIX}*.pt or a checkpoint file"
-    )
 
 
 def load_newest(run_dir: str) -> tuple[Path, dict[str, Any]] | None:

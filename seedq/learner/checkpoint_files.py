@@ -1,0 +1,78 @@
+"""Where a run keeps its checkpoints and how they are named, apart from the checkpoint code (and
+torch), so the command line can find a run's checkpoints before it imports either."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from seedq.learner.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+DIR_NAME = "checkpoints"
+PREFIX = "ckpt-"
+
+
+def list_checkpoints(folder: Path) -> list[Path]:
+    """Checkpoints in ``folder``, oldest first (names sort by env steps)."""
+    return sorted(folder.glob(f"{PREFIX}*.pt"))
+
+
+def find_checkpoint(path: str) -> Path:
+    """A checkpoint file itself, or the newest checkpoint of a run directory."""
+    target = Path(path)
+    if target.is_file():
+        return target
+    for folder in (target / DIR_NAME, target):
+        found = list_checkpoints(folder) if folder.is_dir() else []
+        if found:
+            return found[-1]
+    raise CheckpointError(
+        f"{path}: no checkpoint there; give a run directory that has "
+        f"{DIR_NAME}/{PREFIX}*.pt or a checkpoint file"
+    )
+
+
+def run_dir_of(checkpoint: Path) -> Path | None:
+    """The run directory ``checkpoint`` belongs to (``<run dir>/checkpoints/ckpt-*.pt``), or
+    None for a checkpoint file kept anywhere else."""
+    return checkpoint.parent.parent if checkpoint.parent.name == DIR_NAME else None
+
+
+def resumed_run_dir(path: str) -> Path | None:
+    """The run directory ``resume=path`` continues: ``path`` itself when it holds checkpoints,
+    the run a checkpoint file or ``checkpoints`` folder belongs to, else None (a lone
+    checkpoint file, or nothing there: the run's new directory is Hydra's)."""
+    target = Path(path)
+    if target.is_file():
+        return run_dir_of(target)
+    if list_checkpoints(target / DIR_NAME):
+        return target
+    if target.name == DIR_NAME and list_checkpoints(target):
+        return target.parent
+    return None
+
+
+def set_aside_newer(checkpoint: Path, run_dir: Path) -> list[Path]:
+    """Resuming ``run_dir`` from ``checkpoint``, one of its own older checkpoints: move the
+    newer ones into ``checkpoints/superseded-<steps>/`` (kept, but no longer taken for the
+    run's newest by ``resume=auto`` or ``seedq-eval``). Returns the files moved."""
+    if run_dir_of(checkpoint) is None or run_dir_of(checkpoint).resolve() != run_dir.resolve():
+        return []
+    newer = [p for p in list_checkpoints(checkpoint.parent) if p.name > checkpoint.name]
+    if not newer:
+        return []
+    aside = checkpoint.parent / f"superseded-{checkpoint.stem.removeprefix(PREFIX)}"
+    aside.mkdir(exist_ok=True)
+    for path in newer:
+        path.rename(aside / path.name)
+    log.warning(
+        "resuming from %s: its %d newer checkpoint(s) (%s) moved to %s, so that this run's own "
+        "are the newest",
+        checkpoint.name,
+        len(newer),
+        ", ".join(p.name for p in newer),
+        aside,
+    )
+    return [aside / p.name for p in newer]

@@ -1,0 +1,50 @@
+"""One learner per run directory: a second run started into a folder a live run writes to
+(the same ``run_dir=`` twice, ``resume=auto`` while the first still runs) is refused instead
+of interleaving both runs' metrics and checkpoints.
+
+The lock is ``flock`` on ``<run dir>/.seedq.lock``, held for the life of the process that
+claims it: the kernel lets it go when that process ends, however it ends, so a killed run
+never leaves a stale lock behind. The file records the holder's pid for the refusal.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from seedq.schema import ConfigError
+
+LOCK_NAME = ".seedq.lock"
+_held: dict[Path, int] = {}
+
+
+def claim_run_dir(run_dir: str) -> None:
+    """Hold ``run_dir``'s lock until this process ends; :class:`ConfigError` naming the
+    holder when another process holds it."""
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = folder.resolve()
+    if key in _held:
+        return
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"{run_dir} is in use by another seedq run (pid {holder}); wait for it to end, "
+            "stop it (its checkpoint lets resume=auto continue it), or give this run another "
+            "run_dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = fd
+
+
+def release_run_dirs() -> None:
+    """Let go of every run directory this process holds (tests; a process's end does it)."""
+    for fd in _held.values():
+        os.close(fd)
+    _held.clear()
