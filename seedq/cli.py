@@ -415,6 +415,27 @@ def with_hydra_dir(argv: list[str]) -> list[str]:
     return argv
 
 
+def unusable_run_dir(argv: list[str]) -> str | None:
+    """The refusal of a ``run_dir=`` (or ``hydra.run.dir=``) that cannot hold a run: a file, a
+    path through a file, a folder this user cannot write; None if there is none. Checked
+    before Hydra, whose own setup of the folder and its log fails there with a traceback."""
+    import os
+
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key not in ("run_dir", "hydra.run.dir") or not value or "${" in value:
+            continue
+        path = Path(value).expanduser()
+        if path.exists() and not path.is_dir():
+            return f"{arg}: that is a file, not a folder; give a folder for the run"
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            return f"{arg}: {existing} is a file, so no folder can be made under it"
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"{arg}: {existing} cannot be written by this user; give another folder"
+    return None
+
+
 def shared_sweep_dir(argv: list[str]) -> str | None:
     """The refusal of a sweep (``-m``) whose jobs would all write into one ``run_dir=``; None
     if there is none. Each job needs its own folder: Hydra gives it one when run_dir is left
@@ -437,7 +458,12 @@ def train_main() -> None:
         print_keys(sys.argv[2:])
         return
     argv = sys.argv[1:]
-    if refusal := foreign_env_key(argv) or foreign_algorithm_key(argv) or shared_sweep_dir(argv):
+    if refusal := (
+        foreign_env_key(argv)
+        or foreign_algorithm_key(argv)
+        or shared_sweep_dir(argv)
+        or unusable_run_dir(argv)
+    ):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     sys.argv[1:] = with_hydra_dir(sys.argv[1:])

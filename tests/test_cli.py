@@ -160,3 +160,19 @@ def test_a_terminal_gets_a_progress_bar_and_the_log_file_keeps_the_lines(tmp_pat
     log_file = (tmp_path / "cli.log").read_text()
     assert "env steps: 100%|" in console and "steps/s, return" in console, console[-2000:]
     assert ("seedq.progress" in console, "seedq.progress" in log_file) == (False, True)
+
+
+def test_a_run_dir_that_cannot_hold_a_run_is_refused_in_one_line(tmp_path):
+    from seedq.cli import unusable_run_dir
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    assert "is a file, not a folder" in unusable_run_dir([f"run_dir={afile}"])
+    assert f"{afile} is a file, so no folder" in unusable_run_dir([f"run_dir={afile}/sub/run"])
+    assert "is a file" in unusable_run_dir([f"hydra.run.dir={afile}"])
+    assert unusable_run_dir([f"run_dir={tmp_path / 'new' / 'run'}", "seed=1"]) is None
+    assert unusable_run_dir(["run_dir=${hydra:runtime.output_dir}"]) is None
+    # Hydra made the folder and its log first, and failed there with a traceback (exit 1).
+    result = run_cli(f"run_dir={afile}/sub", "total_env_steps=100")
+    assert result.returncode == 2 and "Traceback" not in result.stdout, result.stdout
+    assert f"seedq-train: run_dir={afile}/sub: {afile} is a file" in result.stdout
