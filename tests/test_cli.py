@@ -176,3 +176,19 @@ def test_a_run_dir_that_cannot_hold_a_run_is_refused_in_one_line(tmp_path):
     result = run_cli(f"run_dir={afile}/sub", "total_env_steps=100")
     assert result.returncode == 2 and "Traceback" not in result.stdout, result.stdout
     assert f"seedq-train: run_dir={afile}/sub: {afile} is a file" in result.stdout
+
+
+def test_a_run_stops_at_its_target_between_rows(tmp_path):
+    # The target was checked only when a row was due: every CartPole time to 475 read as the
+    # first row's 5 s. With rows a minute apart the run stops and times it well before one.
+    result = run_cli(
+        f"hydra.run.dir={tmp_path}",
+        "stop_at_return=60",
+        "log_interval_s=60",
+        "max_minutes=3",
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "target_return", summary
+    assert summary["return_at_target"] >= 60 and summary["time_to_target_s"] < 50, summary

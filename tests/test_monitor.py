@@ -72,3 +72,15 @@ def test_a_run_that_misses_its_target_reports_none_for_it():
     summary = monitor.summary("total_env_steps")
     assert (summary.return_at_target, summary.time_to_target_s) == (None, None)
     assert summary.return_mean == 0.5
+
+
+def test_the_target_is_seen_between_rows_by_the_rule_a_row_stops_on():
+    stats = RunStats()
+    monitor = Monitor(monitor_config(0.8), QuietAgent(), stats, NullWriter(), time.monotonic())
+    assert not Monitor(monitor_config(), QuietAgent(), stats, NullWriter(), 0.0).target_met()
+    stats.record_episodes(99, [1.0] * 99, [9] * 99)
+    assert not monitor.target_met()  # 99 episodes: too few to judge, as tick() has it
+    stats.record_episodes(1, [0.5], [9])
+    assert monitor.target_met()  # mean 0.995
+    assert monitor.tick() == "target_return"
+    assert not monitor.target_met()  # met once: the row that stopped the run timed it

@@ -349,7 +349,10 @@ class TrainingRun:
                 self._check_roles()
                 now = time.monotonic()
                 due = now >= next_row or bool(
-                    monitor.budget_spent(now) or self.errors or self.stop_signal
+                    monitor.budget_spent(now)
+                    or self.errors
+                    or self.stop_signal
+                    or monitor.target_met()
                 )
                 # Several learner ranks sum their counters here and write rows together; a stop
                 # signal is agreed like a stop rule, so no rank leaves a collective behind.

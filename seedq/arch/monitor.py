@@ -156,6 +156,18 @@ class Monitor:
             return "target_return"
         return "" if final else self.budget_spent(now)
 
+    def target_met(self) -> bool:
+        """Whether ``stop_at_return`` is met now, by the rule :meth:`tick` stops on. Checked
+        between rows, so the run stops and times its target within a wake of the crossing, not
+        at the next row (``log_interval_s`` later: every CartPole time to 475 read 5 s)."""
+        target = self.cfg.stop_at_return
+        if target is None or self.time_to_target is not None:
+            return False
+        with self.stats.lock:
+            returns = list(self.stats.recent_returns)
+        judged = self.agent.judged_returns(returns)
+        return len(judged) >= 100 and float(np.mean(judged)) >= target
+
     def budget_spent(self, now: float) -> str:
         """Which budget the run has used up ("total_env_steps", "max_minutes"), or ""."""
         cfg = self.cfg
