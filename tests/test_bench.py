@@ -378,3 +378,21 @@ def test_the_update_parts_probe_times_the_learners_own_update():
     assert "1 batches of 512 env steps" in result.stdout  # the preset: 16 envs x 32 steps
     # ops: the aten ops of one minibatch update, by part.
     assert re.search(r"^one minibatch update\s+\d+ aten ops", result.stdout, re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["raw-env", "seconds=0"], "seconds=0.0: must be > 0"),
+        (["pipeline", "seconds=-1"], "seconds=-1.0: must be > 0"),
+        (["learner", "warmup_s=-1"], "warmup_s=-1.0: must be >= 0"),
+        (["raw-env", "seconds=1", "env=gym", "env.id=Nope-v0"], "unknown gymnasium env id"),
+        (["train", "env=gym", "env.id=Nope-v0"], "unknown gymnasium env id 'Nope-v0'"),
+    ],
+)
+def test_ordinary_mistakes_exit_2_in_one_line(args, message):
+    # They were a ZeroDivisionError, a RuntimeError and an uncaught EnvError (exit 1), and
+    # pipeline seconds=0 a table of zeros with exit 0.
+    result = bench(*args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -6,6 +6,7 @@ import sys
 
 from seedq.bench.common import BenchError
 from seedq.config import ConfigError
+from seedq.envs import EnvError
 
 USAGE = """usage: seedq-bench SUBCOMMAND [key=value ...]
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         command(argv[1:])
-    except (BenchError, ConfigError) as exc:
+    except (BenchError, ConfigError, EnvError) as exc:
         print(f"seedq-bench {argv[0]}: {exc}", file=sys.stderr)
         return 2
     return 0

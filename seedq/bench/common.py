@@ -56,6 +56,12 @@ def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, 
             raise BenchError(
                 f"{key}={raw!r}: expected {type(default).__name__} like {default!r}"
             ) from None
+    # Every bench measures for `seconds` after `warmup_s`: none over no time (a division by
+    # zero, or a table of zeros).
+    if "seconds" in values and not values["seconds"] > 0:
+        raise BenchError(f"seconds={values['seconds']}: must be > 0 (the time measured)")
+    if "warmup_s" in values and not values["warmup_s"] >= 0:
+        raise BenchError(f"warmup_s={values['warmup_s']}: must be >= 0")
     return values, overrides
 
 

@@ -196,7 +196,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         ctx.term()
     errors = [value for status, value in outcomes if status == "error"]
     if errors:
-        raise RuntimeError(f"pipeline: an actor process failed: {errors[0]}")
+        raise BenchError(f"an actor process failed: {errors[0]}")
     latencies = np.concatenate([value for _, value in outcomes]) * 1e3
     dt = s1[4] - s0[4]
     steps, messages, batches, batch_envs = (b - a for a, b in zip(s0[:4], s1[:4], strict=True))

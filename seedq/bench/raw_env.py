@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from seedq.bench.common import compose, frames_per_step, print_json, print_table, split_args
+from seedq.bench.common import (
+    BenchError,
+    compose,
+    frames_per_step,
+    print_json,
+    print_table,
+    split_args,
+)
 from seedq.envs import env_config
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0}
@@ -96,7 +103,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         proc.join(timeout=10)
     errors = [message for status, _, message in outcomes if status == "error"]
     if errors:
-        raise RuntimeError(f"raw-env: an env process failed: {errors[0]}")
+        raise BenchError(f"an env process failed: {errors[0]}")
     per_process = [figures for _, _, figures in sorted(outcomes, key=lambda o: o[1])]
     frames = frames_per_step(cfg)
     rates = [f["env_steps"] / f["seconds"] for f in per_process]
