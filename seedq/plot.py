@@ -105,11 +105,15 @@ def read_curve(run_dir: Path) -> RunCurve:
     )
 
 
-def band(curves: list[RunCurve], axis: str, points: int = 200) -> tuple[np.ndarray, ...]:
-    """Mean, min and max of the curves on a common grid over the range all of them cover."""
+def band(curves: list[RunCurve], axis: str, points: int = 200) -> tuple[np.ndarray, ...] | None:
+    """Mean, min and max of the curves on a common grid over the range all of them cover, from
+    the latest first point to the earliest last one (None when no range is common to all: a
+    mean there would be drawn from no data)."""
     xs = [getattr(c, axis) for c in curves]
-    end = min(x[-1] for x in xs)
-    grid = np.linspace(0.0, end, points)
+    start, end = max(x[0] for x in xs), min(x[-1] for x in xs)
+    if start > end:
+        return None
+    grid = np.linspace(start, end, points)
     ys = np.stack([np.interp(grid, x, c.returns) for x, c in zip(xs, curves, strict=True)])
     return grid, ys.mean(0), ys.min(0), ys.max(0)
 
@@ -133,7 +137,14 @@ def plot(curves: list[RunCurve], out: Path) -> None:
             if len(members) == 1:
                 ax.plot(getattr(members[0], axis), members[0].returns, color=color, label=label)
                 continue
-            grid, mean, low, high = band(members, axis)
+            common = band(members, axis)
+            if common is None:
+                for i, member in enumerate(members):
+                    note = f"{label} ({len(members)} seeds, no range common to all)"
+                    x = getattr(member, axis)
+                    ax.plot(x, member.returns, color=color, alpha=0.7, label=None if i else note)
+                continue
+            grid, mean, low, high = common
             ax.plot(grid, mean, color=color, label=f"{label} ({len(members)} seeds)")
             ax.fill_between(grid, low, high, color=color, alpha=0.2)
     axes[0].set_xlabel("env steps")
@@ -173,7 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if empty:
         print(f"seedq-plot: no returns yet in {', '.join(empty)}; left out", file=sys.stderr)
-    plot(curves, args.out)
+    try:
+        plot(curves, args.out)
+    except (OSError, ValueError) as exc:
+        # An unwritable folder, or a suffix matplotlib has no writer for (it names those).
+        print(f"seedq-plot: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out} ({len(curves) - len(empty)} runs)")
     return 0
 

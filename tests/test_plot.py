@@ -44,7 +44,7 @@ def test_band_is_mean_min_max_over_the_common_range(tmp_path):
         for i, r in enumerate([[0, 10, 20], [0, 20]])
     ]
     grid, mean, low, high = band(runs, "env_steps", points=3)
-    np.testing.assert_allclose(grid, [0, 1000, 2000])  # the shorter run ends at 2000
+    np.testing.assert_allclose(grid, [1000, 1500, 2000])  # the shorter run ends at 2000
     np.testing.assert_allclose((mean[-1], low[-1], high[-1]), (15, 10, 20))
 
 
@@ -83,3 +83,23 @@ def test_cli_refuses_a_file_that_is_not_a_metrics_file_or_has_no_returns_yet(tmp
     fake_run(tmp_path / "late", ["seed=1"], [1, 2])
     assert main([str(early), str(tmp_path / "late"), "-o", str(tmp_path / "l.png")]) == 0
     assert "no returns yet in early; left out" in capsys.readouterr().err
+
+
+def test_band_covers_only_the_range_common_to_all(tmp_path):
+    # A sweep's seed whose rows start after another's end: a mean there was drawn from the
+    # first value held flat back to 0 (np.interp), from no data.
+    late = read_curve(fake_run(tmp_path / "late", ["seed=0"], [1, 2, 3, 4, 5]))
+    late.env_steps = late.env_steps + 3000  # rows at 4000-8000
+    early = read_curve(fake_run(tmp_path / "early", ["seed=1"], [7, 8, 9]))  # 1000-3000
+    assert band([late, early], "env_steps") is None
+    mid = read_curve(fake_run(tmp_path / "mid", ["seed=2"], [1, 2, 3, 4, 5, 6]))  # 1000-6000
+    grid, *_ = band([late, mid], "env_steps", points=3)
+    np.testing.assert_allclose(grid, [4000, 5000, 6000])
+
+
+def test_cli_names_an_output_it_cannot_write(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    fake_run(tmp_path / "runs" / "a", ["seed=0"], [1, 5, 9])
+    for out in (tmp_path / "nope" / "x.png", tmp_path / "x.xyz"):
+        assert main([str(tmp_path / "runs"), "-o", str(out)]) == 2
+        assert f"seedq-plot: cannot write {out}" in capsys.readouterr().err
