@@ -44,6 +44,7 @@ from seedq.envs import (
     procgen,
     rows_per_env,
 )
+from seedq.envs.base import env_spec_of
 from seedq.envs.config import MAX_SEED
 from seedq.envs.gym import obs_transform
 from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
@@ -80,6 +81,7 @@ class Policy:
         self.epsilon = default if epsilon is None else epsilon
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_shape: tuple[int, ...] | None = None  # set by load_policy
+        self.spec: EnvSpec | None = None  # set by load_policy
         self.reset()
 
     def reset(self) -> None:
@@ -127,6 +129,7 @@ def load_policy(
     model.load_state_dict(state["model"])
     policy = Policy(model, config, mode=mode, epsilon=epsilon, seed=seed)
     policy.obs_shape = tuple(spec["obs_shape"])
+    policy.spec = EnvSpec.from_dict(spec)
     return policy
 
 
@@ -261,12 +264,21 @@ def evaluate(
         raise EnvError(f"{exc}; keys are env.<one of {allowed}>") from None
     if env_overrides:
         probe = make_env_batch(env_cfg, rows_per_env(env_cfg), seed=seed)
-        shape = tuple(probe.obs_shape)
+        shape, probed = tuple(probe.obs_shape), env_spec_of(probe)
         probe.close()
         if shape != policy.obs_shape:
             raise EnvError(
                 f"with {env_overrides} the env gives observations of shape {shape}; the policy "
                 f"was trained on {policy.obs_shape}"
+            )
+        trained = policy.spec
+        if (probed.action_kind, probed.num_actions) != (trained.action_kind, trained.num_actions):
+            # Fewer actions played on silently (a 3-action policy on a 5-action game); more
+            # failed mid-episode.
+            raise EnvError(
+                f"with {env_overrides} the env takes {probed.num_actions} {probed.action_kind} "
+                f"actions; the policy was trained on {trained.num_actions} "
+                f"{trained.action_kind} ones"
             )
     if env_cfg.kind == "fake":
         raise EnvError("env.kind=fake has nothing to evaluate")

@@ -129,3 +129,21 @@ def test_env_overrides_change_the_evaluation_env_but_not_the_observation_shape(
     assert "env.<one of" in capsys.readouterr().err
     assert main([f"checkpoint={cartpole_run}", "env.kind=gym", "env.id=Acrobot-v1"]) == 2
     assert "trained on (4,)" in capsys.readouterr().err
+
+
+def test_env_overrides_that_change_the_actions_are_refused(cartpole_run, capsys, monkeypatch):
+    # A MinAtar Breakout policy (3 actions) played Asterix (5, same frames) without a word.
+    import dataclasses
+
+    import seedq.evaluate as evaluate
+
+    loaded = evaluate.load_policy
+
+    def three_actions(*args, **kwargs):
+        policy = loaded(*args, **kwargs)
+        policy.spec = dataclasses.replace(policy.spec, num_actions=3)
+        return policy
+
+    monkeypatch.setattr(evaluate, "load_policy", three_actions)
+    assert main([f"checkpoint={cartpole_run}", "env.max_episode_steps=20"]) == 2
+    assert "takes 2 discrete actions; the policy was trained on 3" in capsys.readouterr().err
