@@ -319,10 +319,19 @@ def print_keys(argv: list[str]) -> None:
         "env, hardware and tuning YAML groups may set others: seedq-train --cfg job shows a run's)"
     )
     print("env=<kind>, each with keys of its own: " + ", ".join(BACKENDS))
+    shown = 0
     for doc in describe(schema_for(algorithm, kind)):
         if prefixes and not any(doc.key.startswith(p) for p in prefixes):
             continue
         print(f"  {doc.key} = {doc.default!r}\n      {doc.help}")
+        shown += 1
+    if not shown:
+        print(
+            f"seedq-train --keys: no key of algorithm={algorithm}, env={kind} starts with "
+            f"{' or '.join(prefixes)} (algorithms: {', '.join(agent_names())})",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_REFUSED)
 
 
 def default_choice(group: str) -> str:

@@ -78,6 +78,12 @@ class Policy:
         alg = SimpleNamespace(**config["algorithm"])
         self.select = agent.make_selector(alg, greedy=mode == "greedy")
         default = agent.default_epsilon(alg)
+        if default is None and epsilon is not None:
+            # It changed nothing: only a value-based policy (R2D2) acts epsilon-greedily.
+            raise ValueError(
+                f"epsilon={epsilon}: a {self.algorithm} policy has no epsilon (only R2D2's "
+                "acts epsilon-greedily); mode=greedy or mode=sample chooses how it acts"
+            )
         self.epsilon = default if epsilon is None else epsilon
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_shape: tuple[int, ...] | None = None  # set by load_policy
@@ -310,10 +316,17 @@ def check_arguments(*, episodes: int, epsilon: float | None, seed: int) -> None:
         raise ValueError(f"seed={seed} is out of range; it must be in [0, {MAX_SEED}]")
 
 
+def flag(value: str) -> bool:
+    """``video=``'s value: a typo (``video=ture``, ``video=on``) is refused, not read as false."""
+    if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+        raise ValueError(value)
+    return value.lower() in ("1", "true", "yes")
+
+
 ARGUMENTS = {
     "checkpoint": str,
     "episodes": int,
-    "video": lambda v: v.lower() in ("1", "true", "yes"),
+    "video": flag,
     "mode": str,
     "epsilon": float,
     "seed": int,
@@ -342,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             args[key] = ARGUMENTS[key](value)
         except ValueError:
-            kind = "an integer" if ARGUMENTS[key] is int else "a number"
+            kind = {int: "an integer", flag: "true or false"}.get(ARGUMENTS[key], "a number")
             print(f"seedq-eval: {key}={value!r} is not {kind}", file=sys.stderr)
             return 2
     if "checkpoint" not in args:

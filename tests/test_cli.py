@@ -192,3 +192,10 @@ def test_a_run_stops_at_its_target_between_rows(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stop_reason"] == "target_return", summary
     assert summary["return_at_target"] >= 60 and summary["time_to_target_s"] < 50, summary
+
+
+def test_keys_with_a_prefix_no_key_has_says_so():
+    result = run_cli("--keys", "algorithm.nope")
+    assert result.returncode == 2, result.stdout  # it printed only the header, with exit 0
+    assert "no key of algorithm=vtrace, env=cartpole starts with algorithm.nope" in result.stdout
+    assert run_cli("--keys", "ppo", "algorithm.clip").returncode == 0

@@ -147,3 +147,12 @@ def test_env_overrides_that_change_the_actions_are_refused(cartpole_run, capsys,
     monkeypatch.setattr(evaluate, "load_policy", three_actions)
     assert main([f"checkpoint={cartpole_run}", "env.max_episode_steps=20"]) == 2
     assert "takes 2 discrete actions; the policy was trained on 3" in capsys.readouterr().err
+
+
+def test_an_epsilon_for_a_policy_without_one_and_a_misspelt_flag_are_refused(cartpole_run, capsys):
+    # epsilon= changed nothing for V-trace's policy, and video=maybe read as false.
+    assert main([f"checkpoint={cartpole_run}", "epsilon=0.5", "episodes=1"]) == 2
+    assert "a vtrace policy has no epsilon" in capsys.readouterr().err
+    for value in ("maybe", "on", "ture"):
+        assert main([f"checkpoint={cartpole_run}", f"video={value}"]) == 2
+        assert f"video={value!r} is not true or false" in capsys.readouterr().err

@@ -113,3 +113,13 @@ def test_a_batch_too_large_for_a_message_is_refused_before_start(tmp_path):
         in result.stdout
     )
     assert "broker.max_message_bytes=1000000" in result.stdout
+    assert "lower actor.envs_per_batch to at most 1 or raise" in result.stdout
+    # A limit no single env fits: the remedy is a larger limit, not "at most 0" envs.
+    none_fit = run_cli(
+        "env=fake",
+        "env.obs_shape=[256,256]",
+        "broker.max_message_bytes=100000",
+        f"hydra.run.dir={tmp_path / 'none'}",
+    )
+    assert none_fit.returncode == 2, none_fit.stdout
+    assert "raise broker.max_message_bytes to at least 589830 (one env" in none_fit.stdout

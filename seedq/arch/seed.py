@@ -53,13 +53,19 @@ def check_message_size(cfg: Any, spec: EnvSpec) -> None:
     obs_bytes = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
     largest = 2 * n * obs_bytes + n * (4 + 1 + 1) + STEP_HEADER_BYTES
     if largest > cfg.broker.max_message_bytes:
+        fitting = largest_fitting_batch(cfg, obs_bytes)
+        remedy = (
+            f"lower actor.envs_per_batch to at most {fitting} or raise broker.max_message_bytes"
+            if fitting
+            # Not even one env fits: only a larger limit helps.
+            else "raise broker.max_message_bytes to at least "
+            f"{2 * obs_bytes + 6 + STEP_HEADER_BYTES} (one env's largest Step)"
+        )
         raise ConfigError(
             f"actor.envs_per_batch={n} envs x {obs_bytes} bytes per observation "
             f"(shape {list(spec.obs_shape)}, {spec.obs_dtype}) make Step messages of up to "
             f"{largest} bytes (observations and final observations), more than "
-            f"broker.max_message_bytes={cfg.broker.max_message_bytes}; lower "
-            f"actor.envs_per_batch to at most {largest_fitting_batch(cfg, obs_bytes)} or raise "
-            "broker.max_message_bytes"
+            f"broker.max_message_bytes={cfg.broker.max_message_bytes}; {remedy}"
         )
 
 
