@@ -59,6 +59,36 @@ def test_a_corrupt_checkpoint_is_refused_naming_the_file(tmp_path):
         load_checkpoint(find_checkpoint(str(tmp_path)))
 
 
+def test_files_that_are_not_checkpoints_say_what_they_hold_and_which_older_one_to_take(
+    tmp_path,
+):
+    folder = tmp_path / "checkpoints"
+    older = save_checkpoint(str(tmp_path), state(100), keep=3)
+    torch.save([1, 2], folder / "ckpt-000000000200.pt")
+    torch.save({"a": 1}, folder / "ckpt-000000000300.pt")
+    (folder / "ckpt-000000000400.pt").write_bytes(b"garbage")
+    with pytest.raises(
+        CheckpointError, match=r"not a seedq checkpoint \(a torch file holding a list\)"
+    ):
+        load_checkpoint(folder / "ckpt-000000000200.pt")
+    with pytest.raises(CheckpointError, match=r"holding a dict without a format"):
+        load_checkpoint(folder / "ckpt-000000000300.pt")
+    with pytest.raises(CheckpointError) as garbage:
+        load_checkpoint(folder / "ckpt-000000000400.pt")
+    message = str(garbage.value)
+    assert "\n" not in message  # torch's page of advice is cut to its first line
+    assert message.endswith(
+        "Its folder has 3 older one(s), newest ckpt-000000000300.pt: resume from it"
+    )
+    # The only checkpoint of its folder: no older one to point at.
+    with open(older, "r+b") as f:
+        f.seek(200)
+        f.write(b"\x00" * 64)
+    with pytest.raises(CheckpointError) as only:
+        load_checkpoint(older)
+    assert "older" not in str(only.value)
+
+
 def test_a_checkpoint_of_another_config_is_refused_naming_the_difference(tmp_path):
     saved = {"algorithm": {"name": "vtrace", "model": {"lstm_size": 256}}, "env": {"id": "Pong"}}
     here = {"algorithm": {"name": "vtrace", "model": {"lstm_size": 256}}, "env": {"id": "Cart"}}

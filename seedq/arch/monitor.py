@@ -184,7 +184,7 @@ class Monitor:
             env_steps=steps,
             wall_time_s=round(elapsed, 2),
             steps_per_s=round(steps / max(elapsed, 1e-9), 1),
-            return_mean=self.return_mean,
+            return_mean=None if self.return_mean is None else round(self.return_mean, 4),
             episodes=self.stats.episodes,
             updates=self.agent.stats.updates,
             time_to_target_s=None if self.time_to_target is None else round(self.time_to_target, 1),

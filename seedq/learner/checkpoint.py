@@ -216,19 +216,38 @@ def load_newest(run_dir: str) -> tuple[Path, dict[str, Any]] | None:
     return None
 
 
+def first_line(exc: BaseException) -> str:
+    """An error's first line (torch's unpickling errors run to a page of advice)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def older_ones(path: Path) -> str:
+    """The advice after a checkpoint that does not read: its run's older ones, if it has any."""
+    older = [p for p in list_checkpoints(path.parent) if p.name < path.name]
+    if not older:
+        return ""
+    return f". Its folder has {len(older)} older one(s), newest {older[-1].name}: resume from it"
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint (tensors and plain data only: no code is unpickled)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to read means the same to the user
         raise CheckpointError(
-            f"{path} cannot be read ({type(exc).__name__}: {exc}); it is damaged or not a "
-            "seedq checkpoint. Resume from an older one in the same folder"
+            f"{path} cannot be read ({type(exc).__name__}: {first_line(exc)}); it is damaged "
+            "or not a "
+            f"seedq checkpoint{older_ones(Path(path))}"
         ) from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+    if not isinstance(state, dict) or "format" not in state:
         raise CheckpointError(
-            f"{path} has checkpoint format {found!r}; this seedq reads format {FORMAT}"
+            f"{path} is not a seedq checkpoint (a torch file holding a "
+            f"{type(state).__name__}{' without a format' if isinstance(state, dict) else ''})"
+        )
+    if state["format"] != FORMAT:
+        raise CheckpointError(
+            f"{path} has checkpoint format {state['format']!r}; this seedq reads format {FORMAT}"
         )
     config = state.get("config")
     if isinstance(config, dict) and isinstance(config.get("env"), dict):
