@@ -112,6 +112,16 @@ def test_a_composed_config_is_sized_and_the_choice_logged(caplog):
     }
     assert (cfg.actor.num_actors, cfg.env.num_threads) == (14, 1)
     assert "actor.num_actors=14" in caplog.text and "env.num_threads=1" in caplog.text
+    assert "sized to 16 cores, 2 of them for the learner's threads" in caplog.text
+
+
+def test_a_share_of_one_core_says_it_shares_it_with_the_learner(caplog):
+    # Under the joblib launcher each of two runs on 2 cores gets one: "sized to 1 cores, 2 of
+    # them for the learner's threads" read as a contradiction.
+    cfg = compose_config("env=atari")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        size_config(cfg, cores=1)
+    assert "sized to 1 core, shared with the learner's" in caplog.text
 
 
 def test_a_family_without_cpp_threads_sizes_the_workers_only(caplog):

@@ -172,11 +172,17 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
         _set(cfg, key, value)
     if changed and arch != "anakin":
         shown = [k for k in keys if k != "arch.sebulba.threads" or arch == "sebulba"]
+        learner = (
+            f"{sizes.learner_threads} of them for the learner's threads"
+            if sizes.learner_threads < cores
+            # A run's share of a few cores (several runs at once): it has none to set apart.
+            else f"shared with the learner's {sizes.learner_threads} threads"
+        )
         log.info(
-            "sized to %d cores, %d of them for the learner's threads: %s (%s%sset a key to "
-            "choose it)",
+            "sized to %d core%s, %s: %s (%s%sset a key to choose it)",
             cores,
-            sizes.learner_threads,
+            "" if cores == 1 else "s",
+            learner,
             ", ".join(f"{k}={_get(cfg, k)}" for k in shown),
             f"{env_key}=0: one per core in each vector env; " if env_key else "",
             f"at most actor.max_envs={cfg.actor.max_envs} envs; " if max_actors else "",
