@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -428,8 +429,6 @@ def unusable_run_dir(argv: list[str]) -> str | None:
     """The refusal of a ``run_dir=`` (or ``hydra.run.dir=``) that cannot hold a run: a file, a
     path through a file, a folder this user cannot write; None if there is none. Checked
     before Hydra, whose own setup of the folder and its log fails there with a traceback."""
-    import os
-
     for arg in argv:
         key, _, value = arg.partition("=")
         if key not in ("run_dir", "hydra.run.dir") or not value or "${" in value:
@@ -464,7 +463,12 @@ def shared_sweep_dir(argv: list[str]) -> str | None:
 
 def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
-        print_keys(sys.argv[2:])
+        try:
+            print_keys(sys.argv[2:])
+        except BrokenPipeError:
+            # `seedq-train --keys | head`: the reader left; Python's flush at exit would raise
+            # again on the same pipe.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     argv = sys.argv[1:]
     if refusal := (
