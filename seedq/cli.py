@@ -113,10 +113,16 @@ def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dic
     from seedq.learner.checkpoint import load_newest
 
     if not fixed_run_dir(hydra_cfg):
+        example = (
+            # One folder for every job of a sweep would be refused: one per job.
+            "'run_dir=runs/sweep/${hydra:job.num}', one per job of this sweep"
+            if hydra_cfg.mode == RunMode.MULTIRUN
+            else "run_dir=runs/pong-1"
+        )
         raise ConfigError(
-            "resume=auto needs the same run directory at every start: add run_dir=DIR (e.g. "
-            "run_dir=runs/pong-1); without it each start gets a new dated directory with "
-            "nothing to resume"
+            f"resume=auto needs the same run directory at every start: add run_dir=DIR (e.g. "
+            f"{example}); without it each start gets a new dated directory with nothing to "
+            "resume"
         )
     run_dir = str(composed.run_dir)
     found = load_newest(run_dir)
