@@ -396,3 +396,14 @@ def test_ordinary_mistakes_exit_2_in_one_line(args, message):
     result = bench(*args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_contention_leaves_no_run_dir_of_its_train_copies(tmp_path):
+    # seedq-bench train keeps the run dir its figures name; contention's copies left theirs
+    # (one per copy and round) in the TMPDIR.
+    result = bench(
+        "contention", "copies=2", "seconds=1", "warmup_s=0.3", "total_env_steps=100000000",
+        tmp=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert left_in(tmp_path) == []

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from seedq.bench.common import BenchError, print_json, print_table, split_args
+from seedq.bench.common import BenchError, print_json, print_table, scratch_dir, split_args
 
 OPTIONS = {
     "copies": 2,
@@ -127,7 +127,7 @@ def run_phase(command: list[str] | str, copies: int, burners: int, options: dict
         for out in logs:
             procs.append(
                 subprocess.Popen(
-                    command,
+                    with_run_dir(command),
                     shell=isinstance(command, str),
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -156,6 +156,20 @@ def run_phase(command: list[str] | str, copies: int, burners: int, options: dict
             burner.wait()
         for out in logs:
             out.close()
+
+
+_runs: list[str] = []
+
+
+def with_run_dir(command: list[str] | str) -> list[str] | str:
+    """A ``seedq-bench train`` copy with a run dir of its own under this bench's scratch dir,
+    removed when the bench exits (train keeps the dir it reports: the copies left theirs in
+    the TMPDIR). A user's ``command=`` is run as given."""
+    if isinstance(command, str):
+        return command
+    if not _runs:
+        _runs.append(scratch_dir("seedq-bench-contention-"))
+    return [*command, f"run_dir={tempfile.mkdtemp(dir=_runs[0])}"]
 
 
 def copy_command(options: dict, overrides: list[str], runs: int = 1) -> list[str] | str:
