@@ -315,3 +315,22 @@ def test_tensorboards_writer_thread_is_quiet_on_a_full_disk_and_other_threads_ar
         thread.start()
         thread.join()
     assert reported == ["another"]
+
+
+def test_an_mlflow_server_is_given_bounded_retries_unless_the_user_set_them(monkeypatch):
+    # MLflow's own retries (7, backoff factor 2, 120 s a request) held a run's start for
+    # minutes on a server that did not answer, before the tracker was reported and dropped.
+    from seedq.tracking.config import MlflowConfig
+    from seedq.tracking.mlflow_log import HTTP_DEFAULTS, tracking_uri
+
+    for key in HTTP_DEFAULTS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")  # the user's own
+    assert tracking_uri(MlflowConfig(tracking_uri="http://mlflow.example:5000"))[0].startswith(
+        "http://"
+    )
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    tracking_uri(MlflowConfig(tracking_uri=None))  # the local SQLite store: no HTTP settings
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ

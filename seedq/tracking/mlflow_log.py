@@ -33,6 +33,7 @@ def tracking_uri(settings: MlflowConfig) -> tuple[str, bool]:
     uri = settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         _allow_file_store(uri)
+        _bounded_http(uri)
         return uri, False
     return f"sqlite:///{Path(DEFAULT_STORE).resolve()}", True
 
@@ -41,6 +42,22 @@ def _allow_file_store(uri: str) -> None:
     if uri.startswith("file:") or "://" not in uri:
         # MLflow 3 refuses its file store unless asked; naming one in the config is asking.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
+# MLflow retries a tracking server 7 times with a backoff factor of 2 and a 120 s timeout per
+# request: a server that does not answer held the run's start for minutes before the tracker
+# was reported and dropped. A user's own MLFLOW_HTTP_REQUEST_* settings are kept.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
+
+
+def _bounded_http(uri: str) -> None:
+    if uri.startswith(("http://", "https://")):
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
 
 
 @contextlib.contextmanager
