@@ -368,7 +368,8 @@ def test_resume_of_a_moved_run_goes_on_in_the_folder_it_names(tmp_path, monkeypa
     (tmp_path / "orig").rename(tmp_path / "moved")
     moved = tmp_path / "moved"
     before = _checkpoints(moved)
-    again = run_cli(f"resume={moved}", "total_env_steps=6000")
+    steps = int(before[-1][5:17])  # a fake env steps fast: past the budget by a batch or more
+    again = run_cli(f"resume={moved}", f"total_env_steps={steps + 20000}")
     assert again.returncode == 0, again.stdout
     # The checkpoint's saved run_dir (orig) is where it was written, not where the run is now.
     assert not (tmp_path / "orig").exists() and not (tmp_path / "runs").exists()
@@ -378,17 +379,23 @@ def test_resume_of_a_moved_run_goes_on_in_the_folder_it_names(tmp_path, monkeypa
 
 def test_resume_of_an_older_checkpoint_sets_the_newer_ones_aside(tmp_path):
     run_dir = tmp_path / "run"
-    for steps in (2000, 6000):
-        done = run_cli(*FAKE, f"run_dir={run_dir}", "resume=auto", f"total_env_steps={steps}")
-        assert done.returncode == 0, done.stdout
+    first = run_cli(*FAKE, f"run_dir={run_dir}", "total_env_steps=2000")
+    assert first.returncode == 0, first.stdout
+    (oldest,) = _checkpoints(run_dir)
+    steps = int(oldest[5:17])  # a fake env steps fast: past the budget by a batch or more
+    more = run_cli(*FAKE, f"run_dir={run_dir}", "resume=auto", f"total_env_steps={steps + 20000}")
+    assert more.returncode == 0, more.stdout
     oldest, *newer = _checkpoints(run_dir)
     assert newer
-    again = run_cli(f"resume={run_dir / 'checkpoints' / oldest}", "total_env_steps=4000")
+    again = run_cli(f"resume={run_dir / 'checkpoints' / oldest}", f"total_env_steps={steps + 1}")
     assert again.returncode == 0, again.stdout
     aside = run_dir / "checkpoints" / f"superseded-{oldest.removeprefix('ckpt-')[:-3]}"
     assert sorted(p.name for p in aside.iterdir()) == newer  # kept, not deleted
-    # resume=auto and seedq-eval now find this run's own newest checkpoint.
-    assert all(int(name[5:17]) < 6000 for name in _checkpoints(run_dir))
+    # resume=auto and seedq-eval now find this run's own newest checkpoint: the one it wrote
+    # at its end (its steps may pass the set-aside ones', a fake env steps fast).
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert not set(newer) & set(_checkpoints(run_dir))
+    assert int(_checkpoints(run_dir)[-1][5:17]) == summary["env_steps"]
 
 
 def test_a_second_run_into_a_live_run_dir_is_refused(tmp_path):
