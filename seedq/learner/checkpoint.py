@@ -237,8 +237,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - any failure to read means the same to the user
         raise CheckpointError(
             f"{path} cannot be read ({type(exc).__name__}: {first_line(exc)}); it is damaged "
-            "or not a "
-            f"seedq checkpoint{older_ones(Path(path))}"
+            f"or not a seedq checkpoint{older_ones(Path(path))}"
         ) from None
     if not isinstance(state, dict) or "format" not in state:
         raise CheckpointError(
