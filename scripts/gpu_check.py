@@ -46,6 +46,8 @@ PONG = ["env=atari", "env.id=ALE/Pong-v5"]
 NO_STICKY = "env.repeat_action_probability=0"
 BENCH_LINE = re.compile(r"^\{.*\}$")
 PONG_TARGET = 18
+# The Pong training steps whose frames/s compare() reads against raw_env's and Sample Factory's.
+SHARE_STEPS = ("pong_share", "pong_share_graphs")
 # Sample Factory 2.1.1's fastest Pong configuration on the H100 machine (docs: DESIGN numbers).
 SF_WORKERS, SF_ENVS, SF_BATCH = 16, 32, 2048
 # "Fps is (10 sec: 35123.4, 60 sec: ..., 300 sec: ...)": Sample Factory's progress line.
@@ -234,6 +236,24 @@ def plan(
             ),
             400,
             "bench",
+            gpu_util=True,
+        ),
+        Step(
+            "pong_share_graphs",
+            "pong_share with hardware.cuda_graphs=true (each minibatch update replayed from a "
+            "CUDA graph)",
+            bench(
+                "train",
+                hw,
+                *pong,
+                "hardware.amp=bf16",
+                "hardware.cuda_graphs=true",
+                seconds_(120, 5, floor=30),
+                f"warmup_s={max(10, 20 * scale):g}",
+            ),
+            400,
+            "bench",
+            skip=cpu_skip,
             gpu_util=True,
         ),
         sample_factory_step(cpu, runs, sf_site, 60 if cpu else max(90, 240 * scale)),
@@ -449,21 +469,22 @@ def run_step(step: Step, log) -> Result:  # noqa: ANN001 - a text file
 
 
 def compare(results: list[Result]) -> None:
-    """Pong training's frames/s as a share of raw_env's and as a multiple of Sample Factory's,
-    written into pong_share's figures once the steps it needs have passed."""
+    """Pong training's frames/s (pong_share's, and pong_share_graphs') as a share of
+    raw_env's and as a multiple of Sample Factory's, written into that step's figures once
+    the steps it needs have passed."""
     by_name = {r.name: r for r in results if r.status == "pass"}
-    share = by_name.get("pong_share")
-    if share is None or not share.figures.get("frames_per_s"):
-        return
-    frames, found = share.figures["frames_per_s"], {}
-    raw = by_name.get("raw_env")
-    if raw is not None and raw.figures.get("frames_per_s"):
-        found["share_of_raw_env"] = round(frames / raw.figures["frames_per_s"], 3)
-    sf = by_name.get("sample_factory")
-    if sf is not None and sf.figures.get("frames_per_s_max"):
-        found["x_sample_factory"] = round(frames / sf.figures["frames_per_s_max"], 2)
-    # First, so the report's figures column shows them before it is cut.
-    share.figures = {**found, "frames_per_s": frames, **share.figures}
+    raw, sf = by_name.get("raw_env"), by_name.get("sample_factory")
+    for name in SHARE_STEPS:
+        share = by_name.get(name)
+        if share is None or not share.figures.get("frames_per_s"):
+            continue
+        frames, found = share.figures["frames_per_s"], {}
+        if raw is not None and raw.figures.get("frames_per_s"):
+            found["share_of_raw_env"] = round(frames / raw.figures["frames_per_s"], 3)
+        if sf is not None and sf.figures.get("frames_per_s_max"):
+            found["x_sample_factory"] = round(frames / sf.figures["frames_per_s_max"], 2)
+        # First, so the report's figures column shows them before it is cut.
+        share.figures = {**found, "frames_per_s": frames, **share.figures}
 
 
 def machine(cpu: bool) -> dict[str, Any]:

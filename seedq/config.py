@@ -124,6 +124,11 @@ def validate(cfg: Any) -> None:
     env = cfg.env if isinstance(cfg.env, EnvConfig) else OmegaConf.to_object(cfg.env)
     validate_env(env, cfg.actor)
     validate_hardware(cfg.hardware)
+    if cfg.hardware.cuda_graphs and cfg.algorithm.name != "vtrace":
+        raise ConfigError(
+            f"hardware.cuda_graphs=true records V-trace's updates only; algorithm="
+            f"{cfg.algorithm.name} runs its updates eagerly: drop the key"
+        )
     validate_actor(cfg.actor)
     validate_broker(cfg.broker)
     validate_security(cfg.security, cfg.broker.host)

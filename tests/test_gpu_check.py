@@ -29,6 +29,7 @@ EVERY_STEP = [
     "pong_compile_max-autotune",
     "raw_env",
     "pong_share",
+    "pong_share_graphs",
     "sample_factory",
     "bench_inference",
     "bench_train",
@@ -56,7 +57,7 @@ def test_the_gpu_plan_covers_every_step_and_skips_nccl_on_one_gpu(tmp_path):
 def test_pong_overrides_reach_every_pong_step_but_sebulbas(tmp_path):
     extra = ("actor.batches_per_actor=4", "algorithm.minibatch_size=256")
     steps = {s.name: s for s in gpu_check.plan(False, 1, tmp_path, 10, pong_overrides=extra)}
-    pong = ["pong_bf16", "raw_env", "pong_share", *(n for n in steps if "compile" in n)]
+    pong = ["pong_bf16", "raw_env", *(n for n in steps if "compile" in n or "share" in n)]
     assert all(set(extra) <= set(steps[name].argv) for name in pong)
     others = [s for name, s in steps.items() if name not in pong]
     assert not any(set(extra) & set(s.argv) for s in others)
@@ -64,7 +65,9 @@ def test_pong_overrides_reach_every_pong_step_but_sebulbas(tmp_path):
 
 def test_the_cpu_plan_runs_everything_but_the_compile_modes_on_the_cpu(tmp_path):
     steps = gpu_check.plan(True, 0, tmp_path, 10)
-    skipped = [n for n in EVERY_STEP if "compile" in n or n == "sample_factory"]
+    skipped = [
+        n for n in EVERY_STEP if "compile" in n or n in ("sample_factory", "pong_share_graphs")
+    ]
     assert [s.name for s in steps if s.skip] == skipped
     assert not any("hardware=gpu" in s.argv for s in steps)
 
@@ -88,10 +91,12 @@ def test_sample_factory_is_judged_by_its_progress_lines_and_compared_with_seedq(
         gpu_check.Result("raw_env", "", "", "pass", figures={"frames_per_s": 100000.0}),
         gpu_check.Result("sample_factory", "", "", "pass", figures=figures),
         gpu_check.Result("pong_share", "", "", "pass", figures={"frames_per_s": 80000.0}),
+        gpu_check.Result("pong_share_graphs", "", "", "pass", figures={"frames_per_s": 90000.0}),
     ]
     gpu_check.compare(results)
     assert results[2].figures["share_of_raw_env"] == 0.8
     assert results[2].figures["x_sample_factory"] == 2.0
+    assert results[3].figures["share_of_raw_env"] == 0.9
 
 
 def test_a_step_past_its_time_limit_is_interrupted_and_its_output_kept():
@@ -218,6 +223,7 @@ def test_the_whole_dry_run_passes_on_the_cpu(tmp_path):
     assert {n for n, s in statuses.items() if s == "skip"} == {
         "cuda_tests",
         "sample_factory",
+        "pong_share_graphs",
         *(n for n in EVERY_STEP if "compile" in n),
     }
 

@@ -4,6 +4,8 @@ the autocast a forward pass runs under."""
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -30,9 +32,31 @@ def to_device(
 
 
 def amp_autocast(
-    device: torch.device, amp_dtype: torch.dtype | None
+    device: torch.device, amp_dtype: torch.dtype | None, *, cache: bool = True
 ) -> contextlib.AbstractContextManager:
-    """Autocast to ``amp_dtype`` on ``device`` (``hardware.amp``); nothing when it is None."""
+    """Autocast to ``amp_dtype`` on ``device`` (``hardware.amp``); nothing when it is None.
+    ``cache=False``: no cache of the weights' low-precision copies, which a CUDA graph must not
+    capture (it would replay casts of the weights it was captured with)."""
     if amp_dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=amp_dtype)
+    return torch.autocast(device.type, dtype=amp_dtype, cache_enabled=cache)
+
+
+_capture = threading.local()
+
+
+def capturing() -> bool:
+    """Whether this thread is recording an update for a CUDA graph (:func:`recording`): code
+    that caches tensors between calls computes them afresh instead, since a graph replays the
+    tensors it read at capture, never a cache's later ones."""
+    return getattr(_capture, "active", False)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """Mark this thread as recording (:func:`capturing`) for the block's duration."""
+    _capture.active = True
+    try:
+        yield
+    finally:
+        _capture.active = False

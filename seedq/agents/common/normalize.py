@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from seedq.core.collective import LearnerCollective
+from seedq.core.tensors import capturing
 
 Moments = tuple[Tensor, Tensor, Tensor]  # float64 count [], mean [*shape], var [*shape]
 
@@ -135,7 +136,7 @@ class BufferDerived:
         self._entry: tuple[tuple[tuple[Tensor, int], ...], Any] | None = None
 
     def get(self, buffers: tuple[Tensor, ...], make: Callable[[], Any]) -> Any:  # noqa: ANN401 - what make returns
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or capturing():
             return make()
         entry = self._entry
         if entry is not None and all(

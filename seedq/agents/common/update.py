@@ -80,8 +80,8 @@ class GradientStep:
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         return to_device(array, self.device, self.pin_memory)
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        return amp_autocast(self.device, self.amp_dtype)
+    def autocast(self, *, cache: bool = True) -> contextlib.AbstractContextManager:
+        return amp_autocast(self.device, self.amp_dtype, cache=cache)
 
     def zero_grad(self) -> None:
         """``optimizer.zero_grad(set_to_none=True)`` for the parameters this step clips and
@@ -123,6 +123,25 @@ class GradientStep:
             if after_step is not None:
                 after_step()
         return grad_norm
+
+    def step_prepared(
+        self, loss: torch.Tensor, grad_norm: torch.Tensor, grads: list[torch.Tensor | None]
+    ) -> float:
+        """Step with gradients an update already computed and clipped (a CUDA graph's,
+        :class:`~seedq.agents.common.graphs.GraphedUpdate`): ``grads`` per parameter, in
+        :attr:`parameters`' order, and ``grad_norm`` their norm before clipping. One host
+        read of the loss and the norm; the step is taken only when both are finite, under the
+        weights lock, as :meth:`apply` takes it. Returns the norm (NaN: skipped)."""
+        norm, total = torch.stack((grad_norm.float(), loss.detach().float())).tolist()
+        if not (math.isfinite(norm) and math.isfinite(total)):
+            return math.nan
+        # The graph's own gradient tensors: whatever set .grad since (an eager update) must
+        # not be what the optimizer reads.
+        for param, grad in zip(self.parameters, grads, strict=True):
+            param.grad = grad
+        with self.weights_lock:
+            optimizer_step(self.optimizer)
+        return norm
 
 
 def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:

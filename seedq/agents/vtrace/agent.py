@@ -4,6 +4,7 @@ in the package's docstring, kept free of torch so configs validate without it)."
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from seedq.agents.common.base import discrete_network
@@ -14,6 +15,8 @@ from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.agents.vtrace.network import build_network
 from seedq.core.agent import RunContext
 from seedq.messages import EnvSpec
+
+log = logging.getLogger(__name__)
 
 
 class VTraceAgent(OnPolicyAgent):
@@ -47,6 +50,7 @@ class VTraceAgent(OnPolicyAgent):
             total_env_steps=ctx.cfg.total_env_steps,
             spec=ctx.spec,
             seed=ctx.cfg.seed,
+            graphs=graph_mode(ctx),
         )
 
     def progress(self, row: dict[str, Any]) -> str:
@@ -56,3 +60,19 @@ class VTraceAgent(OnPolicyAgent):
             f"loss pg {row['loss/pg']:.3g} baseline {row['loss/baseline']:.3g} "
             f"entropy {row['loss/entropy']:.3g} kl {row['train/approx_kl']:.2g}"
         )
+
+
+def graph_mode(ctx: RunContext) -> str:
+    """``cuda`` when the run asks for CUDA graphs (``hardware.cuda_graphs``) of a learner forward
+    that is not compiled (arch=anakin's ``hardware.compile`` compiles it), else ``none``."""
+    hardware = getattr(ctx.cfg, "hardware", None)
+    if not getattr(hardware, "cuda_graphs", False):
+        return "none"
+    if ctx.compile_training != "none":
+        log.warning(
+            "hardware.cuda_graphs: the learner's forward is compiled (hardware.compile=%s); "
+            "its updates run as compiled, not recorded",
+            ctx.compile_training,
+        )
+        return "none"
+    return "cuda"

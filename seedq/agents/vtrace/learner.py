@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from seedq.agents.common.graphs import GraphedUpdate, Prepared
 from seedq.agents.common.indicators import param_groups
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.onpolicy import LossMeans, OnPolicyLearner
-from seedq.agents.common.update import GradientStep, Placement, make_adam
+from seedq.agents.common.update import GradientStep, Placement, clip_grad_norm, make_adam
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.loss import (
     VTraceLoss,
@@ -24,6 +26,11 @@ from seedq.agents.vtrace.loss import (
 )
 from seedq.core.unroll import TIME_FIELDS, Unroll, take_columns
 from seedq.messages import EnvSpec
+
+log = logging.getLogger(__name__)
+# hardware.cuda_graphs' choices for the learner: eager updates, recorded ones, or (tests) the
+# recorded path's plumbing run eagerly on any device.
+GRAPH_MODES = ("none", "cuda", "emulate")
 
 
 class BatchTargets(NamedTuple):
@@ -54,7 +61,11 @@ def make_optimizer(
 
 
 class VTraceLearner(OnPolicyLearner):
-    """One V-trace update per batch; owns the optimizer and the reward scaler."""
+    """One V-trace update per batch; owns the optimizer and the reward scaler.
+
+    ``graphs``: ``cuda`` replays each minibatch update of the feed-forward path from a CUDA
+    graph (``hardware.cuda_graphs``, :mod:`seedq.agents.common.graphs`); ``emulate`` runs that
+    path's plumbing eagerly (tests); ``none``: eager updates."""
 
     def __init__(
         self,
@@ -65,11 +76,23 @@ class VTraceLearner(OnPolicyLearner):
         total_env_steps: int,
         spec: EnvSpec | None = None,
         seed: int = 0,
+        graphs: str = "none",
     ) -> None:
         optimizer = make_optimizer(model, cfg, spec)
         step = GradientStep(model.parameters(), optimizer, placement, grad_clip=cfg.grad_clip)
         super().__init__(model, cfg, step, total_env_steps=total_env_steps)
         self._rng = np.random.default_rng(seed)
+        if graphs not in GRAPH_MODES:
+            raise ValueError(f"graphs={graphs!r}; expected one of {GRAPH_MODES}")
+        self.graphed: GraphedUpdate | None = None
+        if graphs != "none":
+            if step.collective is not None or step.scaler.is_enabled():
+                raise ValueError(
+                    "CUDA graphs record one rank's update without a grad scaler: not with "
+                    "several learner ranks or fp16"
+                )
+            self.graphed = GraphedUpdate(step, self._graph_update, emulate=graphs == "emulate")
+        self._eager_noted = False
 
     def loss(self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
@@ -178,24 +201,49 @@ class VTraceLearner(OnPolicyLearner):
             # index_select copies whole rows; advanced indexing (flat[index]) goes element by
             # element: 18x slower on a CPU for a minibatch of Atari frames (4.7 vs 0.26 ms).
             rows = flat.index_select(0, index)[None]
-            with self.step.autocast():
-                out, _ = self.model(
-                    rows, torch.zeros(rows.shape[:2], dtype=torch.bool, device=rows.device), ()
-                )
-            logits = out.logits[0].float()
-            loss = actor_critic_loss(
-                logits,
-                actions[index],
-                anchor[index],
-                out.baseline[0].float(),
-                VTraceReturns(vs=vs[index], pg_advantages=advantages[index]),
-                baseline_cost=cfg.baseline_cost,
-                entropy_cost=cfg.entropy_cost,
-                clip_eps=cfg.clip_eps,
-                normalize_advantages=cfg.normalize_advantages,
-                value_scale=value_scale,
+            inputs = (rows, actions[index], anchor[index], vs[index], advantages[index])
+            if self.graphed is not None:
+                yield self.graphed(*inputs)
+            else:
+                yield self._minibatch_loss(*inputs, value_scale=value_scale)
+
+    def _minibatch_loss(
+        self,
+        rows: torch.Tensor,
+        actions: torch.Tensor,
+        anchor: torch.Tensor,
+        vs: torch.Tensor,
+        advantages: torch.Tensor,
+        *,
+        value_scale: torch.Tensor | None,
+        cache: bool = True,
+    ) -> VTraceLoss:
+        """The loss of a minibatch of transitions ``rows [1, N, *obs]`` against their targets
+        (``cache``: autocast's weight casts cached, as everywhere but in a CUDA graph)."""
+        cfg = self.cfg
+        with self.step.autocast(cache=cache):
+            out, _ = self.model(
+                rows, torch.zeros(rows.shape[:2], dtype=torch.bool, device=rows.device), ()
             )
-            yield loss
+        return actor_critic_loss(
+            out.logits[0].float(),
+            actions,
+            anchor,
+            out.baseline[0].float(),
+            VTraceReturns(vs=vs, pg_advantages=advantages),
+            baseline_cost=cfg.baseline_cost,
+            entropy_cost=cfg.entropy_cost,
+            clip_eps=cfg.clip_eps,
+            normalize_advantages=cfg.normalize_advantages,
+            value_scale=value_scale,
+        )
+
+    def _graph_update(self, *inputs: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """What a CUDA graph records: a minibatch's loss, its backward and the clip. The
+        PopArt scale is read from its moments inside, so each replay takes the current ones."""
+        loss = self._minibatch_loss(*inputs, value_scale=self.value_scale(), cache=False)
+        loss.total.backward()
+        return tuple(loss), clip_grad_norm(self.step.parameters, self.step.grad_clip)
 
     def train_batch(self, batch: Unroll) -> dict[str, Any]:
         """``epochs x minibatches`` updates (one by default); the stats are their means, with
@@ -214,6 +262,13 @@ class VTraceLearner(OnPolicyLearner):
             and not batch.core_state
         )
         passes = self._transition_losses if by_transition else self._column_losses
+        if self.graphed is not None and not by_transition and not self._eager_noted:
+            self._eager_noted = True
+            log.warning(
+                "hardware.cuda_graphs: this run's V-trace updates train on whole env columns "
+                "(a recurrent core, or shuffle_transitions off or one minibatch): they run "
+                "eagerly; only minibatches of shuffled transitions are recorded"
+            )
         first_targets = None
         if self.popart is not None or (by_transition and (fixed or batch_start)):
             first_targets = self._batch_targets(on_device, transitions)
@@ -248,7 +303,11 @@ class VTraceLearner(OnPolicyLearner):
             for loss in pass_losses:
                 if self.stopping():
                     break
-                grad_norm = self.step.apply(loss.total)
+                if isinstance(loss, Prepared):
+                    grad_norm = self.step.step_prepared(loss.terms[0], loss.grad_norm, loss.grads)
+                    loss = loss.terms  # noqa: PLW2901 - the terms, as an eager loss gives them
+                else:
+                    grad_norm = self.step.apply(loss.total)
                 if not self.stats.record_step(grad_norm):
                     continue
                 terms.add(loss)

@@ -1,0 +1,129 @@
+"""CUDA graphs of a minibatch update (``hardware.cuda_graphs``): its forward, loss, backward
+and gradient clip recorded once per input shape and replayed as one launch.
+
+A V-trace minibatch update of the Atari preset runs ~360 small ops. On a GPU each is a kernel
+launch plus some µs of Python and autograd on the host, so the training thread, not the GPU,
+set the pace: 132 updates/s with the GPU 10 % busy on one H200 (benchmarks/RESULTS.md,
+2026-11-28). Replayed from a graph, an update costs the host a few copies into the graph's
+inputs, one launch and one read of the loss and gradient norm.
+
+Outside the graph stay the gather of each minibatch into the graph's input tensors, the
+finiteness check and the optimizer step (:meth:`GradientStep.step_prepared`), taken under the
+weights lock as an eager update takes it: inference still reads whole sets of weights, a
+non-finite update is still skipped, and the learning-rate schedule still applies.
+
+``emulate=True`` runs the same input and output tensors, gradient hand-over and step, with the
+update computed eagerly at each call instead of replayed: the CPU tests check that plumbing
+against eager updates; a test marked ``cuda`` checks the capture itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from seedq.agents.common.update import GradientStep
+from seedq.core.tensors import recording
+
+log = logging.getLogger(__name__)
+
+# An update: (inputs) -> (loss terms, the gradient norm before clipping), having run its
+# backward and clipped the gradients of the step's parameters.
+Update = Callable[..., tuple[tuple[torch.Tensor, ...], torch.Tensor]]
+
+
+@dataclass
+class _Graph:
+    inputs: list[torch.Tensor]  # what each call's inputs are copied into
+    terms: tuple[torch.Tensor, ...]  # the loss terms the graph writes
+    grad_norm: torch.Tensor
+    grads: list[torch.Tensor | None]  # the gradients the graph writes, per parameter
+    graph: torch.cuda.CUDAGraph | None  # None: emulated
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An update whose backward and clip have run: its loss terms and gradient norm (a
+    graph's own tensors, overwritten by the next call: copy what is kept), and its gradients."""
+
+    terms: tuple[torch.Tensor, ...]
+    grad_norm: torch.Tensor
+    grads: list[torch.Tensor | None]
+
+
+class GraphedUpdate:
+    """``update`` replayed from a CUDA graph, one per distinct input shape (at most
+    ``max_graphs``; inputs of yet another shape are computed eagerly)."""
+
+    WARMUP = 3  # eager runs on a side stream before a capture, as torch's docs ask
+
+    def __init__(
+        self, step: GradientStep, update: Update, *, emulate: bool = False, max_graphs: int = 4
+    ) -> None:
+        if not emulate and step.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device; the update runs on {step.device}")
+        self.step, self.update = step, update
+        self.emulate, self.max_graphs = emulate, max_graphs
+        self._graphs: dict[tuple, _Graph] = {}
+
+    @property
+    def captured(self) -> int:
+        """How many graphs were recorded so far."""
+        return len(self._graphs)
+
+    def __call__(self, *inputs: torch.Tensor) -> Prepared:
+        key = tuple((tuple(x.shape), x.dtype) for x in inputs)
+        entry = self._graphs.get(key)
+        if entry is None:
+            if len(self._graphs) >= self.max_graphs:
+                return self._eager(inputs)
+            entry = self._graphs[key] = self._record(inputs)
+            log.info("cuda graphs: recorded an update for inputs %s", [k[0] for k in key])
+        for held, x in zip(entry.inputs, inputs, strict=True):
+            held.copy_(x)
+        if entry.graph is None:
+            self._run_emulated(entry)
+        else:
+            entry.graph.replay()
+        return Prepared(entry.terms, entry.grad_norm, entry.grads)
+
+    def _eager(self, inputs: tuple[torch.Tensor, ...]) -> Prepared:
+        self.step.zero_grad()
+        terms, grad_norm = self.update(*inputs)
+        return Prepared(terms, grad_norm, [p.grad for p in self.step.parameters])
+
+    def _record(self, inputs: tuple[torch.Tensor, ...]) -> _Graph:
+        held = [x.clone() for x in inputs]
+        if self.emulate:
+            # Output tensors of the update's shapes, which each call then writes.
+            with recording():
+                first = self._eager(held)
+            terms = tuple(t.detach().clone() for t in first.terms)
+            return _Graph(held, terms, first.grad_norm.detach().clone(), [], None)
+        device = self.step.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side), recording():
+            for _ in range(self.WARMUP):
+                self._eager(held)
+        torch.cuda.current_stream(device).wait_stream(side)
+        # Gradients of None, so the recorded backward writes them into the graph's own memory.
+        self.step.zero_grad()
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: inference goes on in other threads, on other streams, meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"), recording():
+            terms, grad_norm = self.update(*held)
+        grads = [p.grad for p in self.step.parameters]
+        return _Graph(held, tuple(terms), grad_norm, grads, graph)
+
+    def _run_emulated(self, entry: _Graph) -> None:
+        with recording():
+            prepared = self._eager(entry.inputs)
+        with torch.no_grad():
+            for out, term in zip(entry.terms, prepared.terms, strict=True):
+                out.copy_(term)
+            entry.grad_norm.copy_(prepared.grad_norm)
+        entry.grads = prepared.grads

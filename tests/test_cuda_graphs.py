@@ -1,0 +1,238 @@
+"""hardware.cuda_graphs: V-trace's minibatch updates recorded and replayed.
+
+On the CPU the recorded path's plumbing runs emulated (``graphs="emulate"``: the same input and
+output tensors, gradient hand-over, finiteness check and step, the update computed eagerly at
+each call) and must train bit for bit as the eager updates do. The tests marked ``cuda`` record
+real graphs and compare them with eager updates on the GPU (scripts/gpu_check.sh runs them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from test_cuda import short_run
+
+from seedq.agents.common.graphs import GraphedUpdate
+from seedq.agents.common.normalize import value_norm_of
+from seedq.agents.common.update import GradientStep, Placement, clip_grad_norm
+from seedq.agents.vtrace.agent import VTraceAgent
+from seedq.agents.vtrace.config import VTraceConfig
+from seedq.agents.vtrace.learner import VTraceLearner
+from seedq.bench.common import compose
+from seedq.core.tensors import capturing, recording
+from seedq.core.unroll import Unroll
+from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
+
+OBS, ACTIONS, T, B = 5, 3, 8, 8
+SPEC = EnvSpec((OBS,), "float32", ACTIONS)
+CPU = torch.device("cpu")
+
+
+def config(**changes) -> VTraceConfig:
+    """The Atari preset's update on small batches: 4 minibatches of shuffled transitions, 2
+    epochs, PopArt, the clipped surrogate, standardised advantages and an active clip."""
+    cfg = VTraceConfig(
+        value_norm=True,
+        minibatches=4,
+        epochs=2,
+        clip_eps=0.2,
+        normalize_advantages=True,
+        grad_clip=0.5,
+        reward_scaling=False,
+        lambda_=0.95,
+    )
+    return dataclasses.replace(cfg, **changes)
+
+
+def learner(graphs: str, cfg: VTraceConfig, device=CPU, amp=None) -> VTraceLearner:
+    torch.manual_seed(5)
+    alg = SimpleNamespace(**dataclasses.asdict(cfg))
+    alg.model = SimpleNamespace(**alg.model)
+    model = VTraceAgent.build_model(SPEC, alg, channels_last=False).to(device)
+    placement = Placement(device, threading.Lock(), amp_dtype=amp)
+    return VTraceLearner(model, cfg, placement, total_env_steps=10_000, seed=1, graphs=graphs)
+
+
+def batches(n: int, *, nan_obs_at: int | None = None) -> list[Unroll]:
+    rng = np.random.default_rng(11)
+    out = []
+    for i in range(n):
+        done = rng.random((T + 1, B)) < 0.1
+        obs = rng.normal(size=(T + 1, B, OBS)).astype(np.float32)
+        if i == nan_obs_at:
+            obs[2, 3] = np.nan
+        out.append(
+            Unroll(
+                obs=obs,
+                reward=rng.normal(size=(T + 1, B)).astype(np.float32),
+                done=done,
+                truncated=np.zeros((T + 1, B), bool),
+                truncation_value=np.zeros((T + 1, B), np.float32),
+                action=rng.integers(0, ACTIONS, size=(T + 1, B)).astype(np.int32),
+                behaviour=rng.normal(size=(T + 1, B, ACTIONS)).astype(np.float32),
+                core_state=(),
+                env_id=np.arange(B, dtype=np.int64),
+            )
+        )
+    return out
+
+
+def train(learn: VTraceLearner, data: list[Unroll]) -> list[dict]:
+    return [learn.train_batch(batch) for batch in data]
+
+
+def weights(learn: VTraceLearner) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in learn.model.state_dict().items()}
+
+
+def test_the_recorded_path_trains_bit_for_bit_as_eager_updates():
+    data = batches(3)
+    eager, graphed = learner("none", config()), learner("emulate", config())
+    want, got = train(eager, data), train(graphed, data)
+    assert graphed.graphed.captured == 1  # 4 minibatches of 16 transitions: one shape
+    assert got == want
+    for name, tensor in weights(eager).items():
+        assert torch.equal(weights(graphed)[name], tensor), name
+    # The optimizer took the same steps from the same gradients.
+    assert (
+        eager.optimizer.state_dict()["state"][0]["step"]
+        == graphed.optimizer.state_dict()["state"][0]["step"]
+    )
+
+
+def test_non_finite_updates_are_skipped_as_eager_updates_skip_them():
+    # A NaN observation: the minibatches holding it (or a target it reached) are skipped.
+    data = batches(3, nan_obs_at=1)
+    eager, graphed = learner("none", config()), learner("emulate", config())
+    assert train(graphed, data) == train(eager, data)
+    assert graphed.stats.skipped_updates == eager.stats.skipped_updates > 0
+    for name, tensor in weights(eager).items():
+        assert torch.equal(weights(graphed)[name], tensor), name
+        assert torch.isfinite(tensor).all(), name
+
+
+def test_column_updates_run_eagerly_with_a_warning(caplog):
+    # One minibatch of whole columns: nothing is recorded, the updates are eager ones.
+    data = batches(2)
+    eager, graphed = (
+        learner("none", config(minibatches=1)),
+        learner("emulate", config(minibatches=1)),
+    )
+    with caplog.at_level(logging.WARNING):
+        assert train(graphed, data) == train(eager, data)
+    assert graphed.graphed.captured == 0
+    assert "run eagerly" in caplog.text
+
+
+def _linear_step(device=CPU) -> tuple[torch.nn.Linear, GradientStep]:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    step = GradientStep(
+        layer.parameters(), optimizer, Placement(device, threading.Lock()), grad_clip=1.0
+    )
+    return layer, step
+
+
+def test_inputs_of_a_shape_beyond_the_graphs_allowed_are_computed_eagerly():
+    layer, step = _linear_step()
+
+    def update(x):
+        loss = layer(x).pow(2).mean()
+        loss.backward()
+        return (loss,), clip_grad_norm(step.parameters, step.grad_clip)
+
+    graphed = GraphedUpdate(step, update, emulate=True, max_graphs=1)
+    for rows in (3, 5, 3, 5):
+        x = torch.full((rows, 4), float(rows))
+        prepared = graphed(x)
+        with torch.no_grad():
+            want = layer(x).pow(2).mean()
+        assert prepared.terms[0].item() == pytest.approx(want.item())
+        assert step.step_prepared(prepared.terms[0], prepared.grad_norm, prepared.grads) > 0
+    assert graphed.captured == 1
+
+
+def test_a_real_graph_needs_a_cuda_device():
+    _, step = _linear_step()
+    with pytest.raises(ValueError, match="CUDA device"):
+        GraphedUpdate(step, lambda x: x)
+
+
+def test_cached_buffer_tensors_are_computed_afresh_while_recording():
+    learn = learner("none", config())
+    norm = value_norm_of(learn.model)
+    assert norm.std() is norm.std()  # cached between calls
+    assert not capturing()
+    with recording():
+        assert capturing()
+        # A graph must read the moments themselves: a cached tensor would be replayed for ever.
+        assert norm.std() is not norm.std()
+    assert not capturing()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["hardware.cuda_graphs=true"], "needs a CUDA device"),
+        (["hardware=gpu", "hardware.cuda_graphs=true", "hardware.amp=fp16"], "amp=fp16"),
+        (["hardware=gpu", "hardware.cuda_graphs=true", "hardware.learners=2"], "learners=2"),
+        (["hardware=gpu", "hardware.cuda_graphs=true", "algorithm=ppo"], "algorithm=ppo"),
+    ],
+)
+def test_a_run_that_cannot_record_its_updates_is_refused(overrides, says):
+    with pytest.raises(ConfigError, match=says):
+        compose(overrides)
+
+
+# ------------------------------------------------------------------ on a GPU
+
+
+def _max_difference(a: VTraceLearner, b: VTraceLearner) -> float:
+    wa, wb = weights(a), weights(b)
+    return max(float((wa[k].double() - wb[k].double()).abs().max()) for k in wa)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_recorded_updates_train_as_eager_ones_on_cuda(amp):
+    cuda = torch.device("cuda")
+    data = batches(4)
+    eager = learner("none", config(), cuda, amp)
+    graphed = learner("cuda", config(), cuda, amp)
+    want, got = train(eager, data[:2]), train(graphed, data[:2])
+    # An eager update in between (it sets the gradients afresh): the graph's own must be stepped.
+    for p in graphed.step.parameters:
+        p.grad = None
+    want += train(eager, data[2:])
+    got += train(graphed, data[2:])
+    assert graphed.graphed.captured == 1
+    tol = 1e-4 if amp is None else 2e-2
+    for w, g in zip(want, got, strict=True):
+        for key in ("loss/total", "loss/pg", "loss/baseline", "loss/entropy", "grad_norm"):
+            assert g[key] == pytest.approx(w[key], rel=tol, abs=tol), key
+    assert _max_difference(eager, graphed) < tol
+    norm_e, norm_g = value_norm_of(eager.model), value_norm_of(graphed.model)
+    assert float(norm_g.mean) == pytest.approx(float(norm_e.mean), rel=tol)
+
+
+@pytest.mark.cuda
+def test_a_run_with_cuda_graphs_records_its_updates(tmp_path):
+    run, summary = short_run(
+        tmp_path,
+        "algorithm=vtrace",
+        "arch=seed",
+        "algorithm.minibatches=2",
+        "hardware.cuda_graphs=true",
+        "hardware.amp=bf16",
+    )
+    assert summary.updates > 0
+    assert run.agent.learner.graphed.captured >= 1
+    assert run.agent.stats.skipped_updates == 0
