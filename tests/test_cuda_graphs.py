@@ -39,6 +39,8 @@ def config(**changes) -> VTraceConfig:
     """The Atari preset's update on small batches: 4 minibatches of shuffled transitions, 2
     epochs, PopArt, the clipped surrogate, standardised advantages and an active clip."""
     cfg = VTraceConfig(
+        batch_size=B,
+        unroll_length=T,
         value_norm=True,
         minibatches=4,
         epochs=2,
@@ -57,7 +59,9 @@ def learner(graphs: str, cfg: VTraceConfig, device=CPU, amp=None) -> VTraceLearn
     alg.model = SimpleNamespace(**alg.model)
     model = VTraceAgent.build_model(SPEC, alg, channels_last=False).to(device)
     placement = Placement(device, threading.Lock(), amp_dtype=amp)
-    return VTraceLearner(model, cfg, placement, total_env_steps=10_000, seed=1, graphs=graphs)
+    return VTraceLearner(
+        model, cfg, placement, total_env_steps=10_000, spec=SPEC, seed=1, graphs=graphs
+    )
 
 
 def batches(n: int, *, nan_obs_at: int | None = None) -> list[Unroll]:
@@ -97,6 +101,7 @@ def test_the_recorded_path_trains_bit_for_bit_as_eager_updates():
     eager, graphed = learner("none", config()), learner("emulate", config())
     want, got = train(eager, data), train(graphed, data)
     assert graphed.graphed.captured == 1  # 4 minibatches of 16 transitions: one shape
+    assert graphed.graphed.replays == 3 * 2 * 4  # every update of 3 batches x 2 epochs
     assert got == want
     for name, tensor in weights(eager).items():
         assert torch.equal(weights(graphed)[name], tensor), name
@@ -141,7 +146,7 @@ def _linear_step(device=CPU) -> tuple[torch.nn.Linear, GradientStep]:
     return layer, step
 
 
-def test_inputs_of_a_shape_beyond_the_graphs_allowed_are_computed_eagerly():
+def test_inputs_of_a_shape_not_recorded_are_computed_eagerly(caplog):
     layer, step = _linear_step()
 
     def update(x):
@@ -149,15 +154,35 @@ def test_inputs_of_a_shape_beyond_the_graphs_allowed_are_computed_eagerly():
         loss.backward()
         return (loss,), clip_grad_norm(step.parameters, step.grad_clip)
 
-    graphed = GraphedUpdate(step, update, emulate=True, max_graphs=1)
-    for rows in (3, 5, 3, 5):
-        x = torch.full((rows, 4), float(rows))
-        prepared = graphed(x)
-        with torch.no_grad():
-            want = layer(x).pow(2).mean()
-        assert prepared.terms[0].item() == pytest.approx(want.item())
-        assert step.step_prepared(prepared.terms[0], prepared.grad_norm, prepared.grads) > 0
+    graphed = GraphedUpdate(step, update, emulate=True)
+    graphed.record(torch.zeros(3, 4))
+    assert all(p.grad is None for p in step.parameters)  # recording takes no step
+    with caplog.at_level(logging.WARNING):
+        for rows in (3, 5, 3, 5):
+            x = torch.full((rows, 4), float(rows))
+            prepared = graphed(x)
+            with torch.no_grad():
+                want = layer(x).pow(2).mean()
+            assert prepared.terms[0].item() == pytest.approx(want.item())
+            assert step.step_prepared(prepared.terms[0], prepared.grad_norm, prepared.grads) > 0
     assert graphed.captured == 1
+    assert caplog.text.count("no graph was recorded") == 1
+
+
+def test_the_learner_records_its_minibatch_shapes_before_it_trains():
+    # 8 x 8 transitions in 4 minibatches of 16; in 3 minibatches: 22, 22 and 20 (torch.chunk).
+    assert learner("emulate", config()).graphed.captured == 1
+    assert learner("emulate", config(minibatches=3)).graphed.captured == 2
+    data = batches(2)
+    odd = learner("emulate", config(minibatches=3))
+    assert train(odd, data) == train(learner("none", config(minibatches=3)), data)
+    assert odd.graphed.replays == 2 * 2 * 3
+
+
+def test_without_a_batch_size_nothing_is_recorded(caplog):
+    with caplog.at_level(logging.WARNING):
+        assert learner("emulate", config(batch_size=0)).graphed.captured == 0
+    assert "nothing recorded" in caplog.text
 
 
 def test_a_real_graph_needs_a_cuda_device():
@@ -214,6 +239,7 @@ def test_recorded_updates_train_as_eager_ones_on_cuda(amp):
     want += train(eager, data[2:])
     got += train(graphed, data[2:])
     assert graphed.graphed.captured == 1
+    assert graphed.graphed.replays == 4 * 2 * 4
     tol = 1e-4 if amp is None else 2e-2
     for w, g in zip(want, got, strict=True):
         for key in ("loss/total", "loss/pg", "loss/baseline", "loss/entropy", "grad_norm"):
@@ -235,4 +261,5 @@ def test_a_run_with_cuda_graphs_records_its_updates(tmp_path):
     )
     assert summary.updates > 0
     assert run.agent.learner.graphed.captured >= 1
+    assert run.agent.learner.graphed.replays > 0
     assert run.agent.stats.skipped_updates == 0

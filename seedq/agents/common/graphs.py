@@ -12,6 +12,12 @@ finiteness check and the optimizer step (:meth:`GradientStep.step_prepared`), ta
 weights lock as an eager update takes it: inference still reads whole sets of weights, a
 non-finite update is still skipped, and the learning-rate schedule still applies.
 
+The graphs are recorded before the run goes live (:meth:`GraphedUpdate.record`, from the
+learner's constructor, on zero inputs of the shapes its minibatches will have), never while
+inference runs beside: a capture that overlapped inference on one H200 failed (``operation
+would make the legacy stream depend on a capturing blocking stream``, 2026-11-30). Inputs of a
+shape nothing was recorded for are computed eagerly.
+
 ``emulate=True`` runs the same input and output tensors, gradient hand-over and step, with the
 update computed eagerly at each call instead of replayed: the CPU tests check that plumbing
 against eager updates; a test marked ``cuda`` checks the capture itself.
@@ -55,35 +61,51 @@ class Prepared:
 
 
 class GraphedUpdate:
-    """``update`` replayed from a CUDA graph, one per distinct input shape (at most
-    ``max_graphs``; inputs of yet another shape are computed eagerly)."""
+    """``update`` replayed from CUDA graphs recorded up front, one per input shape
+    (:meth:`record`); inputs of another shape are computed eagerly."""
 
     WARMUP = 3  # eager runs on a side stream before a capture, as torch's docs ask
 
-    def __init__(
-        self, step: GradientStep, update: Update, *, emulate: bool = False, max_graphs: int = 4
-    ) -> None:
+    def __init__(self, step: GradientStep, update: Update, *, emulate: bool = False) -> None:
         if not emulate and step.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device; the update runs on {step.device}")
-        self.step, self.update = step, update
-        self.emulate, self.max_graphs = emulate, max_graphs
+        self.step, self.update, self.emulate = step, update, emulate
         self._graphs: dict[tuple, _Graph] = {}
+        self._unrecorded: set[tuple] = set()
+        self.replays = 0  # calls answered from a recorded graph
 
     @property
     def captured(self) -> int:
-        """How many graphs were recorded so far."""
+        """How many graphs were recorded."""
         return len(self._graphs)
 
+    @staticmethod
+    def _key(inputs: tuple[torch.Tensor, ...]) -> tuple:
+        return tuple((tuple(x.shape), x.dtype) for x in inputs)
+
+    def record(self, *inputs: torch.Tensor) -> None:
+        """Record the update for inputs shaped as these (their values do not matter: the
+        warm-up runs' gradients are dropped and no step is taken). Call it before any other
+        thread uses the device: nothing else may run on it while a graph is captured."""
+        key = self._key(inputs)
+        if key not in self._graphs:
+            self._graphs[key] = self._record(inputs)
+            log.info("cuda graphs: recorded an update for inputs %s", [k[0] for k in key])
+
     def __call__(self, *inputs: torch.Tensor) -> Prepared:
-        key = tuple((tuple(x.shape), x.dtype) for x in inputs)
+        key = self._key(inputs)
         entry = self._graphs.get(key)
         if entry is None:
-            if len(self._graphs) >= self.max_graphs:
-                return self._eager(inputs)
-            entry = self._graphs[key] = self._record(inputs)
-            log.info("cuda graphs: recorded an update for inputs %s", [k[0] for k in key])
+            if key not in self._unrecorded:
+                self._unrecorded.add(key)
+                log.warning(
+                    "cuda graphs: no graph was recorded for update inputs %s; these run eagerly",
+                    [k[0] for k in key],
+                )
+            return self._eager(inputs)
         for held, x in zip(entry.inputs, inputs, strict=True):
             held.copy_(x)
+        self.replays += 1
         if entry.graph is None:
             self._run_emulated(entry)
         else:
@@ -101,6 +123,7 @@ class GraphedUpdate:
             # Output tensors of the update's shapes, which each call then writes.
             with recording():
                 first = self._eager(held)
+            self.step.zero_grad()
             terms = tuple(t.detach().clone() for t in first.terms)
             return _Graph(held, terms, first.grad_norm.detach().clone(), [], None)
         device = self.step.device
@@ -117,6 +140,7 @@ class GraphedUpdate:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), recording():
             terms, grad_norm = self.update(*held)
         grads = [p.grad for p in self.step.parameters]
+        # The update has not run yet (a capture only records it): nothing to step.
         return _Graph(held, tuple(terms), grad_norm, grads, graph)
 
     def _run_emulated(self, entry: _Graph) -> None:

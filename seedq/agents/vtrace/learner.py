@@ -92,7 +92,35 @@ class VTraceLearner(OnPolicyLearner):
                     "several learner ranks or fp16"
                 )
             self.graphed = GraphedUpdate(step, self._graph_update, emulate=graphs == "emulate")
+            self._record_graphs(spec)
         self._eager_noted = False
+
+    def _record_graphs(self, spec: EnvSpec | None) -> None:
+        """Record the minibatch updates of the feed-forward path for the shapes its batches of
+        ``batch_size`` unrolls will be cut into, before the run goes live (GraphedUpdate)."""
+        cfg = self.cfg
+        columns = int(cfg.batch_size)
+        if spec is None or columns <= 0 or cfg.minibatches <= 1:
+            log.warning(
+                "hardware.cuda_graphs: nothing recorded (needs the env's spec, "
+                "algorithm.batch_size > 0 and minibatches > 1; batch_size=%s, minibatches=%s): "
+                "the updates run eagerly",
+                cfg.batch_size,
+                cfg.minibatches,
+            )
+            return
+        device = self.step.device
+        transitions = int(cfg.unroll_length) * columns
+        sizes = {len(c) for c in torch.arange(transitions).chunk(cfg.minibatches)}
+        obs_dtype = torch.from_numpy(np.zeros(0, spec.obs_dtype)).dtype
+        for n in sorted(sizes):
+            self.graphed.record(
+                torch.zeros((1, n, *spec.obs_shape), dtype=obs_dtype, device=device),
+                torch.zeros(n, dtype=torch.long, device=device),
+                torch.zeros(n, device=device),
+                torch.zeros(n, device=device),
+                torch.zeros(n, device=device),
+            )
 
     def loss(self, batch: Unroll, transitions: tuple[torch.Tensor, torch.Tensor] | None = None):  # noqa: ANN201 - a VTraceLoss
         """The IMPALA loss of ``batch`` under the current weights.
