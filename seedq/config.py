@@ -32,6 +32,7 @@ from seedq.launch.supervise import SupervisorConfig, validate_supervisor
 from seedq.learner.config import (
     CheckpointConfig,
     HardwareConfig,
+    graphs_setting,
     validate_checkpoint,
     validate_hardware,
 )
@@ -124,7 +125,7 @@ def validate(cfg: Any) -> None:
     env = cfg.env if isinstance(cfg.env, EnvConfig) else OmegaConf.to_object(cfg.env)
     validate_env(env, cfg.actor)
     validate_hardware(cfg.hardware)
-    if cfg.hardware.cuda_graphs and cfg.algorithm.name != "vtrace":
+    if graphs_setting(cfg.hardware.cuda_graphs) == "true" and cfg.algorithm.name != "vtrace":
         raise ConfigError(
             f"hardware.cuda_graphs=true records V-trace's updates only; algorithm="
             f"{cfg.algorithm.name} runs its updates eagerly: drop the key"

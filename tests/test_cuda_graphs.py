@@ -16,15 +16,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from test_arch_agents import ALGORITHM, ARCH
 from test_cuda import short_run
 
 from seedq.agents.common.graphs import GraphedUpdate
 from seedq.agents.common.normalize import value_norm_of
 from seedq.agents.common.update import GradientStep, Placement, clip_grad_norm
-from seedq.agents.vtrace.agent import VTraceAgent
+from seedq.agents.vtrace.agent import VTraceAgent, graph_mode
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.bench.common import compose
+from seedq.core.agent import RunContext
 from seedq.core.tensors import capturing, recording
 from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
@@ -217,6 +219,41 @@ def test_a_run_that_cannot_record_its_updates_is_refused(overrides, says):
         compose(overrides)
 
 
+def _context(*overrides: str, device: str = "cuda", amp=None, compile_training="none"):
+    cfg = compose(["hardware=gpu", *overrides])
+    return RunContext(
+        cfg,
+        SPEC,
+        torch.device(device),
+        threading.Lock(),
+        threading.Event(),
+        amp,
+        compile_training=compile_training,
+    )
+
+
+def test_auto_records_where_graphs_apply_and_nowhere_else():
+    assert graph_mode(_context()) == "auto"  # hardware=gpu's default
+    assert graph_mode(_context("hardware.cuda_graphs=true")) == "cuda"
+    assert graph_mode(_context("hardware.cuda_graphs=false")) == "none"
+    assert graph_mode(_context(device="cpu")) == "none"
+    assert graph_mode(_context(amp=torch.float16)) == "none"  # its grad scaler reads the host
+    assert graph_mode(_context("arch=anakin")) == "none"
+    assert graph_mode(_context(compile_training="default")) == "none"
+    assert graph_mode(_context("hardware.cuda_graphs=true", compile_training="default")) == "none"
+
+
+def test_the_setting_takes_auto_true_and_false_in_any_spelling():
+    assert compose(["hardware=gpu", "hardware.cuda_graphs=False"]).hardware.cuda_graphs in (
+        "False",
+        "false",
+    )
+    assert graph_mode(_context("hardware.cuda_graphs=False")) == "none"
+    assert graph_mode(_context("hardware.cuda_graphs=TRUE")) == "cuda"
+    with pytest.raises(ConfigError, match="auto, true, false"):
+        compose(["hardware.cuda_graphs=maybe"])
+
+
 # ------------------------------------------------------------------ on a GPU
 
 
@@ -250,16 +287,20 @@ def test_recorded_updates_train_as_eager_ones_on_cuda(amp):
 
 
 @pytest.mark.cuda
-def test_a_run_with_cuda_graphs_records_its_updates(tmp_path):
+@pytest.mark.parametrize("setting", ["true", "auto"])
+def test_a_run_with_cuda_graphs_records_its_updates(tmp_path, setting):
     run, summary = short_run(
         tmp_path,
         "algorithm=vtrace",
         "arch=seed",
+        *ARCH["seed"],
+        *ALGORITHM["vtrace"],  # 4 unrolls of 5 steps a batch
         "algorithm.minibatches=2",
-        "hardware.cuda_graphs=true",
+        "total_env_steps=20000",
+        f"hardware.cuda_graphs={setting}",
         "hardware.amp=bf16",
     )
     assert summary.updates > 0
-    assert run.agent.learner.graphed.captured >= 1
+    assert run.agent.learner.graphed.captured == 1  # 2 minibatches of 10 transitions
     assert run.agent.learner.graphed.replays > 0
     assert run.agent.stats.skipped_updates == 0

@@ -29,7 +29,7 @@ EVERY_STEP = [
     "pong_compile_max-autotune",
     "raw_env",
     "pong_share",
-    "pong_share_graphs",
+    "pong_share_eager",
     "sample_factory",
     "bench_inference",
     "bench_train",
@@ -66,7 +66,7 @@ def test_pong_overrides_reach_every_pong_step_but_sebulbas(tmp_path):
 def test_the_cpu_plan_runs_everything_but_the_compile_modes_on_the_cpu(tmp_path):
     steps = gpu_check.plan(True, 0, tmp_path, 10)
     skipped = [
-        n for n in EVERY_STEP if "compile" in n or n in ("sample_factory", "pong_share_graphs")
+        n for n in EVERY_STEP if "compile" in n or n in ("sample_factory", "pong_share_eager")
     ]
     assert [s.name for s in steps if s.skip] == skipped
     assert not any("hardware=gpu" in s.argv for s in steps)
@@ -91,7 +91,7 @@ def test_sample_factory_is_judged_by_its_progress_lines_and_compared_with_seedq(
         gpu_check.Result("raw_env", "", "", "pass", figures={"frames_per_s": 100000.0}),
         gpu_check.Result("sample_factory", "", "", "pass", figures=figures),
         gpu_check.Result("pong_share", "", "", "pass", figures={"frames_per_s": 80000.0}),
-        gpu_check.Result("pong_share_graphs", "", "", "pass", figures={"frames_per_s": 90000.0}),
+        gpu_check.Result("pong_share_eager", "", "", "pass", figures={"frames_per_s": 90000.0}),
     ]
     gpu_check.compare(results)
     assert results[2].figures["share_of_raw_env"] == 0.8
@@ -223,7 +223,7 @@ def test_the_whole_dry_run_passes_on_the_cpu(tmp_path):
     assert {n for n, s in statuses.items() if s == "skip"} == {
         "cuda_tests",
         "sample_factory",
-        "pong_share_graphs",
+        "pong_share_eager",
         *(n for n in EVERY_STEP if "compile" in n),
     }
 

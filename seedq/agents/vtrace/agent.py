@@ -7,6 +7,8 @@ import functools
 import logging
 from typing import Any
 
+import torch
+
 from seedq.agents.common.base import discrete_network
 from seedq.agents.common.onpolicy import OnPolicyAgent
 from seedq.agents.common.update import Placement
@@ -14,6 +16,7 @@ from seedq.agents.vtrace.acting import SampleFromPolicy
 from seedq.agents.vtrace.learner import VTraceLearner
 from seedq.agents.vtrace.network import build_network
 from seedq.core.agent import RunContext
+from seedq.learner.config import graphs_setting
 from seedq.messages import EnvSpec
 
 log = logging.getLogger(__name__)
@@ -63,16 +66,29 @@ class VTraceAgent(OnPolicyAgent):
 
 
 def graph_mode(ctx: RunContext) -> str:
-    """``cuda`` when the run asks for CUDA graphs (``hardware.cuda_graphs``) of a learner forward
-    that is not compiled (arch=anakin's ``hardware.compile`` compiles it), else ``none``."""
+    """The learner's ``graphs`` from ``hardware.cuda_graphs``: ``cuda`` when asked for (true),
+    ``auto`` where they apply (auto: a CUDA device, one learner rank without a grad scaler, and
+    an architecture that feeds batches of ``batch_size`` unrolls), else ``none``. A compiled
+    learner forward (arch=anakin's ``hardware.compile``) is never recorded."""
     hardware = getattr(ctx.cfg, "hardware", None)
-    if not getattr(hardware, "cuda_graphs", False):
+    setting = graphs_setting(getattr(hardware, "cuda_graphs", "false"))
+    if setting == "false":
         return "none"
     if ctx.compile_training != "none":
-        log.warning(
-            "hardware.cuda_graphs: the learner's forward is compiled (hardware.compile=%s); "
-            "its updates run as compiled, not recorded",
-            ctx.compile_training,
-        )
+        if setting == "true":
+            log.warning(
+                "hardware.cuda_graphs: the learner's forward is compiled (hardware.compile=%s); "
+                "its updates run as compiled, not recorded",
+                ctx.compile_training,
+            )
         return "none"
-    return "cuda"
+    if setting == "true":
+        return "cuda"
+    arch = getattr(getattr(ctx.cfg, "arch", None), "name", "seed")
+    usable = (
+        ctx.device.type == "cuda"
+        and ctx.collective is None
+        and ctx.amp_dtype != torch.float16
+        and arch != "anakin"  # its batches are all its envs, not batch_size unrolls
+    )
+    return "auto" if usable else "none"

@@ -28,9 +28,10 @@ from seedq.core.unroll import TIME_FIELDS, Unroll, take_columns
 from seedq.messages import EnvSpec
 
 log = logging.getLogger(__name__)
-# hardware.cuda_graphs' choices for the learner: eager updates, recorded ones, or (tests) the
-# recorded path's plumbing run eagerly on any device.
-GRAPH_MODES = ("none", "cuda", "emulate")
+# hardware.cuda_graphs' choices for the learner: eager updates, recorded ones (cuda: asked for,
+# so what cannot be recorded is warned about; auto: recorded where they apply, said at info
+# level), or (tests) the recorded path's plumbing run eagerly on any device.
+GRAPH_MODES = ("none", "cuda", "auto", "emulate")
 
 
 class BatchTargets(NamedTuple):
@@ -64,7 +65,8 @@ class VTraceLearner(OnPolicyLearner):
     """One V-trace update per batch; owns the optimizer and the reward scaler.
 
     ``graphs``: ``cuda`` replays each minibatch update of the feed-forward path from a CUDA
-    graph (``hardware.cuda_graphs``, :mod:`seedq.agents.common.graphs`); ``emulate`` runs that
+    graph (``hardware.cuda_graphs``, :mod:`seedq.agents.common.graphs`), and ``auto`` likewise
+    with what cannot be recorded said at info level, not as a warning; ``emulate`` runs that
     path's plumbing eagerly (tests); ``none``: eager updates."""
 
     def __init__(
@@ -85,6 +87,7 @@ class VTraceLearner(OnPolicyLearner):
         if graphs not in GRAPH_MODES:
             raise ValueError(f"graphs={graphs!r}; expected one of {GRAPH_MODES}")
         self.graphed: GraphedUpdate | None = None
+        self._graph_log = log.info if graphs == "auto" else log.warning
         if graphs != "none":
             if step.collective is not None or step.scaler.is_enabled():
                 raise ValueError(
@@ -101,7 +104,7 @@ class VTraceLearner(OnPolicyLearner):
         cfg = self.cfg
         columns = int(cfg.batch_size)
         if spec is None or columns <= 0 or cfg.minibatches <= 1:
-            log.warning(
+            self._graph_log(
                 "hardware.cuda_graphs: nothing recorded (needs the env's spec, "
                 "algorithm.batch_size > 0 and minibatches > 1; batch_size=%s, minibatches=%s): "
                 "the updates run eagerly",
@@ -292,7 +295,7 @@ class VTraceLearner(OnPolicyLearner):
         passes = self._transition_losses if by_transition else self._column_losses
         if self.graphed is not None and not by_transition and not self._eager_noted:
             self._eager_noted = True
-            log.warning(
+            self._graph_log(
                 "hardware.cuda_graphs: this run's V-trace updates train on whole env columns "
                 "(a recurrent core, or shuffle_transitions off or one minibatch): they run "
                 "eagerly; only minibatches of shuffled transitions are recorded"
