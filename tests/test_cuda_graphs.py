@@ -55,10 +55,10 @@ def config(**changes) -> VTraceConfig:
     return dataclasses.replace(cfg, **changes)
 
 
-def learner(graphs: str, cfg: VTraceConfig, device=CPU, amp=None) -> VTraceLearner:
+def learner(graphs: str, cfg: VTraceConfig, device=CPU, amp=None, lstm=False) -> VTraceLearner:
     torch.manual_seed(5)
     alg = SimpleNamespace(**dataclasses.asdict(cfg))
-    alg.model = SimpleNamespace(**alg.model)
+    alg.model = SimpleNamespace(**{**alg.model, "use_lstm": lstm})
     model = VTraceAgent.build_model(SPEC, alg, channels_last=False).to(device)
     placement = Placement(device, threading.Lock(), amp_dtype=amp)
     return VTraceLearner(
@@ -181,10 +181,25 @@ def test_the_learner_records_its_minibatch_shapes_before_it_trains():
     assert odd.graphed.replays == 2 * 2 * 3
 
 
-def test_without_a_batch_size_nothing_is_recorded(caplog):
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"cfg": {"batch_size": 0}},
+        {"cfg": {"shuffle_transitions": False}},
+        {"cfg": {}, "lstm": True},  # whole columns through the core: never recorded
+    ],
+    ids=["no-batch-size", "columns", "lstm"],
+)
+def test_updates_that_cannot_be_recorded_run_eagerly_and_say_so(caplog, case):
     with caplog.at_level(logging.WARNING):
-        assert learner("emulate", config(batch_size=0)).graphed.captured == 0
+        learn = learner("emulate", config(**case["cfg"]), lstm=case.get("lstm", False))
+    assert learn.graphed.captured == 0
     assert "nothing recorded" in caplog.text
+    if case.get("lstm"):
+        return  # its batches need a core state: trained eagerly in the recurrent tests
+    data = batches(2)
+    want = train(learner("none", config(**case["cfg"])), data)
+    assert train(learn, data) == want
 
 
 def test_a_real_graph_needs_a_cuda_device():

@@ -103,13 +103,23 @@ class VTraceLearner(OnPolicyLearner):
         ``batch_size`` unrolls will be cut into, before the run goes live (GraphedUpdate)."""
         cfg = self.cfg
         columns = int(cfg.batch_size)
-        if spec is None or columns <= 0 or cfg.minibatches <= 1:
+        recurrent = getattr(self.model, "core", None) is not None
+        if (
+            spec is None
+            or columns <= 0
+            or cfg.minibatches <= 1
+            or not cfg.shuffle_transitions
+            or recurrent
+        ):
             self._graph_log(
-                "hardware.cuda_graphs: nothing recorded (needs the env's spec, "
-                "algorithm.batch_size > 0 and minibatches > 1; batch_size=%s, minibatches=%s): "
-                "the updates run eagerly",
+                "hardware.cuda_graphs: nothing recorded (it records minibatches of shuffled "
+                "transitions of a feed-forward model: algorithm.batch_size > 0, minibatches > 1, "
+                "shuffle_transitions; here batch_size=%s, minibatches=%s, shuffle_transitions=%s, "
+                "%s model): the updates run eagerly",
                 cfg.batch_size,
                 cfg.minibatches,
+                cfg.shuffle_transitions,
+                "a recurrent" if recurrent else "a feed-forward",
             )
             return
         device = self.step.device
