@@ -136,7 +136,7 @@ class GraphedUpdate:
         # Gradients of None, so the recorded backward writes them into the graph's own memory.
         self.step.zero_grad()
         graph = torch.cuda.CUDAGraph()
-        # thread_local: inference goes on in other threads, on other streams, meanwhile.
+        # Recorded before inference starts (the module's doc says why).
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), recording():
             terms, grad_norm = self.update(*held)
         grads = [p.grad for p in self.step.parameters]
