@@ -171,20 +171,30 @@ def supervise(cfg: DictConfig, hydra_cfg: Any) -> int:
 
 
 def resolve_config(
-    cfg: DictConfig, hydra_cfg: Any, ranks_here: int = 1
+    cfg: DictConfig, hydra_cfg: Any, ranks_here: int = 1, *, rank_zero: bool = False
 ) -> tuple[SeedqConfig | None, dict | None]:
     """The typed config of this command line and, when it resumes (``resume=DIR`` or
     ``resume=auto``), the checkpoint it continues; ``(None, None)`` when ``resume=auto`` finds
     the run already finished under this command line's budgets.
 
     ``ranks_here``: learner ranks sharing this machine, each taking its share of the cores
-    (``hardware.runs_at_once``) unless the command line says otherwise.
+    (``hardware.runs_at_once``) unless the command line says otherwise. ``rank_zero``: this
+    process is rank 0 of several learner ranks a launcher started (torchrun, srun), which
+    holds the run dir's lock.
     """
     from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints, set_aside_newer
     from seedq.learner.run_lock import claim_run_dir
 
-    # One learner process writes the run (several ranks: rank 0, not claimed here).
-    claim = claim_run_dir if cfg.hardware.learners == 1 else (lambda _: None)
+    # One process holds the run dir for the run's life: the learner; with several ranks, the
+    # command line that starts them on this machine, or rank 0 where a launcher started them
+    # (torchrun, srun, or launcher.learner_hosts' torchrun over ssh: there the command line
+    # that starts them does not hold it, or their rank 0 would find it held).
+    local_ranks = not cfg.launcher.learner_hosts
+    claim = (
+        claim_run_dir
+        if cfg.hardware.learners == 1 or rank_zero or local_ranks
+        else (lambda _: None)
+    )
     if cfg.resume not in (None, AUTO):
         config, state = resumed_config(cfg, list(hydra_cfg.overrides.task))
         claim(config.run_dir)
@@ -226,7 +236,7 @@ def resolve_config(
 
 def resolve_rank_config(cfg: DictConfig, hydra_cfg: Any, ranks_here: int) -> tuple[Any, Any]:
     """:func:`resolve_config` for a rank started by torchrun or srun (on rank 0)."""
-    config, state = resolve_config(cfg, hydra_cfg, ranks_here)
+    config, state = resolve_config(cfg, hydra_cfg, ranks_here, rank_zero=True)
     if config is None:
         raise ConfigError("resume=auto: the run already finished; nothing for the ranks to do")
     return config, state

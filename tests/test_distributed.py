@@ -224,6 +224,24 @@ def test_a_rank_killed_ends_the_run_within_30_s_naming_the_rank_and_its_host(tmp
     assert list((tmp_path / "checkpoints").glob("ckpt-*.pt"))
 
 
+def test_a_second_run_into_a_live_two_rank_run_is_refused(tmp_path):
+    # The command line that started the ranks holds the run dir's lock for the run's life.
+    env = {**os.environ, "PYTHONPATH": TREE, "PYTHONUNBUFFERED": "1"}
+    cmd = command(tmp_path, *quick_cartpole("total_env_steps=100000000", "max_minutes=5"))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=TREE
+    )
+    try:
+        wait_for_rank_training(tmp_path, rank=0, proc=proc)
+        for learners in ("1", "2"):
+            second = train(tmp_path, f"hardware.learners={learners}", "resume=auto", timeout=120)
+            assert second.returncode == 2, second.stdout[-3000:]
+            assert f"is in use by another seedq run (pid {proc.pid})" in second.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+
+
 def wait_for_rank_training(run_dir: Path, rank: int, proc: subprocess.Popen) -> int:
     """The pid of ``rank`` once the run has written a metrics row (its ranks are training)."""
     deadline = time.monotonic() + 180

@@ -187,6 +187,8 @@ def test_torchrun_starts_the_ranks_as_one_run(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["updates"] >= 50
     assert (tmp_path / "metrics.csv").read_text().count("wall_time,") == 1
+    # Rank 0 held the run dir (the lock's file names its pid; the lock ended with it).
+    assert (tmp_path / ".seedq.lock").read_text().strip().isdigit()
 
 
 @needs_slurm
