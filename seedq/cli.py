@@ -441,6 +441,23 @@ def with_hydra_dir(argv: list[str]) -> list[str]:
     return argv
 
 
+def live_run_dir(argv: list[str]) -> str | None:
+    """The refusal of a run into the folder a live seedq run holds (its lock), before Hydra
+    writes its ``.hydra/`` and ``cli.log`` there; None if there is none. The learner's own
+    claim still decides (a run may start in between); ranks a launcher started leave it to
+    their rank 0, which holds the folder itself."""
+    from seedq.learner.run_lock import held_by, in_use
+    from seedq.parallel.ranks import launched_rank
+
+    if any(a in ("-m", "--multirun") for a in argv) or launched_rank() is not None:
+        return None
+    dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if not dirs or not dirs[-1] or "${" in dirs[-1]:
+        return None
+    holder = held_by(dirs[-1])
+    return None if holder is None else in_use(dirs[-1], holder)
+
+
 def unusable_run_dir(argv: list[str]) -> str | None:
     """The refusal of a ``run_dir=`` (or ``hydra.run.dir=``) that cannot hold a run: a file, a
     path through a file, a folder this user cannot write; None if there is none. Checked
@@ -496,6 +513,9 @@ def train_main() -> None:
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     sys.argv[1:] = with_hydra_dir(sys.argv[1:])
+    if refusal := live_run_dir(sys.argv[1:]):
+        print(f"seedq-train: {refusal}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
     _train()
 
 

@@ -404,11 +404,17 @@ def test_a_second_run_into_a_live_run_dir_is_refused(tmp_path):
     try:
         wait_for(lambda: (tmp_path / "metrics.csv").exists(), what="the first run's metrics")
         rows = (tmp_path / "metrics.csv").read_text()
+        hydra_files = {p: p.read_bytes() for p in (tmp_path / ".hydra").iterdir()}
+        log = (tmp_path / "cli.log").read_text()
         for extra in (["resume=auto"], []):  # auto would have cut its metrics back to 0 rows
             second = run_cli(*FAKE, f"run_dir={tmp_path}", "max_minutes=3", *extra)
             assert second.returncode == 2, second.stdout
             assert f"{tmp_path} is in use by another seedq run (pid {live.pid})" in second.stdout
         assert (tmp_path / "metrics.csv").read_text().startswith(rows)
+        # Refused before Hydra: the live run's own config and log are as it wrote them.
+        assert {p: p.read_bytes() for p in (tmp_path / ".hydra").iterdir()} == hydra_files
+        assert "in use by another seedq run" not in (tmp_path / "cli.log").read_text()
+        assert (tmp_path / "cli.log").read_text().startswith(log)
     finally:
         live.send_signal(signal.SIGTERM)
         live.wait(timeout=60)
@@ -438,3 +444,23 @@ def test_a_sweep_into_one_run_dir_is_refused(tmp_path):
     result = run_cli("-m", "seed=0,1", f"run_dir={tmp_path / 'x'}", "total_env_steps=100")
     assert result.returncode == 2 and "every job of this sweep" in result.stdout, result.stdout
     assert not (tmp_path / "x").exists()
+
+
+def test_held_by_names_the_live_holder_and_takes_nothing(tmp_path):
+    from seedq.learner.run_lock import held_by
+
+    assert held_by(str(tmp_path / "missing")) is None
+    assert held_by(str(tmp_path)) is None  # no lock file yet
+    code = (
+        "import sys, time; from seedq.learner.run_lock import claim_run_dir; "
+        f"claim_run_dir({str(tmp_path)!r}); print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert held_by(str(tmp_path)) == str(holder.pid)
+        assert held_by(str(tmp_path)) == str(holder.pid)  # asking took nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    assert held_by(str(tmp_path)) is None  # the lock ended with its process

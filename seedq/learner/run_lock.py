@@ -31,16 +31,41 @@ def claim_run_dir(run_dir: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        holder = _holder(fd)
         os.close(fd)
-        raise ConfigError(
-            f"{run_dir} is in use by another seedq run (pid {holder}); wait for it to end, "
-            "stop it (its checkpoint lets resume=auto continue it), or give this run another "
-            "run_dir"
-        ) from None
+        raise ConfigError(in_use(run_dir, holder)) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = fd
+
+
+def held_by(run_dir: str) -> str | None:
+    """The pid (as its lock file gives it) of the live process holding ``run_dir``, or None
+    when no process does; takes nothing. Checked before Hydra writes its own files into the
+    folder (``.hydra/``, ``cli.log``), so a refused run leaves a live one's folder alone."""
+    path = Path(run_dir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)  # lets go of the shared lock, when taken
+    return None
+
+
+def in_use(run_dir: str, holder: str) -> str:
+    return (
+        f"{run_dir} is in use by another seedq run (pid {holder}); wait for it to end, stop it "
+        "(its checkpoint lets resume=auto continue it), or give this run another run_dir"
+    )
+
+
+def _holder(fd: int) -> str:
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
 
 
 def release_run_dirs() -> None:
