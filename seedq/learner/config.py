@@ -35,10 +35,11 @@ class HardwareConfig:
         "CUDA graphs of V-trace's minibatch updates (forward, loss, backward, clip), recorded at "
         "start for the minibatch shapes and replayed: a few copies and one launch per update on "
         "the host instead of ~360 small ops (Pong on one H200: 1.9x the env steps/s). auto: "
-        "where they apply (CUDA, V-trace's shuffled minibatches, batch_size > 0, amp none or "
-        "bf16, one learner rank, arch seed or sebulba); true: insist (refused where they "
-        "cannot run); false: eager updates. The optimizer step stays outside, under the "
-        "weights lock",
+        "where they apply (CUDA, V-trace's shuffled minibatches of a feed-forward model, "
+        "batch_size > 0, amp none or bf16, one learner rank, arch seed or sebulba); true: "
+        "refused on CPU, fp16, several ranks or another algorithm, and a warning where the "
+        "model or batches cannot be recorded; false: eager updates. The optimizer step stays "
+        "outside, under the weights lock",
     )
     runs_at_once: int = setting(
         0,
