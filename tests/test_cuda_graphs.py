@@ -98,9 +98,14 @@ def weights(learn: VTraceLearner) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in learn.model.state_dict().items()}
 
 
-def test_the_recorded_path_trains_bit_for_bit_as_eager_updates():
+@pytest.mark.parametrize(
+    "variant",
+    [{}, {"fixed_targets": True}, {"proximal_policy": "batch_start"}, {"value_norm": False}],
+    ids=["preset", "fixed-targets", "batch-start", "no-popart"],
+)
+def test_the_recorded_path_trains_bit_for_bit_as_eager_updates(variant):
     data = batches(3)
-    eager, graphed = learner("none", config()), learner("emulate", config())
+    eager, graphed = learner("none", config(**variant)), learner("emulate", config(**variant))
     want, got = train(eager, data), train(graphed, data)
     assert graphed.graphed.captured == 1  # 4 minibatches of 16 transitions: one shape
     assert graphed.graphed.replays == 3 * 2 * 4  # every update of 3 batches x 2 epochs
