@@ -464,3 +464,28 @@ def test_held_by_names_the_live_holder_and_takes_nothing(tmp_path):
         holder.kill()
         holder.wait()
     assert held_by(str(tmp_path)) is None  # the lock ended with its process
+
+
+def test_a_claim_waits_out_another_command_s_probe(tmp_path):
+    # held_by's shared lock lasts microseconds; a claim at that instant tries again.
+    import fcntl
+
+    from seedq.learner.run_lock import LOCK_NAME, claim_run_dir, release_run_dirs
+
+    (tmp_path / LOCK_NAME).write_text("")
+    code = (
+        "import fcntl, os, sys, time; "
+        f"fd = os.open({str(tmp_path / LOCK_NAME)!r}, os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_SH); print('probing', flush=True); time.sleep(0.1)"
+    )
+    probe = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert probe.stdout.readline().strip() == "probing"
+        claim_run_dir(str(tmp_path))  # held for 0.1 s by the probe: the tries outlast it
+        fd = os.open(tmp_path / LOCK_NAME, os.O_RDONLY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        os.close(fd)
+    finally:
+        release_run_dirs()
+        probe.wait()

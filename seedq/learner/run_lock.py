@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 from seedq.schema import ConfigError
 
 LOCK_NAME = ".seedq.lock"
+PROBE_TRIES, PROBE_WAIT_S = 5, 0.05
 _held: dict[Path, int] = {}
 
 
@@ -28,12 +30,17 @@ def claim_run_dir(run_dir: str) -> None:
     if key in _held:
         return
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _holder(fd)
-        os.close(fd)
-        raise ConfigError(in_use(run_dir, holder)) from None
+    # A few tries: another command's probe (held_by) holds a shared lock for microseconds.
+    for attempt in range(PROBE_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if attempt + 1 == PROBE_TRIES:
+                holder = _holder(fd)
+                os.close(fd)
+                raise ConfigError(in_use(run_dir, holder)) from None
+            time.sleep(PROBE_WAIT_S)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = fd
