@@ -125,10 +125,11 @@ def validate(cfg: Any) -> None:
     env = cfg.env if isinstance(cfg.env, EnvConfig) else OmegaConf.to_object(cfg.env)
     validate_env(env, cfg.actor)
     validate_hardware(cfg.hardware)
-    if graphs_setting(cfg.hardware.cuda_graphs) == "true" and cfg.algorithm.name != "vtrace":
+    graphed = [n for n in AGENTS if config_class(n).graphed_updates]
+    if graphs_setting(cfg.hardware.cuda_graphs) == "true" and cfg.algorithm.name not in graphed:
         raise ConfigError(
-            f"hardware.cuda_graphs=true records V-trace's updates only; algorithm="
-            f"{cfg.algorithm.name} runs its updates eagerly: drop the key"
+            f"hardware.cuda_graphs=true records the updates of algorithm={'|'.join(graphed)} "
+            f"only; algorithm={cfg.algorithm.name} runs its updates eagerly: drop the key"
         )
     validate_actor(cfg.actor)
     validate_broker(cfg.broker)

@@ -100,6 +100,9 @@ class AlgorithmConfig:
     # On-policy algorithms train on batches of whole env columns: for them batch_size 0 means
     # "one unroll of every env of the run", sized at start (seedq.launch.sizing.size_batch).
     batch_of_envs: ClassVar[bool] = False
+    # Its learner can replay its minibatch updates from CUDA graphs (hardware.cuda_graphs;
+    # seedq.agents.common.graphs); hardware.cuda_graphs=true is refused for one that cannot.
+    graphed_updates: ClassVar[bool] = False
 
     name: str = setting(MISSING, "the algorithm (set by the algorithm group)")
     batch_size: int = setting(32, "training batch: unrolls or sequences per update")

@@ -55,8 +55,9 @@ def capturing() -> bool:
 @contextlib.contextmanager
 def recording() -> Iterator[None]:
     """Mark this thread as recording (:func:`capturing`) for the block's duration."""
+    before = capturing()
     _capture.active = True
     try:
         yield
     finally:
-        _capture.active = False
+        _capture.active = before

@@ -34,6 +34,7 @@ PROXIMAL_POLICIES = ("behaviour", "batch_start")
 @dataclass
 class VTraceConfig(AlgorithmConfig):
     batch_of_envs: ClassVar[bool] = True
+    graphed_updates: ClassVar[bool] = True
 
     name: str = setting("vtrace", "the algorithm")
     unroll_length: int = setting(20, "transitions per unroll (an unroll has one more row)")
