@@ -242,6 +242,11 @@ def test_train_runs_the_real_loop_for_a_few_seconds(tmp_path):
     assert (Path(figures["run_dir"]) / "metrics.csv").is_file()
     assert figures["algorithm"] == "vtrace" and figures["env_steps_per_s"] > 0
     assert figures["updates_per_s"] > 0
+    # The learner process's CPU by thread over the same window: its broker (and inference)
+    # thread and its training thread by name.
+    if sys.platform == "linux":
+        assert {"cpu_broker", "cpu_train", "cpu_process"} <= set(figures)
+        assert figures["cpu_process"] >= figures["cpu_broker"] > 0
 
 
 # A copy that reports 100 units/s on its last line, as `seedq-bench train` reports env steps/s.

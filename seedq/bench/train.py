@@ -25,6 +25,7 @@ from seedq.bench.common import (
     print_table,
     split_args,
 )
+from seedq.bench.threads import ThreadSampler
 
 OPTIONS = {"seconds": 20.0, "warmup_s": 5.0, "run_dir": ""}
 
@@ -62,7 +63,10 @@ def _train(
         run_dir=run_dir,
     )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    summary = runner(cfg, run_dir).run()
+    run = runner(cfg, run_dir)
+    # The run's clock starts as run() starts its roles, within a few ms of the sampler's.
+    with ThreadSampler() as sampler:
+        summary = run.run()
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > warmup_s]
     if not rows:
@@ -97,6 +101,10 @@ def _train(
         "return_mean": summary.return_mean,
         "run_dir": run_dir,
     }
+    # The learner process's cores by thread over the same window (the actors are processes
+    # of their own, or Sebulba's threads here).
+    cores = sampler.cores_between(float(first["wall_time"]), float(last["wall_time"]))
+    figures.update({f"cpu_{name}": value for name, value in cores.items()})
     print_table(
         f"train: {alg.name} on {cfg.env.id} ({cfg.hardware.device}), {figures['actor_envs']} "
         f"actor envs, {dt:.0f} s after a {warmup_s:.0f} s warm-up",
@@ -111,4 +119,10 @@ def _train(
             ]
         ],
     )
+    if cores:
+        print_table(
+            "learner process: CPU by thread (cores; native = torch's, ZeroMQ's, the driver's)",
+            list(cores),
+            [list(cores.values())],
+        )
     return figures
