@@ -11,7 +11,9 @@ the report and the step logic are tested that way on machines without a GPU.
 The comparison a user of a GPU machine wants comes with it: ``raw_env`` (the envs alone: the
 ceiling), ``pong_share`` (Pong training frames/s as a share of that ceiling, and the GPU's
 utilisation meanwhile, sampled by ``nvidia-smi``), ``pong_share_eager`` (the same with eager
-updates, ``hardware.cuda_graphs=false``), ``sample_factory`` (Sample Factory 2.1.1's
+updates, ``hardware.cuda_graphs=false``), ``pong_share_shards`` (with ``broker.shards=2``:
+message handling in processes of its own; each share step also reports the learner process's
+CPU by thread, ``cpu_broker`` and ``cpu_train``), ``sample_factory`` (Sample Factory 2.1.1's
 fastest Pong configuration on the same machine, when its wheels were carried in: see
 ``scripts/fetch_gpu_wheels.sh --sample-factory``), and ``pong_bf16`` runs Pong to a return of 18
 within its minutes (time to 18 in the report).
@@ -48,7 +50,7 @@ NO_STICKY = "env.repeat_action_probability=0"
 BENCH_LINE = re.compile(r"^\{.*\}$")
 PONG_TARGET = 18
 # The Pong training steps whose frames/s compare() reads against raw_env's and Sample Factory's.
-SHARE_STEPS = ("pong_share", "pong_share_eager")
+SHARE_STEPS = ("pong_share", "pong_share_eager", "pong_share_shards")
 # Sample Factory 2.1.1's fastest Pong configuration on the H100 machine (docs: DESIGN numbers).
 SF_WORKERS, SF_ENVS, SF_BATCH = 16, 32, 2048
 # "Fps is (10 sec: 35123.4, 60 sec: ..., 300 sec: ...)": Sample Factory's progress line.
@@ -255,6 +257,24 @@ def plan(
             400,
             "bench",
             skip=cpu_skip,
+            gpu_util=True,
+        ),
+        Step(
+            "pong_share_shards",
+            "pong_share with broker.shards=2: receiving, batching and replying in two broker "
+            "processes, the learner process left with inference and training (its threads share "
+            "one GIL: pong_share's cpu_broker + cpu_train near 1 says that is its limit)",
+            bench(
+                "train",
+                hw,
+                *pong,
+                "hardware.amp=none" if cpu else "hardware.amp=bf16",
+                "broker.shards=2",
+                seconds_(120, 5, floor=30),
+                "warmup_s=10" if cpu else f"warmup_s={max(10, 20 * scale):g}",
+            ),
+            400,
+            "bench",
             gpu_util=True,
         ),
         sample_factory_step(cpu, runs, sf_site, 60 if cpu else max(90, 240 * scale)),

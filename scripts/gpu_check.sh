@@ -10,7 +10,7 @@
 # pong_bf16 (Pong, no sticky actions, to 18, AMP bf16, at most --pong-minutes),
 # pong_compile_{default,reduce-overhead,max-autotune}, raw_env (the envs alone), pong_share
 # (training frames/s as a share of raw_env's, GPU utilisation), pong_share_eager (the same
-# with hardware.cuda_graphs=false), sample_factory (Sample
+# with hardware.cuda_graphs=false), pong_share_shards (with broker.shards=2), sample_factory (Sample
 # Factory 2.1.1's fastest Pong configuration, when its wheels are here), bench_inference,
 # bench_train, bench_pipeline,
 # anakin, sebulba, learners (hardware.learners=<GPUs> over NCCL; skipped with one GPU).

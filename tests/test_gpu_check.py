@@ -30,6 +30,7 @@ EVERY_STEP = [
     "raw_env",
     "pong_share",
     "pong_share_eager",
+    "pong_share_shards",
     "sample_factory",
     "bench_inference",
     "bench_train",
@@ -50,6 +51,7 @@ def test_the_gpu_plan_covers_every_step_and_skips_nccl_on_one_gpu(tmp_path):
     assert "no Sample Factory here" in steps["sample_factory"].skip
     assert "hardware.compile=max-autotune" in steps["pong_compile_max-autotune"].argv
     assert "needs 2 or more GPUs" in steps["learners"].skip
+    assert "broker.shards=2" in steps["pong_share_shards"].argv
     eight = {s.name: s for s in gpu_check.plan(False, 8, tmp_path, 10)}
     assert "hardware.learners=8" in eight["learners"].argv and not eight["learners"].skip
 
@@ -92,11 +94,13 @@ def test_sample_factory_is_judged_by_its_progress_lines_and_compared_with_seedq(
         gpu_check.Result("sample_factory", "", "", "pass", figures=figures),
         gpu_check.Result("pong_share", "", "", "pass", figures={"frames_per_s": 80000.0}),
         gpu_check.Result("pong_share_eager", "", "", "pass", figures={"frames_per_s": 90000.0}),
+        gpu_check.Result("pong_share_shards", "", "", "pass", figures={"frames_per_s": 60000.0}),
     ]
     gpu_check.compare(results)
     assert results[2].figures["share_of_raw_env"] == 0.8
     assert results[2].figures["x_sample_factory"] == 2.0
     assert results[3].figures["share_of_raw_env"] == 0.9
+    assert results[4].figures["x_sample_factory"] == 1.5
 
 
 def test_a_step_past_its_time_limit_is_interrupted_and_its_output_kept():
