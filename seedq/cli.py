@@ -66,11 +66,12 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
     what may change (``max_minutes=30``, ``total_env_steps=...``, ``hardware=gpu``). Choosing
     ``algorithm``, ``env`` or ``launcher`` groups is allowed only if they match the checkpoint.
     """
-    from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
+    from seedq.learner.checkpoint import read_checkpoint
     from seedq.learner.checkpoint_files import run_dir_of
 
-    path = find_checkpoint(str(composed.resume))
-    state = load_checkpoint(path)
+    # A run dir's newest checkpoint that reads; a damaged newer one is then set aside with the
+    # other newer ones (set_aside_newer), so the resumed run's own checkpoints are the newest.
+    path, state = read_checkpoint(str(composed.resume))
     saved = OmegaConf.create(state["config"])
     current = OmegaConf.to_container(composed, resolve=True)
     for override in OverridesParser.create().parse_overrides(overrides):

@@ -47,7 +47,7 @@ from seedq.envs import (
 from seedq.envs.base import env_spec_of
 from seedq.envs.config import MAX_SEED
 from seedq.envs.gym import obs_transform
-from seedq.learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
@@ -88,6 +88,7 @@ class Policy:
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_shape: tuple[int, ...] | None = None  # set by load_policy
         self.spec: EnvSpec | None = None  # set by load_policy
+        self.path: Path | None = None  # the checkpoint file, set by load_policy
         self.reset()
 
     def reset(self) -> None:
@@ -121,8 +122,9 @@ class Policy:
 def load_policy(
     path: str, *, mode: str = "sample", epsilon: float | None = None, seed: int = 0
 ) -> Policy:
-    """The policy of a checkpoint file or of a run directory's newest checkpoint (CPU)."""
-    state = load_checkpoint(find_checkpoint(path))
+    """The policy of a checkpoint file or of a run directory's newest checkpoint that reads
+    (CPU)."""
+    read, state = read_checkpoint(path)
     config = state["config"]
     spec = state["spec"]
     alg = config["algorithm"]
@@ -136,6 +138,7 @@ def load_policy(
     policy = Policy(model, config, mode=mode, epsilon=epsilon, seed=seed)
     policy.obs_shape = tuple(spec["obs_shape"])
     policy.spec = EnvSpec.from_dict(spec)
+    policy.path = read  # the checkpoint file it came from
     return policy
 
 
@@ -261,8 +264,8 @@ def evaluate(
     another scenario); the observations must keep the shape the policy was trained on.
     """
     check_arguments(episodes=episodes, epsilon=epsilon, seed=seed)
-    path = find_checkpoint(checkpoint)
-    policy = load_policy(str(path), mode=mode, epsilon=epsilon, seed=seed)
+    policy = load_policy(checkpoint, mode=mode, epsilon=epsilon, seed=seed)
+    path = policy.path
     try:
         env_cfg = env_config({**policy.config["env"], **(env_overrides or {})})
     except ConfigError as exc:
@@ -362,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("seedq-eval: checkpoint=<checkpoint file or run dir> is required", file=sys.stderr)
         return 2
     try:
-        checkpoint = find_checkpoint(args.pop("checkpoint"))
+        checkpoint, _ = read_checkpoint(args.pop("checkpoint"))
         returns, videos = evaluate(str(checkpoint), env_overrides=env_overrides, **args)
     except (CheckpointError, EnvError, ValueError) as exc:
         print(f"seedq-eval: {exc}", file=sys.stderr)
@@ -372,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in attach_evaluation(evaluation, checkpoint.parent.parent):
         print(f"seedq-eval: {problem}", file=sys.stderr)
     r = np.array(returns)
+    print(f"checkpoint: {checkpoint}")
     print(
         f"{len(r)} episodes: return mean {r.mean():.2f} std {r.std():.2f} "
         f"min {r.min():.2f} max {r.max():.2f}"

@@ -129,9 +129,9 @@ def rank_entry(config: Any) -> Any:
 
 def resume_state(config: Any) -> dict | None:
     """The checkpoint ``config.resume`` names (rank 0 reads it), or None for a fresh run."""
-    from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
+    from seedq.learner.checkpoint import read_checkpoint
 
-    return load_checkpoint(find_checkpoint(config.resume)) if config.resume else None
+    return read_checkpoint(config.resume)[1] if config.resume else None
 
 
 # ------------------------------------------------------------------------------ any rank

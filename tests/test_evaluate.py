@@ -70,6 +70,18 @@ def test_arguments_out_of_range_exit_2_naming_them(cartpole_run, capsys, argumen
     assert argument.split("=")[0] + "=" in capsys.readouterr().err
 
 
+def test_eval_of_a_run_dir_skips_a_damaged_newest_checkpoint(cartpole_run, tmp_path, capsys):
+    # A copy of the run with a damaged file ahead of its checkpoints: the run dir still
+    # evaluates, from its newest checkpoint that reads.
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (saved,) = sorted((cartpole_run / "checkpoints").glob("ckpt-*.pt"))[-1:]
+    (run / "checkpoints" / saved.name).write_bytes(saved.read_bytes())
+    (run / "checkpoints" / "ckpt-999999999999.pt").write_bytes(b"garbage")
+    assert main([f"checkpoint={run}", "episodes=1"]) == 0
+    assert saved.name in capsys.readouterr().out
+
+
 def test_help_prints_the_usage(capsys):
     assert main(["--help"]) == 0
     assert "seedq-eval checkpoint=" in capsys.readouterr().out

@@ -25,8 +25,10 @@ from seedq.learner.checkpoint import (
     CheckpointWriteError,
     copy_tensors,
     load_newest,
+    read_checkpoint,
     save_checkpoint,
 )
+from seedq.learner.checkpoint_files import list_checkpoints
 from seedq.learner.checkpoint_writer import CheckpointWriter
 from seedq.metrics import MetricsWriter
 
@@ -117,6 +119,46 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
     assert (path.name, loaded["env_steps"]) == ("ckpt-000000000100.pt", 100)
     assert "skipping a checkpoint that does not read: " in caplog.text
     assert "ckpt-000000000200.pt cannot be read" in caplog.text
+
+
+def test_a_damaged_newer_checkpoint_is_set_aside_and_never_outranks_the_resumed_runs(tmp_path):
+    # A damaged file ahead of the run (cut short by a full disk, a crash of the machine): the
+    # run resumes from 100, and its next checkpoints (150, 175) must be the run's newest with
+    # keep=1, not deleted in favour of the damaged 900, as they were.
+    folder = tmp_path / "checkpoints"
+    save_checkpoint(str(tmp_path), state(100), keep=3)
+    (folder / "ckpt-000000000900.pt").write_bytes(b"garbage")
+    path, _ = load_newest(str(tmp_path))
+    assert path.name == "ckpt-000000000100.pt"
+    assert (folder / "damaged" / "ckpt-000000000900.pt").read_bytes() == b"garbage"
+    for steps in (150, 175):
+        save_checkpoint(str(tmp_path), state(steps), keep=1)
+    assert [p.name for p in list_checkpoints(folder)] == ["ckpt-000000000175.pt"]
+    assert load_newest(str(tmp_path))[0].name == "ckpt-000000000175.pt"
+
+
+def test_a_checkpoint_written_is_never_removed_for_a_newer_named_file(tmp_path):
+    folder = tmp_path / "checkpoints"
+    save_checkpoint(str(tmp_path), state(100), keep=3)
+    save_checkpoint(str(tmp_path), state(900), keep=3)  # e.g. copied in from another run
+    save_checkpoint(str(tmp_path), state(200), keep=1)
+    assert [p.name for p in list_checkpoints(folder)] == [
+        "ckpt-000000000200.pt",
+        "ckpt-000000000900.pt",
+    ]
+
+
+def test_a_run_dirs_newest_readable_checkpoint_is_what_eval_and_resume_dir_read(tmp_path):
+    for steps in (100, 200):
+        save_checkpoint(str(tmp_path), state(steps), keep=3)
+    damage(tmp_path / "checkpoints" / "ckpt-000000000200.pt")
+    for where in (tmp_path, tmp_path / "checkpoints"):
+        path, loaded = read_checkpoint(str(where))
+        assert (path.name, loaded["env_steps"]) == ("ckpt-000000000100.pt", 100)
+    # Nothing moved: reading is not resuming.
+    assert len(list_checkpoints(tmp_path / "checkpoints")) == 2
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        read_checkpoint(str(tmp_path / "checkpoints" / "ckpt-000000000200.pt"))
 
 
 def test_no_checkpoint_means_a_fresh_start_and_only_damaged_ones_are_refused(tmp_path):

@@ -159,12 +159,17 @@ def remove_stale_temp_files(folder: Path) -> None:
 
 
 def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
-    """Write ``state`` (with ``env_steps``) as a new checkpoint; keep the newest ``keep``."""
+    """Write ``state`` (with ``env_steps``) as a new checkpoint; keep the newest ``keep``.
+
+    Only checkpoints older than the one written are removed: a file that sorts after it (one
+    copied in from elsewhere, or left by another timeline of the run) is left alone and never
+    takes the new one's place, so the run's newest state is always on disk."""
     folder = Path(run_dir) / DIR_NAME
     path = folder / f"{PREFIX}{int(state['env_steps']):012d}.pt"
     remove_stale_temp_files(folder)
     _write_atomically(path, lambda f: torch.save({"format": FORMAT, **state}, f))
-    for old in list_checkpoints(folder)[:-keep]:
+    older = [p for p in list_checkpoints(folder) if p.name < path.name]
+    for old in older[: max(0, len(older) - (keep - 1))]:
         old.unlink()
     log.info("checkpoint %s (%d env steps, %d updates)", path, state["env_steps"], state["updates"])
     return str(path)
@@ -196,30 +201,82 @@ def load_arrays(path: Path) -> dict[str, Any]:
 
 
 def load_newest(run_dir: str) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint of ``run_dir`` that reads back, and its state.
+    """The newest checkpoint of ``run_dir`` that reads back, and its state: what
+    ``resume=auto`` continues.
 
     A newer file that does not read (cut short by a full disk or a crash of the machine, or
-    damaged later) is skipped with a warning naming it. None when the run has no checkpoint
-    yet; :class:`CheckpointError` when it has some and none of them reads.
+    damaged later) is skipped with a warning naming it, and moved into
+    ``checkpoints/damaged/``: kept for a look, but no longer taken for the run's newest (by
+    ``seedq-eval`` or the next resume) nor counted among the ``checkpoint.keep`` newest, where
+    it would outrank every checkpoint the resumed run writes. None when the run has no
+    checkpoint yet; :class:`CheckpointError` when it has some and none of them reads (then
+    nothing is moved).
     """
-    found = list_checkpoints(Path(run_dir) / DIR_NAME)
+    folder = Path(run_dir) / DIR_NAME
+    found = newest_that_reads(folder)
+    if found is None:
+        return None
+    path, state, damaged = found
+    if damaged:
+        aside = folder / DAMAGED_DIR
+        aside.mkdir(exist_ok=True)
+        for bad in damaged:
+            bad.rename(aside / bad.name)
+        log.warning(
+            "resume=auto: %d newer checkpoint(s) that do not read (%s) moved to %s; resuming "
+            "from %s",
+            len(damaged),
+            ", ".join(p.name for p in damaged),
+            aside,
+            path.name,
+        )
+    return path, state
+
+
+DAMAGED_DIR = "damaged"
+
+
+def newest_that_reads(folder: Path) -> tuple[Path, dict[str, Any], list[Path]] | None:
+    """The newest checkpoint in ``folder`` that reads, its state, and the newer ones that do
+    not (each skipped with a warning); None when there is no checkpoint;
+    :class:`CheckpointError` when none reads."""
+    found = list_checkpoints(folder)
+    damaged: list[Path] = []
     for path in reversed(found):
         try:
-            return path, load_checkpoint(path)
+            return path, load_checkpoint(path), damaged
         except CheckpointError as exc:
             log.warning("skipping a checkpoint that does not read: %s", exc)
+            damaged.append(path)
     if found:
         raise CheckpointError(
-            f"{run_dir}: none of its {len(found)} checkpoints reads (see the warnings above); "
-            f"move {Path(run_dir) / DIR_NAME} away to start this run again from scratch"
+            f"{folder}: none of its {len(found)} checkpoints reads (see the warnings above); "
+            f"move {folder} away to start this run again from scratch"
         )
     return None
+
+
+def read_checkpoint(path: str) -> tuple[Path, dict[str, Any]]:
+    """A checkpoint file and its state; for a run directory (or its ``checkpoints`` folder),
+    its newest checkpoint that reads, a damaged newer one skipped with a warning (moving
+    nothing: what ``seedq-eval`` and ``resume=<run dir>`` read)."""
+    target = Path(path)
+    if target.is_file():
+        return target, load_checkpoint(target)
+    newest = find_checkpoint(path)  # CheckpointError when there is none
+    path_, state, _ = newest_that_reads(newest.parent)  # not None: it holds `newest`
+    return path_, state
+
+
+# Where torch's unpickling error turns to advice about weights_only=False, which does not apply
+# to a damaged file and would unpickle code from a file no one vouched for.
+TORCH_ADVICE = " In PyTorch 2.6, we changed"
 
 
 def first_line(exc: BaseException) -> str:
     """An error's first line (torch's unpickling errors run to a page of advice)."""
     lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
+    return lines[0].split(TORCH_ADVICE)[0] if lines else ""
 
 
 def older_ones(path: Path) -> str:
