@@ -1,7 +1,8 @@
 """Command-line entry points. ``seedq-train`` is a Hydra app over ``seedq/conf``.
 
 Its exit statuses (:mod:`seedq.exit_status`): 0 the run finished; 2 refused before anything
-started; 3 a fault the run could not survive; 75 stopped by SIGINT, SIGTERM or SIGUSR1 after a
+started; 3 a fault the run could not survive, or a finish whose final checkpoint could not be
+written; 75 stopped by SIGINT, SIGTERM or SIGUSR1 after a
 checkpoint, to be continued by the same command with ``resume=auto``.
 """
 
@@ -297,6 +298,19 @@ def _train(cfg: DictConfig) -> float | None:
             run.run_dir,
         )
         sys.exit(EXIT_STOPPED)
+    if not run.last_checkpoint_written:
+        # Finished, but what it learned since the newest checkpoint on disk would go with the
+        # process: not a finish a script or scheduler may take for one.
+        log.error(
+            "the run finished (%s) but its final checkpoint could not be written (see above): "
+            "what it learned since the newest checkpoint on disk is not saved. Free space or "
+            "fix the folder's permissions; the same command with resume=auto and run_dir=%s "
+            "then continues from the newest checkpoint (exit status %d)",
+            summary.stop_reason,
+            run.run_dir,
+            EXIT_RUN_FAILED,
+        )
+        sys.exit(EXIT_RUN_FAILED)
     # Returned to Hydra so sweeps (and optimisation sweepers) see the final return.
     return summary.return_mean
 

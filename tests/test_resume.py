@@ -316,6 +316,16 @@ def test_a_stop_whose_checkpoint_cannot_be_written_does_not_claim_one(tmp_path):
     assert "with a checkpoint" not in output, output
 
 
+def test_a_finish_whose_final_checkpoint_cannot_be_written_exits_3(tmp_path):
+    # As a stop's: the run reached its budget, but what it learned is not on disk, so a script
+    # or scheduler must not read the exit as a finish.
+    (tmp_path / "checkpoints").write_text("a file where the folder goes: every write fails")
+    result = run_cli(*FAKE, f"run_dir={tmp_path}", "total_env_steps=3000")
+    assert result.returncode == 3, result.stdout
+    assert "its final checkpoint could not be written" in result.stdout
+    assert "run finished (total_env_steps)" in result.stdout
+
+
 def read_rows(run_dir) -> list[str]:
     metrics = run_dir / "metrics.csv"
     return metrics.read_text().splitlines()[1:] if metrics.exists() else []
