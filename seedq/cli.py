@@ -8,9 +8,12 @@ checkpoint, to be continued by the same command with ``resume=auto``.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,9 @@ from seedq.envs.section import foreign_key
 from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
 from seedq.launch.sizing import size_config, size_run
 from seedq.learner.errors import CheckpointError
+from seedq.learner.run_lock import LOCK_NAME
 from seedq.logging_setup import quiet_file_errors
+from seedq.parallel.ranks import launched_rank
 
 log = logging.getLogger("seedq")
 
@@ -261,13 +266,16 @@ def _train(cfg: DictConfig) -> float | None:
             resolve = functools.partial(resolve_rank_config, cfg, hydra_cfg, ranks.local_world_size)
             summary = learner_ranks.rank_main_or_exit(ranks, cfg.hardware, resolve)
             return summary.return_mean
+        COMMAND.output_dir = str(hydra_cfg.runtime.output_dir)
         if cfg.supervise:
+            COMMAND.started = True
             sys.exit(supervise(cfg, hydra_cfg))
         ranks_here = 1 if cfg.launcher.learner_hosts else cfg.hardware.learners
         config, state = resolve_config(cfg, hydra_cfg, ranks_here)
         if config is None:
             return None
         if config.hardware.learners > 1:
+            COMMAND.started = True
             return start_learners(config, list(hydra_cfg.overrides.task))
         # torch comes in here: a config refused above costs no torch import (~2 s).
         from seedq.arch.base import STOPPED
@@ -276,6 +284,7 @@ def _train(cfg: DictConfig) -> float | None:
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
         sys.exit(EXIT_REFUSED)
+    COMMAND.started = True
     try:
         summary = run.run()
     except RunFault as exc:
@@ -462,7 +471,6 @@ def live_run_dir(argv: list[str]) -> str | None:
     claim still decides (a run may start in between); ranks a launcher started leave it to
     their rank 0, which holds the folder itself."""
     from seedq.learner.run_lock import held_by, in_use
-    from seedq.parallel.ranks import launched_rank
 
     if any(a in ("-m", "--multirun") for a in argv) or launched_rank() is not None:
         return None
@@ -509,6 +517,53 @@ def shared_sweep_dir(argv: list[str]) -> str | None:
     return None
 
 
+@dataclasses.dataclass
+class Command:
+    """What this ``seedq-train`` did with its run dir: Hydra's folder (set once composed), and
+    whether a run started in it (a refused command, or one that finds its run finished, starts
+    none)."""
+
+    output_dir: str | None = None
+    started: bool = False
+
+
+COMMAND = Command()
+# What Hydra puts in a run dir before the command is judged; nothing else is ever removed.
+HYDRA_FILES = (".hydra", "cli.log", LOCK_NAME)
+
+
+class RunDirRecord:
+    """A run dir as it was before this command: Hydra rewrites ``.hydra/`` (the config and
+    command line that ``seedq-plot`` labels the run by) and makes the folder before seedq has
+    judged the command. :meth:`settle` puts the files back when no run started, and removes a
+    folder this command made that holds nothing but Hydra's files, so a refused command
+    leaves no trace beside its error."""
+
+    def __init__(self, argv: list[str]) -> None:
+        dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+        self.named = Path(dirs[-1]).expanduser() if dirs and "${" not in dirs[-1] else None
+        self.existed = self.named is not None and self.named.is_dir()
+        self.kept: dict[Path, bytes] = {}
+        if self.existed:
+            for path in (self.named / ".hydra").glob("*.yaml"):
+                with contextlib.suppress(OSError):
+                    self.kept[path] = path.read_bytes()
+
+    def settle(self, command: Command) -> None:
+        if command.started or command.output_dir is None:
+            return
+        folder = Path(command.output_dir)
+        try:
+            if self.existed and self.named is not None and folder.resolve() == self.named.resolve():
+                for path, data in self.kept.items():
+                    if path.read_bytes() != data:
+                        path.write_bytes(data)
+            elif not self.existed and {p.name for p in folder.iterdir()} <= set(HYDRA_FILES):
+                shutil.rmtree(folder)
+        except OSError as exc:
+            log.warning("could not tidy %s after the refused command: %s", folder, exc)
+
+
 def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         try:
@@ -531,7 +586,17 @@ def train_main() -> None:
     if refusal := live_run_dir(sys.argv[1:]):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
-    _train()
+    multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
+    try:
+        _train()
+    except SystemExit as exc:
+        # Refused: put the folder back. Any other end (a failure, a stop) keeps its log.
+        if record is not None and exc.code == EXIT_REFUSED:
+            record.settle(COMMAND)
+        raise
+    if record is not None:
+        record.settle(COMMAND)
 
 
 if __name__ == "__main__":

@@ -199,3 +199,36 @@ def test_keys_with_a_prefix_no_key_has_says_so():
     assert result.returncode == 2, result.stdout  # it printed only the header, with exit 0
     assert "no key of algorithm=vtrace, env=cartpole starts with algorithm.nope" in result.stdout
     assert run_cli("--keys", "ppo", "algorithm.clip").returncode == 0
+
+
+def test_a_refused_command_leaves_the_run_dirs_record_as_it_was(tmp_path):
+    # .hydra/ is what seedq-plot labels a run by; Hydra rewrites it before seedq judges the
+    # command, so a refused one (here: another algorithm for a V-trace run) relabelled the run.
+    fake = ("env=fake", "actor.envs_per_batch=8", f"run_dir={tmp_path}")
+    first = run_cli(*fake, "resume=auto", "total_env_steps=2000")
+    assert first.returncode == 0, first.stdout
+    record = {p.name: p.read_bytes() for p in (tmp_path / ".hydra").glob("*.yaml")}
+    refused = run_cli(*fake, "resume=auto", "total_env_steps=50000", "algorithm=ppo")
+    assert refused.returncode == 2, refused.stdout
+    assert {p.name: p.read_bytes() for p in (tmp_path / ".hydra").glob("*.yaml")} == record
+    # One that finds its run finished trains nothing: the record stays too.
+    assert run_cli(*fake, "resume=auto", "total_env_steps=1000").returncode == 0
+    assert {p.name: p.read_bytes() for p in (tmp_path / ".hydra").glob("*.yaml")} == record
+    # An accepted one that trains is the run's newest command line.
+    resumed = run_cli(*fake, "resume=auto", "total_env_steps=50000")
+    assert resumed.returncode == 0, resumed.stdout
+    assert "total_env_steps=50000" in (tmp_path / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_a_refused_command_without_a_run_dir_leaves_no_dated_folder(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", "algorithm.batch_size=-1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "algorithm.batch_size=-1" in result.stdout
+    assert not list((tmp_path / "runs").rglob("*.yaml")), result.stdout
+    assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_dir() and "_" in p.name]
