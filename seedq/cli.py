@@ -256,6 +256,7 @@ def _train(cfg: DictConfig) -> float | None:
     from seedq.core.stats import RunFault
     from seedq.envs import EnvError
 
+    COMMAND.composed = True
     hydra_cfg = HydraConfig.get()
     quiet_file_errors()  # Hydra's cli.log on a full disk: one line, not a trace per record
     try:
@@ -525,9 +526,11 @@ class Command:
 
     output_dir: str | None = None
     started: bool = False
+    composed: bool = False  # Hydra composed the config and called seedq
 
 
 COMMAND = Command()
+HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
 # What Hydra puts in a run dir before the command is judged; nothing else is ever removed.
 HYDRA_FILES = (".hydra", "cli.log", LOCK_NAME)
 
@@ -591,6 +594,10 @@ def train_main() -> None:
     try:
         _train()
     except SystemExit as exc:
+        if exc.code == HYDRA_ERROR and not COMMAND.composed:
+            # Hydra refused the command line (an unknown key or group option, a value of the
+            # wrong type) in its own words, before seedq saw it: a refusal, as seedq's are.
+            raise SystemExit(EXIT_REFUSED) from None
         # Refused: put the folder back. Any other end (a failure, a stop) keeps its log.
         if record is not None and exc.code == EXIT_REFUSED:
             record.settle(COMMAND)

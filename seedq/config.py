@@ -12,11 +12,13 @@ that span sections. Every field has one default (its dataclass) and a help text
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from seedq.actor.config import ActorConfig, validate_actor
 from seedq.agents.config import AlgorithmConfig
@@ -119,8 +121,38 @@ def schema_for(algorithm: str, env: str = "cartpole") -> SeedqConfig:
     return SeedqConfig(algorithm=config_class(algorithm)(), env=env_config_class(env)())
 
 
+def unknown_keys(node: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
+    """Keys of a composed DictConfig that its schema does not have, each with the keys its
+    section does have: ``+section.key=value`` on the command line adds any key to any section
+    (Hydra's own refusal of an unknown key says to add the ``+``), where a plain override of a
+    misspelt key is refused. Such a key would sit in the config, read by nothing."""
+    if not isinstance(node, DictConfig):
+        return []
+    kind = OmegaConf.get_type(node)
+    fields = {f.name for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else None
+    found = []
+    for key in node.keys():
+        if fields is not None and key not in fields:
+            found.append((f"{prefix}{key}", sorted(fields)))
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found += unknown_keys(child, f"{prefix}{key}.")
+    return found
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and choices of a composed config (a SeedqConfig or DictConfig of one)."""
+    if unknown := unknown_keys(cfg):
+        key, known = unknown[0]
+        section, _, name = key.rpartition(".")
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {section + '.' if section else ''}{close[0]}?" if close else ""
+        where = f"the {section} section" if section else "the config"
+        raise ConfigError(
+            f"{key} is not a key of {where}{hint} (+{key}=... adds it, but nothing would read "
+            "it; seedq-train --keys lists every key)"
+        )
     choice("algorithm.name", cfg.algorithm.name, list(AGENTS))
     env = cfg.env if isinstance(cfg.env, EnvConfig) else OmegaConf.to_object(cfg.env)
     validate_env(env, cfg.actor)

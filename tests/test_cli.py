@@ -232,3 +232,23 @@ def test_a_refused_command_without_a_run_dir_leaves_no_dated_folder(tmp_path):
     assert result.returncode == 2 and "algorithm.batch_size=-1" in result.stdout
     assert not list((tmp_path / "runs").rglob("*.yaml")), result.stdout
     assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_dir() and "_" in p.name]
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("+totl_env_steps=10", "did you mean total_env_steps?"),
+        ("+actor.num_actor=3", "did you mean actor.num_actors?"),
+        ("+algorithm.lr_typo=1", "algorithm.lr_typo is not a key of the algorithm section"),
+    ],
+)
+def test_a_key_added_with_plus_that_nothing_reads_is_refused(tmp_path, override, says):
+    # Hydra refuses a misspelt key and suggests the +, which then adds it to any section.
+    code, output = train(override, tmp_path=tmp_path)
+    assert (code, says in output, "run finished" in output) == (2, True, False), output
+
+
+@pytest.mark.parametrize("override", ["algorithm.lr=abc", "bogus_key=1", "algorithm=dqn"])
+def test_a_command_line_hydra_refuses_exits_2_as_seedqs_refusals_do(tmp_path, override):
+    code, output = train(override, tmp_path=tmp_path)
+    assert code == 2, output
