@@ -142,6 +142,22 @@ def test_a_negative_key_is_left_to_validation_and_nothing_is_sized_or_logged(cap
     assert (changed, caplog.text, cfg.actor.num_actors == 0) == ({}, "", key != "actor.num_actors")
 
 
+def test_the_log_names_the_keys_it_sized_not_those_given(caplog):
+    cfg = compose_config("env=atari", "actor.num_actors=3")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        size_config(cfg, cores=16)
+    sized_line = next(r.message for r in caplog.records if r.message.startswith("sized to"))
+    assert "env.num_threads=" in sized_line and "actor.num_actors" not in sized_line
+
+
+@pytest.mark.parametrize(("actors", "warned"), [(8, False), (9, True), (40, True)])
+def test_many_more_local_actor_processes_than_cores_are_warned(caplog, actors, warned):
+    cfg = compose_config("env=atari", f"actor.num_actors={actors}")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        size_config(cfg, cores=2)
+    assert (f"actor.num_actors={actors} actor processes on 2 cores" in caplog.text) == warned
+
+
 def test_keys_on_the_command_line_win():
     cfg = compose_config("env=atari", "actor.num_actors=3", "env.num_threads=2")
     size_run(cfg, ["actor.num_actors=3", "env.num_threads=2"], cores=16)

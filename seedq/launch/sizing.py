@@ -143,10 +143,11 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
         # Out of range: validation refuses it by name. Sizing around it would log the bad
         # value among the chosen ones first.
         return {}
+    cores = cores or usable_cores()
+    warn_oversubscribed(cfg, cores)
     if all(_get(cfg, key) for key in keys):
         return size_batch(cfg)
     env_key = env_threads_key(cfg.env)
-    cores = cores or usable_cores()
     arch = str(cfg.arch.name)
     envs_per_vector_env = (
         cfg.arch.sebulba.envs_per_thread if arch == "sebulba" else cfg.actor.envs_per_batch
@@ -171,7 +172,8 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     for key, value in changed.items():
         _set(cfg, key, value)
     if changed and arch != "anakin":
-        shown = [k for k in keys if k != "arch.sebulba.threads" or arch == "sebulba"]
+        # The keys chosen here; those the command line set are as given.
+        shown = [k for k in changed if k != "arch.sebulba.threads" or arch == "sebulba"]
         learner = (
             f"{sizes.learner_threads} of them for the learner's threads"
             if sizes.learner_threads < cores
@@ -202,6 +204,31 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
                 per_worker,
             )
     return changed | size_batch(cfg)
+
+
+# Local actor processes per core past which a run is warned: each is a Python process of its
+# own (its start-up ~1-2 s of CPU, its memory), and beyond a few per core they only take turns.
+ACTORS_PER_CORE_WARNED = 4
+
+
+def warn_oversubscribed(cfg: Any, cores: int) -> None:
+    """Warn when the command line starts many more local actor processes than there are
+    cores (a 0 is sized to them, never past this)."""
+    actors = int(cfg.actor.num_actors)
+    if str(cfg.arch.name) != "seed" or cfg.launcher.name != "local":
+        return
+    if actors > ACTORS_PER_CORE_WARNED * cores:
+        log.warning(
+            "actor.num_actors=%d actor processes on %d core%s: %.0f per core, each a Python "
+            "process that takes turns with the others (and their start-up delays the first "
+            "step); fewer actors with more envs each (actor.envs_per_batch, "
+            "actor.batches_per_actor) step as many envs for less, and actor.num_actors=0 sizes "
+            "it to the cores",
+            actors,
+            cores,
+            "" if cores == 1 else "s",
+            actors / cores,
+        )
 
 
 def run_envs(cfg: Any) -> int:
