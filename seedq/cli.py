@@ -531,6 +531,7 @@ class Command:
 
 COMMAND = Command()
 HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
+EXIT_INTERRUPTED = 130  # a shell's for SIGINT: Ctrl-C before any run started
 # What Hydra puts in a run dir before the command is judged; nothing else is ever removed.
 HYDRA_FILES = (".hydra", "cli.log", LOCK_NAME)
 
@@ -593,6 +594,11 @@ def train_main() -> None:
     record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
     try:
         _train()
+    except KeyboardInterrupt:
+        # Ctrl-C before the run took over the signal (imports, config, start-up): one line,
+        # not an import's traceback. A started run saves a checkpoint and exits 75 itself.
+        print("seedq-train: interrupted while starting; no run started", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     except SystemExit as exc:
         if exc.code == HYDRA_ERROR and not COMMAND.composed:
             # Hydra refused the command line (an unknown key or group option, a value of the

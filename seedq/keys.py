@@ -32,6 +32,8 @@ def create_keys(keys_dir: str | os.PathLike, force: bool = False) -> list[Path]:
     Refuses to overwrite existing keys unless ``force``.
     """
     directory = Path(keys_dir).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"{directory} is a file; give a folder for the keys")
     existing = [p for p in key_paths(directory) if p.exists()]
     if existing and not force:
         raise KeysExistError(

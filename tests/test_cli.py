@@ -252,3 +252,19 @@ def test_a_key_added_with_plus_that_nothing_reads_is_refused(tmp_path, override,
 def test_a_command_line_hydra_refuses_exits_2_as_seedqs_refusals_do(tmp_path, override):
     code, output = train(override, tmp_path=tmp_path)
     assert code == 2, output
+
+
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(monkeypatch, capsys):
+    # Before the run takes over SIGINT (imports, config), Python's KeyboardInterrupt came out
+    # of wherever it landed, with a page of import traceback.
+    import seedq.cli as cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_train", interrupted)
+    monkeypatch.setattr(sys, "argv", ["seedq-train", "seed=1"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.train_main()
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err == "seedq-train: interrupted while starting; no run started\n"

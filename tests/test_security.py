@@ -127,6 +127,10 @@ def test_seedq_keys_writes_owner_only_secrets_and_refuses_to_overwrite(tmp_path,
         create_keys(directory)
     create_keys(directory, force=True)
     assert (directory / "learner.key_secret").read_bytes() != before
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    assert keys_main([str(afile)]) == 1
+    assert f"seedq-keys: {afile} is a file; give a folder" in capsys.readouterr().err
 
 
 def test_the_actor_key_exchanges_messages(server, keys_dir):
