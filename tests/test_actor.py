@@ -7,6 +7,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from seedq.actor import loop
 from seedq.actor.loop import ActorError, EpisodeTracker, Patience, run_env_batch
 from seedq.envs import FakeConfig, make_env_batch
 
@@ -25,7 +26,10 @@ def test_episode_tracker_starts_over_after_an_episode_ends():
     assert returns == [1.0]
 
 
-def test_actor_without_a_learner_stops_with_a_clear_error():
+def test_actor_without_a_learner_stops_with_a_clear_error(monkeypatch, caplog):
+    # While it waits it says so, naming the endpoint and that nothing connected: a standalone
+    # actor pointed at the wrong port was silent for the whole reply_timeout_s.
+    monkeypatch.setattr(loop, "FIRST_NOTE_S", 0.3)
     env = make_env_batch(FakeConfig(obs_shape=[4]), 2, seed=0)
 
     async def main():
@@ -45,3 +49,5 @@ def test_actor_without_a_learner_stops_with_a_clear_error():
 
     with pytest.raises(ActorError, match="no reply from the learner"):
         asyncio.run(main())
+    assert "actor 0: no answer from the learner at tcp://127.0.0.1:9 after" in caplog.text
+    assert "no connection: is the learner running" in caplog.text

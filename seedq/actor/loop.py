@@ -153,7 +153,9 @@ class _Link:
             self.sock.setsockopt(option, value)
         self.monitor = self.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self.sock.connect(endpoint)
+        self.endpoint = endpoint
         self.lost_since: float | None = None
+        self.connected = False  # a connection to the endpoint came up at least once
         self.answered = False  # the learner took at least one step of this run
 
     async def poll_events(self) -> None:
@@ -163,6 +165,7 @@ class _Link:
                 self.lost_since = self.lost_since or time.monotonic()
             elif event["event"] == zmq.EVENT_CONNECTED:
                 self.lost_since = None
+                self.connected = True
 
     def close(self) -> None:
         self.sock.disable_monitor()
@@ -211,6 +214,11 @@ def next_step(step: Step, out: StepBatch, returns: list, lengths: list) -> Step:
     return Step.of_batch(step.actor_id, step.run_id, step.seq + 1, out, returns, lengths)
 
 
+# A request of a link the learner never answered is noted after this long, then this often.
+FIRST_NOTE_S = 10.0
+NOTE_EVERY_S = 60.0
+
+
 async def _receive_actions(
     link: _Link,
     actor_id: int,
@@ -223,11 +231,28 @@ async def _receive_actions(
     """Wait for the reply to ``seq``; None when asked to stop meanwhile."""
     sock = link.sock
     start = time.monotonic()
+    next_note = start + FIRST_NOTE_S
     while not stop.is_set():
         if await sock.poll(timeout=250):
             break
         await link.poll_events()
         now = time.monotonic()
+        if not link.answered and now >= next_note:
+            # A standalone actor pointed at the wrong place waited in silence for the whole
+            # reply_timeout_s; say what is known while it waits.
+            next_note = now + NOTE_EVERY_S
+            log.warning(
+                "actor %d: no answer from the learner at %s after %.0f s (%s); waiting up to "
+                "actor.reply_timeout_s=%.0f s",
+                actor_id,
+                link.endpoint,
+                now - start,
+                "connected, but no answer yet: the learner may still be starting (compiling "
+                "its model), or the port is another program's, or --keys-dir lacks its keys"
+                if link.connected
+                else "no connection: is the learner running, and is this its host and port?",
+                patience.reply_timeout_s,
+            )
         if link.lost_since is not None and now - link.lost_since >= patience.learner_lost_s:
             raise ActorError(
                 f"actor {actor_id}: the connection to the learner dropped "
