@@ -597,6 +597,8 @@ def train_main() -> None:
     except KeyboardInterrupt:
         # Ctrl-C before the run took over the signal (imports, config, start-up): one line,
         # not an import's traceback. A started run saves a checkpoint and exits 75 itself.
+        if COMMAND.started:
+            raise
         print("seedq-train: interrupted while starting; no run started", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except SystemExit as exc:
