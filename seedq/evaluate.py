@@ -22,6 +22,7 @@ training reports per env.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 import sys
@@ -266,10 +267,17 @@ def evaluate(
     check_arguments(episodes=episodes, epsilon=epsilon, seed=seed)
     policy = load_policy(checkpoint, mode=mode, epsilon=epsilon, seed=seed)
     path = policy.path
+    trained = dict(policy.config["env"])
+    if "kind" in (env_overrides or {}) and env_overrides["kind"] != trained.get("kind"):
+        # Another family (e.g. gymnasium's CartPole for the native one): the trained env's
+        # family keys do not apply there; the keys every family has carry over, and the
+        # observation and action checks below still judge whether the policy can act in it.
+        common = {f.name for f in dataclasses.fields(EnvConfig)}
+        trained = {k: v for k, v in trained.items() if k in common}
     try:
-        env_cfg = env_config({**policy.config["env"], **(env_overrides or {})})
+        env_cfg = env_config({**trained, **(env_overrides or {})})
     except ConfigError as exc:
-        allowed = sorted(policy.config["env"])
+        allowed = sorted(trained)
         raise EnvError(f"{exc}; keys are env.<one of {allowed}>") from None
     if env_overrides:
         probe = make_env_batch(env_cfg, rows_per_env(env_cfg), seed=seed)

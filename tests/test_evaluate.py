@@ -141,6 +141,31 @@ def test_env_overrides_change_the_evaluation_env_but_not_the_observation_shape(
     assert "env.<one of" in capsys.readouterr().err
     assert main([f"checkpoint={cartpole_run}", "env.kind=gym", "env.id=Acrobot-v1"]) == 2
     assert "trained on (4,)" in capsys.readouterr().err
+    # Another family with the same observations and actions: gymnasium's own CartPole.
+    assert main([f"checkpoint={cartpole_run}", "env.kind=gym", "env.id=CartPole-v1"]) == 0
+
+
+def test_another_env_family_leaves_the_trained_familys_keys_behind(
+    cartpole_run, capsys, monkeypatch
+):
+    # A policy whose run had family keys (MinAtar's, say) evaluated with env.kind=... of
+    # another family: those keys were blamed as the user's ("env.repeat_action_probability
+    # is an atari and minatar key"); they do not carry over, the keys every env has do.
+    import seedq.evaluate as evaluate
+
+    loaded = evaluate.load_policy
+
+    def with_family_keys(*args, **kwargs):
+        policy = loaded(*args, **kwargs)
+        policy.config = {
+            **policy.config,
+            "env": {**policy.config["env"], "kind": "minatar", "repeat_action_probability": 0.1},
+        }
+        return policy
+
+    monkeypatch.setattr(evaluate, "load_policy", with_family_keys)
+    args = [f"checkpoint={cartpole_run}", "env.id=CartPole-v1", "episodes=1"]
+    assert main([*args, "env.kind=gym"]) == 0, capsys.readouterr().err
 
 
 def test_env_overrides_that_change_the_actions_are_refused(cartpole_run, capsys, monkeypatch):
