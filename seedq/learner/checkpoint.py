@@ -33,6 +33,7 @@ from seedq.learner.checkpoint_files import (  # noqa: F401 - find_checkpoint: th
     PREFIX,
     find_checkpoint,
     list_checkpoints,
+    move_aside,
 )
 from seedq.learner.errors import CheckpointError
 from seedq.schema import ConfigError
@@ -218,10 +219,7 @@ def load_newest(run_dir: str) -> tuple[Path, dict[str, Any]] | None:
         return None
     path, state, damaged = found
     if damaged:
-        aside = folder / DAMAGED_DIR
-        aside.mkdir(exist_ok=True)
-        for bad in damaged:
-            bad.rename(aside / bad.name)
+        aside = move_aside(damaged, folder / DAMAGED_DIR)
         log.warning(
             "resume=auto: %d newer checkpoint(s) that do not read (%s) moved to %s; resuming "
             "from %s",

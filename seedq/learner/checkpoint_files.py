@@ -63,10 +63,8 @@ def set_aside_newer(checkpoint: Path, run_dir: Path) -> list[Path]:
     newer = [p for p in list_checkpoints(checkpoint.parent) if p.name > checkpoint.name]
     if not newer:
         return []
-    aside = checkpoint.parent / f"superseded-{checkpoint.stem.removeprefix(PREFIX)}"
-    aside.mkdir(exist_ok=True)
-    for path in newer:
-        path.rename(aside / path.name)
+    steps = checkpoint.stem.removeprefix(PREFIX)
+    aside = move_aside(newer, checkpoint.parent / f"superseded-{steps}")
     log.warning(
         "resuming from %s: its %d newer checkpoint(s) (%s) moved to %s, so that this run's own "
         "are the newest",
@@ -76,3 +74,12 @@ def set_aside_newer(checkpoint: Path, run_dir: Path) -> list[Path]:
         aside,
     )
     return [aside / p.name for p in newer]
+
+
+def move_aside(paths: list[Path], aside: Path) -> Path:
+    """Move ``paths`` into the folder ``aside`` (made if need be): kept, but no longer among
+    the run's checkpoints. Returns ``aside``."""
+    aside.mkdir(exist_ok=True)
+    for path in paths:
+        path.rename(aside / path.name)
+    return aside
