@@ -72,7 +72,16 @@ class EpisodeTracker:
 # mean the learner forgot us (eviction, a restart of the learner's broker state), we lost
 # lockstep, or one step carried a NaN. One message is lost, not the process.
 RECOVERABLE_CODES = frozenset(
-    ["busy", "not_joined", "unknown_actor", "stale_run", "non_finite", "bad_seq", "internal"]
+    [
+        "busy",
+        "not_joined",
+        "unknown_actor",
+        "stale_run",
+        "non_finite",
+        "bad_seq",
+        "internal",
+        "reconnected",  # not the learner's: Reconnected, seen by the actor itself
+    ]
 )
 
 
@@ -91,6 +100,19 @@ class Refused(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+
+
+class Reconnected(Refused):
+    """The connection dropped and came back while a reply was due: the learner's reply goes to
+    the old connection's routing id, so it never comes (a learner frozen past the heartbeat
+    timeout, a network cut). Recoverable: the actor rejoins on a new connection."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "reconnected",
+            "the connection to the learner dropped and came back while a reply was due (the "
+            "learner stalled or the network broke); its reply went to the old connection",
+        )
 
 
 async def run_env_batch(
@@ -131,7 +153,8 @@ async def run_env_batch(
                     f"taken, last ({exc}); see the learner's log for why"
                 ) from None
             stats.rejoins += 1
-            log.warning("actor %d: refused (%s); resetting its envs and rejoining", actor_id, exc)
+            what = str(exc) if isinstance(exc, Reconnected) else f"refused ({exc})"
+            log.warning("actor %d: %s; resetting its envs and rejoining", actor_id, what)
             episode_seed += 1  # a fresh reset, not a replay of the episodes that failed
         finally:
             link.close()
@@ -155,6 +178,7 @@ class _Link:
         self.sock.connect(endpoint)
         self.endpoint = endpoint
         self.lost_since: float | None = None
+        self.drops = 0  # connections that dropped
         self.connected = False  # a connection to the endpoint came up at least once
         self.answered = False  # the learner took at least one step of this run
 
@@ -163,6 +187,7 @@ class _Link:
             event = parse_monitor_message(await self.monitor.recv_multipart())
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self.lost_since = self.lost_since or time.monotonic()
+                self.drops += 1
             elif event["event"] == zmq.EVENT_CONNECTED:
                 self.lost_since = None
                 self.connected = True
@@ -232,10 +257,13 @@ async def _receive_actions(
     sock = link.sock
     start = time.monotonic()
     next_note = start + FIRST_NOTE_S
+    drops = link.drops
     while not stop.is_set():
         if await sock.poll(timeout=250):
             break
         await link.poll_events()
+        if link.drops > drops and link.lost_since is None and not await sock.poll(timeout=0):
+            raise Reconnected
         now = time.monotonic()
         if not link.answered and now >= next_note:
             # A standalone actor pointed at the wrong place waited in silence for the whole
