@@ -329,7 +329,7 @@ def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
     """``hardware.learners=N``: N ranks on this machine, or on ``launcher.learner_hosts`` over
     ssh, as one run; exit 3 naming the rank (or host) that failed."""
     from seedq.launch.learner_hosts import LearnerHostFailed, run_on_learner_hosts
-    from seedq.learner_ranks import LearnersFailed
+    from seedq.learner_ranks import LearnersFailed, LearnersStopped
     from seedq.learner_ranks import start_learners as start_here
 
     try:
@@ -340,6 +340,15 @@ def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
     except (LearnersFailed, LearnerHostFailed) as exc:
         log.error("run failed: %s", exc)
         sys.exit(EXIT_RUN_FAILED)
+    except LearnersStopped as exc:
+        log.warning(
+            "stopped by %s: the learner ranks stopped, rank 0 saving a checkpoint first (exit "
+            "status %d); the same command with resume=auto and run_dir=%s continues the run",
+            exc,
+            EXIT_STOPPED,
+            config.run_dir,
+        )
+        sys.exit(EXIT_STOPPED)
 
 
 def print_keys(argv: list[str]) -> None:

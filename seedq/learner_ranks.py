@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from seedq.exit_status import EXIT_RANK_LOST
+from seedq.exit_status import EXIT_RANK_LOST, EXIT_STOPPED
 from seedq.parallel.ranks import (
     RankInfo,
     check_learners,
@@ -49,6 +49,11 @@ RANK_LOG_FORMAT = (
 
 class LearnersFailed(RuntimeError):
     """A learner rank failed; the message names it, its host and how it ended."""
+
+
+class LearnersStopped(RuntimeError):
+    """A stop signal (named) reached the ranks' launcher, which passed it on to the ranks: they
+    stopped as one run does, rank 0 saving a checkpoint first."""
 
 
 # --------------------------------------------------------------------------- one machine
@@ -81,11 +86,29 @@ def start_learners(config: Any) -> Any:
     # The launcher's own records of a failure would repeat ours, in several lines each.
     for name in ("torch.distributed.elastic", "torch.multiprocessing"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    # The launcher turns SIGTERM and SIGINT into an exception here and passes them on to the
+    # ranks, each of which stops with a checkpoint. SIGUSR1 (Slurm's --signal=B:USR1@90 before
+    # a time limit) it leaves alone: it killed this process and orphaned the ranks. It goes the
+    # way of a SIGTERM.
+    received: list[str] = []
+
+    def as_sigterm(signum: int, frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGUSR1, as_sigterm)
     try:
         results = elastic_launch(launch, rank_entry)(config)
     except ChildFailedError as exc:
+        if all(f.exitcode == EXIT_STOPPED for f in exc.failures.values()):
+            raise LearnersStopped("a stop signal to the ranks") from None
         raise LearnersFailed(describe_failure(exc, config.run_dir)) from None
+    except SignalException as exc:
+        raise LearnersStopped(received[0] if received else exc.sigval.name) from None
     finally:
+        signal.signal(signal.SIGUSR1, previous)
         remove_empty_dirs(elastic_dir)
     return results[0]
 
@@ -124,7 +147,16 @@ def rank_entry(config: Any) -> Any:
     if info is None:
         raise RuntimeError("rank_entry runs only under torch's elastic launcher")
     setup_rank_logging(info.rank)
-    return rank_main_or_exit(info, config.hardware, lambda: (config, resume_state(config)))
+    summary = rank_main_or_exit(info, config.hardware, lambda: (config, resume_state(config)))
+    from seedq.arch.base import STOPPED
+
+    if summary is not None and summary.stop_reason == STOPPED:
+        # Stopped by a signal, its checkpoint written: the launcher is shutting down and will
+        # not read a returned summary, while the process it started waits for that read (30 s,
+        # then SIGKILL). Exit now, with the status of a stopped run.
+        logging.shutdown()
+        os._exit(EXIT_STOPPED)
+    return summary
 
 
 def resume_state(config: Any) -> dict | None:

@@ -224,6 +224,31 @@ def test_a_rank_killed_ends_the_run_within_30_s_naming_the_rank_and_its_host(tmp
     assert list((tmp_path / "checkpoints").glob("ckpt-*.pt"))
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_stop_signal_to_a_two_rank_run_exits_75_with_a_checkpoint(tmp_path, sig):
+    # SIGTERM ended in a launcher traceback and exit 1 after 30 s (the ranks waited for their
+    # summaries to be read); SIGUSR1 (Slurm's warning before a time limit) killed the
+    # launching process at once (exit 138), orphaning the ranks. Slurm's requeue wants 75.
+    env = {**os.environ, "PYTHONPATH": TREE, "PYTHONUNBUFFERED": "1"}
+    cmd = command(tmp_path, *quick_cartpole("total_env_steps=100000000", "max_minutes=5"))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=TREE
+    )
+    try:
+        ranks = [wait_for_rank_training(tmp_path, rank=r, proc=proc) for r in (0, 1)]
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, output[-3000:]
+    assert f"stopped by {sig.name}: the learner ranks stopped" in output
+    assert list((tmp_path / "checkpoints").glob("ckpt-*.pt"))
+    for pid in ranks:  # none left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_a_second_run_into_a_live_two_rank_run_is_refused(tmp_path):
     # The command line that started the ranks holds the run dir's lock for the run's life.
     env = {**os.environ, "PYTHONPATH": TREE, "PYTHONUNBUFFERED": "1"}
