@@ -249,8 +249,31 @@ def resolve_rank_config(cfg: DictConfig, hydra_cfg: Any, ranks_here: int) -> tup
     return config, state
 
 
+class SweepJobFailed(RuntimeError):
+    """A job of a sweep (``-m``) ended with a nonzero exit status; the sweep's other jobs run,
+    and the sweep then ends with the highest status (basic launcher)."""
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
+    try:
+        return _train_job(cfg)
+    except SystemExit as exc:
+        hydra_cfg = HydraConfig.get()
+        if hydra_cfg.mode != RunMode.MULTIRUN or exc.code in (0, None):
+            raise
+        # A SystemExit would end the sweep here, its later jobs never run; an exception is
+        # Hydra's failed job, raised once the other jobs have run.
+        COMMAND.job_codes.append(int(exc.code))
+        log.error(
+            "job %s of the sweep ended with exit status %s (see above); its other jobs run",
+            hydra_cfg.job.num,
+            exc.code,
+        )
+        raise SweepJobFailed(f"job {hydra_cfg.job.num}: exit status {exc.code}") from None
+
+
+def _train_job(cfg: DictConfig) -> float | None:
     from seedq import learner_ranks
     from seedq.arch import ArchUnavailable, run_class
     from seedq.core.stats import RunFault
@@ -536,6 +559,7 @@ class Command:
     output_dir: str | None = None
     started: bool = False
     composed: bool = False  # Hydra composed the config and called seedq
+    job_codes: list[int] = dataclasses.field(default_factory=list)  # a sweep's failed jobs
 
 
 COMMAND = Command()
@@ -611,7 +635,11 @@ def train_main() -> None:
         print("seedq-train: interrupted while starting; no run started", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except SystemExit as exc:
-        if exc.code == HYDRA_ERROR and not COMMAND.composed:
+        if multirun and COMMAND.job_codes:
+            # Hydra reports the first failed job once all have run: the sweep's status is
+            # its worst job's (a refusal 2, a failure 3, a stop 75).
+            raise SystemExit(max(COMMAND.job_codes)) from None
+        if exc.code == HYDRA_ERROR and not COMMAND.composed and not multirun:
             # Hydra refused the command line (an unknown key or group option, a value of the
             # wrong type) in its own words, before seedq saw it: a refusal, as seedq's are.
             raise SystemExit(EXIT_REFUSED) from None

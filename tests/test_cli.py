@@ -268,3 +268,19 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(monkeypatch, capsys):
         cli.train_main()
     assert exit_.value.code == 130
     assert capsys.readouterr().err == "seedq-train: interrupted while starting; no run started\n"
+
+
+def test_a_sweep_runs_every_job_when_one_is_refused_and_ends_with_its_status(tmp_path):
+    # A job's sys.exit ended the whole sweep: the jobs after it never ran.
+    result = run_cli(
+        "-m",
+        "algorithm=sac,vtrace",
+        "env=fake",
+        "actor.envs_per_batch=8",
+        "total_env_steps=2000",
+        f"run_dir={tmp_path}/" + "${hydra:job.num}",
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout
+    assert "job 0 of the sweep ended with exit status 2" in result.stdout
+    assert json.loads((tmp_path / "1" / "summary.json").read_text())["env_steps"] >= 2000
