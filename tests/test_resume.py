@@ -20,6 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from seedq.arch.base import TrainingRun
 from seedq.arch.resume import continue_metrics, read_steps, recent_episodes
+from seedq.core.stats import RunStats
 from seedq.learner.checkpoint import (
     CheckpointError,
     CheckpointWriteError,
@@ -336,11 +337,11 @@ def test_the_learner_is_paused_only_for_the_copy_not_the_write(tmp_path):
     run = TrainingRun()
     run.cfg = OmegaConf.create({"checkpoint": {"keep": 3}})
     run.run_dir, run.spec = str(tmp_path), SimpleNamespace(to_dict=dict)
-    run.stats = SimpleNamespace(env_steps=100, episodes=1)
+    run.stats = RunStats(env_steps=100, episodes=1)
     run.generator = torch.Generator()
     run.agent = SimpleNamespace(
         state_dict=lambda: {"model": model.state_dict()},
-        stats=SimpleNamespace(updates=10),
+        stats=SimpleNamespace(updates=10, skipped_updates=0),
         save_files=lambda run_dir: None,
     )
     writing, release = threading.Event(), threading.Event()
@@ -541,3 +542,30 @@ def test_a_claim_waits_out_another_command_s_probe(tmp_path):
     finally:
         release_run_dirs()
         probe.wait()
+
+
+def test_a_resumed_run_counts_the_faults_of_its_earlier_starts(tmp_path):
+    # faults.json and the faults/* metrics started from 0 at every resume: a supervised or
+    # requeued run lost its fault history.
+    from fault_helpers import make_run
+
+    from seedq.arch.seed import SeedRun
+
+    first = make_run(tmp_path, *FAKE)  # built, never run: no actor process starts
+    first.stats.evicted = 2
+    first.stats.bad_messages["bad_header"] = 3
+    first.stats.bad_messages["non_finite"] = 1
+    first.agent.stats.skipped_updates = 4
+    first.actors.restarts = 1
+    state = first.checkpoint_state(1.0)
+    assert state["faults"]["evicted_actors"] == 2
+    second = SeedRun(first.cfg, str(tmp_path), resume=state)
+    second.actors.restarts = 2  # one more in this start
+    faults = second.fault_counts()
+    assert (
+        faults["evicted_actors"],
+        faults["bad_messages"],
+        faults["non_finite_messages"],
+        faults["skipped_updates"],
+        faults["actor_restarts"],
+    ) == (2, 4, 1, 4, 3)

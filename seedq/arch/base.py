@@ -41,7 +41,7 @@ from seedq.agents.registry import build_agent
 from seedq.arch.monitor import Monitor, RunSummary
 from seedq.arch.resume import continue_metrics, recent_episodes
 from seedq.core.agent import RunContext
-from seedq.core.stats import RunFault
+from seedq.core.stats import EARLIER_STARTS, RunFault
 from seedq.exit_status import stop_signals_to
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
@@ -70,6 +70,9 @@ class TrainingRun:
     device: torch.device
     curve: Any = None
     elapsed_before: float = 0.0
+    # The fault counts of the starts before this one (a resumed run's checkpoint): faults.json
+    # and the faults/* metrics count over the whole run, not from the last restart.
+    faults_before: dict[str, int] = {}  # noqa: RUF012 - replaced, never mutated
 
     def __init__(self) -> None:
         self.stop = threading.Event()
@@ -121,6 +124,16 @@ class TrainingRun:
             "checkpoint_failures": self.checkpoint_failures,
         }
 
+    def restore_faults(self, before: dict[str, int]) -> None:
+        """Carry a checkpoint's fault counts (:meth:`fault_counts`) into this start's counters,
+        which the metrics rows and ``faults.json`` read."""
+        self.faults_before = before
+        bad, non_finite = before.get("bad_messages", 0), before.get("non_finite_messages", 0)
+        self.stats.bad_messages["non_finite"] += non_finite
+        self.stats.bad_messages[EARLIER_STARTS] += bad - non_finite
+        self.stats.evicted += before.get("evicted_actors", 0)
+        self.agent.stats.skipped_updates += before.get("skipped_updates", 0)
+
     def _build_acting(self, agent_cfg: Any) -> None:
         """The agent (built for ``agent_cfg``), its inference engine and central inference:
         what ``arch=seed`` and ``arch=sebulba`` act with. Needs ``cfg``, ``spec``, ``device``."""
@@ -162,7 +175,7 @@ class TrainingRun:
     @property
     def checkpoint_failures(self) -> int:
         written = self._writer.failures if self._writer is not None else 0
-        return written + self.replay_failures
+        return written + self.replay_failures + self.faults_before.get("checkpoint_failures", 0)
 
     @property
     def last_checkpoint_written(self) -> bool:
@@ -201,6 +214,7 @@ class TrainingRun:
             "episodes": counters[1],
             "updates": counters[2],
             "wall_time_s": wall_time_s,
+            "faults": self.fault_counts(),
         }
 
     def restore(self, state: dict) -> None:
@@ -225,6 +239,7 @@ class TrainingRun:
         self.stats.episodes = int(state["episodes"])
         self.agent.stats.updates = int(state["updates"])
         self.elapsed_before = float(state["wall_time_s"])
+        self.restore_faults(dict(state.get("faults", {})))
         continue_metrics(self.run_dir, self.stats.env_steps)
         if self.dist.is_writer:  # the ranks share rank 0's log; one of them refills from it
             returns, lengths = recent_episodes(self.run_dir)

@@ -154,7 +154,8 @@ class SeedRun(TrainingRun):
 
     def fault_counts(self) -> dict[str, int]:
         """What went wrong during the run and was survived (``faults.json`` in the run dir)."""
-        return {"actor_restarts": self.actors.restarts, **super().fault_counts()}
+        restarts = self.actors.restarts + self.faults_before.get("actor_restarts", 0)
+        return {"actor_restarts": restarts, **super().fault_counts()}
 
     def _bind(self) -> str:
         broker = self.cfg.broker

@@ -78,10 +78,15 @@ class TrainStats:
         return means
 
 
+# The bad messages of a resumed run's earlier starts, whatever their codes (its checkpoint keeps
+# the totals only).
+EARLIER_STARTS = "earlier_starts"
+
+
 def _zero_counts() -> collections.Counter:
     # Every code present from the start: the dict never changes size, so a monitor thread can
     # sum its values while the broker counts.
-    return collections.Counter(dict.fromkeys(sorted(ERROR_CODES), 0))
+    return collections.Counter(dict.fromkeys([*sorted(ERROR_CODES), EARLIER_STARTS], 0))
 
 
 @dataclass
