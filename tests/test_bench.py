@@ -391,6 +391,12 @@ def test_the_update_parts_probe_times_the_learners_own_update():
         (["raw-env", "seconds=0"], "seconds=0.0: must be > 0"),
         (["pipeline", "seconds=-1"], "seconds=-1.0: must be > 0"),
         (["learner", "warmup_s=-1"], "warmup_s=-1.0: must be >= 0"),
+        # An OverflowError in a timer, a ZeroDivisionError, a TypeError and a 60 s wait for
+        # actors that the learner refused (bad_dtype):
+        (["raw-env", "seconds=inf"], "seconds=inf: must be > 0 (the time measured) and at most"),
+        (["learner", "requests=0"], "requests=0: the env batches a step takes, >= 1"),
+        (["pipeline", "obs_dtype=bogus"], "obs_dtype=bogus: the protocol carries bool"),
+        (["pipeline", "obs_dtype=complex64"], "obs_dtype=complex64: the protocol carries"),
         (["raw-env", "seconds=1", "env=gym", "env.id=Nope-v0"], "unknown gymnasium env id"),
         (["train", "env=gym", "env.id=Nope-v0"], "unknown gymnasium env id 'Nope-v0'"),
     ],

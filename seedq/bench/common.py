@@ -20,6 +20,9 @@ from seedq.launch.sizing import size_run
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 
 
+MAX_SECONDS = 7 * 24 * 3600.0  # a bench's seconds or warm-up; inf or 1e12 overflowed timers
+
+
 class BenchError(ValueError):
     """A bench argument is wrong; the message names it and what is allowed."""
 
@@ -58,10 +61,13 @@ def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, 
             ) from None
     # Every bench measures for `seconds` after `warmup_s`: none over no time (a division by
     # zero, or a table of zeros).
-    if "seconds" in values and not values["seconds"] > 0:
-        raise BenchError(f"seconds={values['seconds']}: must be > 0 (the time measured)")
-    if "warmup_s" in values and not values["warmup_s"] >= 0:
-        raise BenchError(f"warmup_s={values['warmup_s']}: must be >= 0")
+    if "seconds" in values and not 0 < values["seconds"] <= MAX_SECONDS:
+        raise BenchError(
+            f"seconds={values['seconds']}: must be > 0 (the time measured) and at most "
+            f"{MAX_SECONDS:g} (a week)"
+        )
+    if "warmup_s" in values and not 0 <= values["warmup_s"] <= MAX_SECONDS:
+        raise BenchError(f"warmup_s={values['warmup_s']}: must be >= 0 and at most {MAX_SECONDS:g}")
     return values, overrides
 
 

@@ -279,6 +279,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         raise BenchError(f"model={options['model']!r}: zero or real")
     if options["mode"] not in ("loop", "run"):
         raise BenchError(f"mode={options['mode']!r}: loop or run")
+    if options["requests"] < 1:
+        raise BenchError(f"requests={options['requests']}: the env batches a step takes, >= 1")
     if options["mode"] == "run":
         return run_process(options, overrides)
     # Atari's presets (tuning/<algorithm>_atari) by default: the data is Pong-shaped.

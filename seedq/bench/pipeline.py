@@ -28,6 +28,7 @@ from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.envs import BatchBase, StepBatch
 from seedq.messages import EnvSpec
+from seedq.messages.protocol import ALLOWED_DTYPES
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0, "obs_shape": [4], "obs_dtype": "float32"}
 
@@ -136,7 +137,13 @@ def run(argv: list[str]) -> dict[str, Any]:
     obs_shape = tuple(options["obs_shape"])
     if not obs_shape or min(obs_shape) < 1:
         raise BenchError(f"obs_shape={options['obs_shape']}: give positive sizes, e.g. 4,84,84")
-    dtype = np.dtype(options["obs_dtype"]).name
+    try:
+        dtype = np.dtype(options["obs_dtype"]).name
+    except TypeError:
+        dtype = options["obs_dtype"]
+    if dtype not in ALLOWED_DTYPES:
+        carried = ", ".join(sorted(ALLOWED_DTYPES))
+        raise BenchError(f"obs_dtype={options['obs_dtype']}: the protocol carries {carried}")
     seconds, warmup_s = options["seconds"], options["warmup_s"]
     total_envs = actor.num_actors * actor.batches_per_actor * actor.envs_per_batch
 
