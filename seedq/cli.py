@@ -108,8 +108,10 @@ def resumed_config(composed: DictConfig, overrides: list[str]) -> tuple[SeedqCon
 
 def fixed_run_dir(hydra_cfg: Any) -> bool:
     """Whether this command line names the run directory (else Hydra makes a new one)."""
+    # A sweep's jobs have fixed folders when its sweep dir is named: DIR/<job number>.
+    fixed = ("hydra.run.dir=", "hydra.sweep.dir=")
     return any(o.startswith("run_dir=") for o in hydra_cfg.overrides.task) or any(
-        o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra
+        o.startswith(fixed) for o in hydra_cfg.overrides.hydra
     )
 
 
@@ -485,7 +487,9 @@ def with_hydra_dir(argv: list[str]) -> list[str]:
     does ``resume=RUN`` for the run directory it continues."""
     from seedq.learner.checkpoint_files import resumed_run_dir
 
-    if any(a in ("-m", "--multirun") or a.startswith("hydra.run.dir=") for a in argv):
+    if any(a in ("-m", "--multirun") for a in argv):
+        return with_sweep_dir(argv)
+    if any(a.startswith("hydra.run.dir=") for a in argv):
         return argv
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
     if dirs:
@@ -496,6 +500,25 @@ def with_hydra_dir(argv: list[str]) -> list[str]:
         if run_dir is not None:
             return [*argv, f"hydra.run.dir={run_dir}"]
     return argv
+
+
+JOB_NUM = "${hydra:job.num}"
+
+
+def with_sweep_dir(argv: list[str]) -> list[str]:
+    """A sweep's ``run_dir=DIR/${hydra:job.num}`` (one folder per job, as the docs show) also
+    puts each job's Hydra files there: ``hydra.sweep.dir=DIR``, one subfolder per job. Without
+    it they went to ``runs/multirun/...``, apart from the run, and ``seedq-plot`` labelled
+    the jobs by their folder numbers."""
+    if any(a.startswith(("hydra.sweep.dir=", "hydra.sweep.subdir=")) for a in argv):
+        return argv
+    dirs = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
+    if not dirs or not dirs[-1].rstrip("/").endswith(f"/{JOB_NUM}"):
+        return argv
+    top = dirs[-1].rstrip("/").removesuffix(f"/{JOB_NUM}")
+    if "${" in top or "," in top:
+        return argv
+    return [*argv, f"hydra.sweep.dir={top}", "hydra.sweep.subdir=${hydra.job.num}"]
 
 
 def live_run_dir(argv: list[str]) -> str | None:

@@ -168,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", type=Path, help="run directories or multirun dirs")
     parser.add_argument("-o", "--out", type=Path, default=Path("returns.png"))
     args = parser.parse_args(argv)
+    if args.out.is_dir():
+        args.out = args.out / "returns.png"
+    elif not args.out.suffix:
+        args.out = args.out.with_suffix(".png")  # what the figure is written as: say so
     try:
         runs = find_runs(args.paths)
     except FileNotFoundError as exc:

@@ -284,3 +284,20 @@ def test_a_sweep_runs_every_job_when_one_is_refused_and_ends_with_its_status(tmp
     assert result.returncode == 2, result.stdout
     assert "job 0 of the sweep ended with exit status 2" in result.stdout
     assert json.loads((tmp_path / "1" / "summary.json").read_text())["env_steps"] >= 2000
+
+
+def test_a_sweep_with_a_run_dir_per_job_keeps_each_jobs_hydra_files_there(tmp_path):
+    # They went to runs/multirun/..., so seedq-plot labelled the jobs by folder number.
+    result = run_cli(
+        "-m",
+        "seed=0,1",
+        "env=fake",
+        "actor.envs_per_batch=8",
+        "total_env_steps=2000",
+        f"run_dir={tmp_path}/" + "${hydra:job.num}",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout
+    for job in ("0", "1"):
+        assert f"seed={job}" in (tmp_path / job / ".hydra" / "overrides.yaml").read_text()
+        assert (tmp_path / job / "summary.json").is_file()

@@ -60,6 +60,12 @@ def test_cli_writes_a_png_and_refuses_a_folder_without_runs(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     assert "no metrics.csv" in capsys.readouterr().err
+    # An output without a suffix is written as .png, a folder gets returns.png: the line says
+    # which file (it named the path given, which matplotlib had not written).
+    assert main([str(tmp_path / "runs"), "-o", str(tmp_path / "plain")]) == 0
+    assert f"wrote {tmp_path / 'plain.png'} " in capsys.readouterr().out
+    assert main([str(tmp_path / "runs"), "-o", str(tmp_path / "empty")]) == 0
+    assert (tmp_path / "empty" / "returns.png").is_file()
 
 
 def test_rows_that_are_not_numbers_are_left_out_and_counted(tmp_path, capsys):
