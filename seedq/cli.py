@@ -142,6 +142,15 @@ def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dic
         return to_config(composed), None
     path, state = found
     compatible(path, state["config"], OmegaConf.to_container(composed, resolve=True))
+    saved_seed = state["config"].get("seed")
+    if saved_seed is not None and int(saved_seed) != int(composed.seed):
+        # Another seed is another run: continuing this one under it would mix two runs in
+        # one curve (a sweep's seeds reordered, a run dir reused).
+        raise ConfigError(
+            f"resume=auto: the run in {run_dir} is seed={saved_seed}; this command line says "
+            f"seed={composed.seed}, another run: give it its own run_dir, or seed={saved_seed} "
+            "to continue this one"
+        )
     composed.resume = str(path)
     return to_config(composed), state
 

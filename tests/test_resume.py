@@ -569,3 +569,13 @@ def test_a_resumed_run_counts_the_faults_of_its_earlier_starts(tmp_path):
         faults["skipped_updates"],
         faults["actor_restarts"],
     ) == (2, 4, 1, 4, 3)
+
+
+def test_resume_auto_with_another_seed_is_refused_as_another_run(tmp_path):
+    # It continued the seed-0 run as seed 5 without a word: a sweep's seeds reordered mixed
+    # two runs in one curve.
+    first = run_cli(*FAKE, f"run_dir={tmp_path}", "resume=auto", "total_env_steps=2000")
+    assert first.returncode == 0, first.stdout
+    other = run_cli(*FAKE, f"run_dir={tmp_path}", "resume=auto", "total_env_steps=9000", "seed=5")
+    assert other.returncode == 2, other.stdout
+    assert f"the run in {tmp_path} is seed=0; this command line says seed=5" in other.stdout
