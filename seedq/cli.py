@@ -14,7 +14,9 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
 from seedq.envs.section import foreign_key
-from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
+from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED, STOP_SIGNALS
 from seedq.launch.sizing import size_config, size_run
 from seedq.learner.errors import CheckpointError
 from seedq.learner.run_lock import LOCK_NAME
@@ -326,6 +328,8 @@ def _train_job(cfg: DictConfig) -> float | None:
         # The run already saved its last good weights; the user needs the reason, not a trace.
         log.error("run failed: %s (the newest checkpoint is in %s)", exc, run.run_dir)
         sys.exit(EXIT_RUN_FAILED)
+    finally:
+        ended_quietly_on_stop_signals()
     if summary.stop_reason == STOPPED:
         saved = (
             "with a checkpoint"
@@ -357,6 +361,21 @@ def _train_job(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_RUN_FAILED)
     # Returned to Hydra so sweeps (and optimisation sweepers) see the final return.
     return summary.return_mean
+
+
+def ended_quietly_on_stop_signals() -> None:
+    """After the run has ended, its files written: a stop signal in the second or so the
+    process takes to exit (a scheduler's SIGTERM as the run finishes) is noted, not a kill
+    with status 143 of a run that finished. A second one still ends the process."""
+
+    def noted(signum: int, frame: object) -> None:
+        log.info("%s after the run ended: it exits as it is", signal.Signals(signum).name)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, noted)
 
 
 def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:

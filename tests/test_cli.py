@@ -1,6 +1,8 @@
 """seedq-train as a user runs it: start-up failures are clear and happen before any process."""
 
 import json
+import logging
+import os
 import re
 import signal
 import subprocess
@@ -301,3 +303,20 @@ def test_a_sweep_with_a_run_dir_per_job_keeps_each_jobs_hydra_files_there(tmp_pa
     for job in ("0", "1"):
         assert f"seed={job}" in (tmp_path / job / ".hydra" / "overrides.yaml").read_text()
         assert (tmp_path / job / "summary.json").is_file()
+
+
+def test_a_stop_signal_after_the_run_ended_is_noted_not_a_kill(caplog):
+    # A scheduler's SIGTERM as the run finished killed the exiting process (status 143).
+    from seedq.cli import ended_quietly_on_stop_signals
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)
+    try:
+        with caplog.at_level(logging.INFO, logger="seedq"):
+            ended_quietly_on_stop_signals()
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert "SIGTERM after the run ended: it exits as it is" in caplog.text
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # a second one ends it
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGUSR1, before[1])
+        signal.signal(signal.SIGINT, signal.default_int_handler)
