@@ -579,3 +579,24 @@ def test_resume_auto_with_another_seed_is_refused_as_another_run(tmp_path):
     other = run_cli(*FAKE, f"run_dir={tmp_path}", "resume=auto", "total_env_steps=9000", "seed=5")
     assert other.returncode == 2, other.stdout
     assert f"the run in {tmp_path} is seed=0; this command line says seed=5" in other.stdout
+
+
+def test_the_episode_log_holds_every_episode_a_checkpoint_counts(tmp_path):
+    # Episodes went to episodes.csv only with each metrics row: a learner killed between a
+    # checkpoint and the next row resumed with episodes counted that the log never got.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", *FAKE, f"run_dir={tmp_path}"]
+        + ["max_minutes=3", "log_interval_s=1", "checkpoint.every_minutes=0.01"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("checkpoints/ckpt-*.pt"))) >= 3, 120, "checkpoints")
+    finally:
+        process.kill()
+        process.wait()
+    newest = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))[-1]
+    saved = torch.load(newest, weights_only=True)
+    with open(tmp_path / "episodes.csv") as f:
+        logged = [r for r in csv.DictReader(f) if int(r["env_steps"]) <= saved["env_steps"]]
+    assert saved["episodes"] > 0 and len(logged) == saved["episodes"]

@@ -386,6 +386,11 @@ class TrainingRun:
                 if every and time.monotonic() - last_save >= every:
                     replay_due = bool(replay_every) and now - last_replay_save >= replay_every
                     self.save(time.monotonic() - start, with_files=replay_due)
+                    # Every episode the checkpoint counts goes to episodes.csv now, while the
+                    # writer thread serialises it: a run killed before the next row resumes
+                    # from this checkpoint, and its log must hold them (episodes that ended
+                    # after the count are cut at the resume, as rows past it are).
+                    writer.write_episodes(stats.drain_episodes())
                     last_save = time.monotonic()
                     last_replay_save = last_save if replay_due else last_replay_save
                 if self.errors:
