@@ -70,3 +70,14 @@ def test_the_sampler_reads_a_window_between_its_snapshots():
     assert sampler.cores_between(0.2, 0.0) == {}  # no window
     # Only snapshots inside the window: the one taken on exit, after it, is not read.
     assert sampler.snapshots[-1][0] > 0.3
+
+
+def test_a_thread_that_ended_in_the_window_keeps_its_last_count():
+    # A run's threads end before its final metrics row: they were missing from the window.
+    sampler = ThreadSampler()
+    sampler.snapshots = [
+        (0.0, {1: ("train", 1.0), 2: ("MainThread", 0.0)}),
+        (1.0, {1: ("train", 1.5), 2: ("MainThread", 0.0)}),
+        (2.0, {2: ("MainThread", 0.1)}),  # train has ended
+    ]
+    assert sampler.cores_between(0.0, 2.0) == {"train": 0.25, "MainThread": 0.05, "process": 0.3}

@@ -107,11 +107,16 @@ class ThreadSampler:
 
     def cores_between(self, begin_s: float, end_s: float) -> dict[str, float]:
         """:func:`cores_by_thread` between the first and the last snapshot taken within
-        ``[begin_s, end_s]`` (seconds since the sampler started): none from after the window,
-        when a stopping run's threads may have ended and taken their counts with them. Empty
-        when the window holds fewer than two snapshots."""
+        ``[begin_s, end_s]`` (seconds since the sampler started), each thread at its last
+        count in the window (none from after it). Empty when the window holds fewer than two
+        snapshots."""
         inside = [s for s in self.snapshots if begin_s <= s[0] <= end_s and s[1]]
         if len(inside) < 2:
             return {}
-        (start, first), (end, last) = inside[0], inside[-1]
+        (start, first), (end, _) = inside[0], inside[-1]
+        # Each thread as last seen: a run's threads end before its final row is written, and
+        # one that ended is missing from the last snapshot.
+        last: dict[int, tuple[str, float]] = {}
+        for _, snapshot in inside:
+            last.update(snapshot)
         return cores_by_thread(first, last, end - start)
