@@ -272,17 +272,22 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(monkeypatch, capsys):
     assert capsys.readouterr().err == "seedq-train: interrupted while starting; no run started\n"
 
 
-def test_a_sweep_runs_every_job_when_one_is_refused_and_ends_with_its_status(tmp_path):
-    # A job's sys.exit ended the whole sweep: the jobs after it never ran.
-    result = run_cli(
+def fake_sweep(tmp_path, values: str) -> subprocess.CompletedProcess:
+    """A two-job sweep over ``values`` of fake-env runs, job N in ``tmp_path/N``."""
+    return run_cli(
         "-m",
-        "algorithm=sac,vtrace",
+        values,
         "env=fake",
         "actor.envs_per_batch=8",
         "total_env_steps=2000",
         f"run_dir={tmp_path}/" + "${hydra:job.num}",
         timeout=300,
     )
+
+
+def test_a_sweep_runs_every_job_when_one_is_refused_and_ends_with_its_status(tmp_path):
+    # A job's sys.exit ended the whole sweep: the jobs after it never ran.
+    result = fake_sweep(tmp_path, "algorithm=sac,vtrace")
     assert result.returncode == 2, result.stdout
     assert "job 0 of the sweep ended with exit status 2" in result.stdout
     assert json.loads((tmp_path / "1" / "summary.json").read_text())["env_steps"] >= 2000
@@ -290,15 +295,7 @@ def test_a_sweep_runs_every_job_when_one_is_refused_and_ends_with_its_status(tmp
 
 def test_a_sweep_with_a_run_dir_per_job_keeps_each_jobs_hydra_files_there(tmp_path):
     # They went to runs/multirun/..., so seedq-plot labelled the jobs by folder number.
-    result = run_cli(
-        "-m",
-        "seed=0,1",
-        "env=fake",
-        "actor.envs_per_batch=8",
-        "total_env_steps=2000",
-        f"run_dir={tmp_path}/" + "${hydra:job.num}",
-        timeout=300,
-    )
+    result = fake_sweep(tmp_path, "seed=0,1")
     assert result.returncode == 0, result.stdout
     for job in ("0", "1"):
         assert f"seed={job}" in (tmp_path / job / ".hydra" / "overrides.yaml").read_text()
