@@ -239,7 +239,11 @@ def test_a_joblib_sweep_counts_its_jobs_as_joblib_does():
 def test_runs_at_once_cap_actor_processes_and_threads_but_keep_the_env_batches():
     cfg = compose_config("hardware.num_threads=0", "actor.num_actors=2")
     changed = fit_to_share(cfg, ["hardware.num_threads=0"], {"n_jobs": 2}, cores=2)
-    assert changed == {"actor.num_actors": 1, "actor.batches_per_actor": 4}
+    assert changed == {
+        "actor.num_actors": 1,
+        "hardware.train_threads": 1,  # 0, the run's cores, becomes its share
+        "actor.batches_per_actor": 4,
+    }
     assert (cfg.actor.num_actors, cfg.actor.batches_per_actor) == (1, 4)  # 4 env batches still
     assert cfg.hardware.num_threads == 0  # given on the command line: left as given
 
@@ -257,4 +261,6 @@ def test_a_share_of_cores_caps_the_torch_threads_a_hardware_preset_sets():
     # gpu.yaml: 4 threads
     cfg = compose_config("hardware=gpu", "hardware.runs_at_once=4", "actor.num_actors=2")
     changed = fit_to_share(cfg, ["hardware=gpu", "hardware.runs_at_once=4"], cores=8)
-    assert changed == {"hardware.num_threads": 2}  # 2 actors already fit in 2 cores
+    # 2 actors already fit in 2 cores; the training thread's 0 (gpu.yaml's 4 threads on
+    # CUDA) is capped at the share as well
+    assert changed == {"hardware.num_threads": 2, "hardware.train_threads": 2}

@@ -20,6 +20,8 @@ from seedq.arch.base import TrainingRun
 from seedq.arch.seed import SeedRun
 from seedq.cli import to_config
 from seedq.config import register_configs
+from seedq.learner import device as device_module
+from seedq.learner.device import training_threads
 from seedq.metrics import REQUIRED_COLUMNS
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
@@ -202,3 +204,41 @@ def test_every_thread_a_run_starts_sets_torchs_thread_count_itself(monkeypatch):
     run.cfg = SimpleNamespace(hardware=SimpleNamespace(num_threads=1))
     run._thread("broker", lambda: None).join()
     assert calls == [("broker", 1)]
+
+
+def test_the_training_thread_takes_the_runs_cores_on_the_cpu_and_other_threads_keep_theirs(
+    monkeypatch,
+):
+    # The update's convolutions are a CPU learner's largest cost (Pong on 2 cores: 1.4-1.6x
+    # the env steps/s with both); the broker's small ops stay on one thread, so no idle
+    # OpenMP team of it spins beside them.
+    calls = []
+    monkeypatch.setattr(
+        torch, "set_num_threads", lambda n: calls.append((threading.current_thread().name, n))
+    )
+    monkeypatch.setattr(device_module, "usable_cores", lambda: 6)
+    run = TrainingRun()
+    run.cfg = SimpleNamespace(
+        hardware=SimpleNamespace(num_threads=1, train_threads=0, device="cpu", runs_at_once=0)
+    )
+    run._thread("train", lambda: None).join()
+    run._thread("broker", lambda: None).join()
+    assert calls == [("train", 6), ("broker", 1)]
+
+
+@pytest.mark.parametrize(
+    ("hardware", "threads"),
+    [
+        (dict(train_threads=3, device="cpu", num_threads=1, runs_at_once=0), 3),  # as given
+        (dict(train_threads=0, device="cpu", num_threads=1, runs_at_once=0), 8),
+        (dict(train_threads=0, device="cpu", num_threads=1, runs_at_once=3), 2),  # its share
+        (dict(train_threads=0, device="cpu", num_threads=1, runs_at_once=16), 1),
+        (dict(train_threads=0, device="cuda", num_threads=4, runs_at_once=0), 4),  # gpu.yaml's
+        (dict(train_threads=0, device="cuda:1", num_threads=0, runs_at_once=0), 0),
+    ],
+)
+def test_training_threads_are_sized_to_the_runs_cores_only_on_the_cpu(
+    monkeypatch, hardware, threads
+):
+    monkeypatch.setattr(device_module, "usable_cores", lambda: 8)
+    assert training_threads(SimpleNamespace(**hardware)) == threads

@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 STOPPED = "interrupted"  # the stop reason of a run stopped by one of exit_status.STOP_SIGNALS
 # Seconds the end of a run waits for its last checkpoint to reach the disk.
 LAST_WRITE_WAIT_S = 600.0
+# The thread that runs the agent's updates: it takes hardware.train_threads torch threads.
+TRAIN_THREAD = "train"
 
 
 class TrainingRun:
@@ -303,7 +305,7 @@ class TrainingRun:
 
         def body() -> None:
             try:
-                prepare_learner_thread(self.cfg.hardware)
+                prepare_learner_thread(self.cfg.hardware, training=name == TRAIN_THREAD)
                 target(*args)
             except BaseException as exc:  # noqa: BLE001 - reported by the run loop
                 if isinstance(exc, RunFault):

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from seedq.arch.base import TrainingRun
+from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.core.stats import RunStats
 from seedq.envs import EnvBatch, env_spec, make_env_batch, rows_per_env
@@ -152,7 +152,7 @@ class SebulbaRun(TrainingRun):
             env.close()
 
     def _start_roles(self) -> list[threading.Thread]:
-        threads = [self._thread("train", self.agent.train, self.training_env_steps)]
+        threads = [self._thread(TRAIN_THREAD, self.agent.train, self.training_env_steps)]
         threads += [
             self._thread(
                 f"actor-{i}", step_env_batch, env, slot, self.desk, self.stop, self.cfg.seed

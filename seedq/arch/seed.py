@@ -17,7 +17,7 @@ import numpy as np
 import zmq
 
 from seedq.actor.loop import Patience
-from seedq.arch.base import TrainingRun
+from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.broker.security import secure_server
@@ -200,7 +200,7 @@ class SeedRun(TrainingRun):
         serve = self.hub.serve if self.hub is not None else self.broker.serve
         threads = [
             self._thread("broker", serve, self.stop),
-            self._thread("train", self.agent.train, self.training_env_steps),
+            self._thread(TRAIN_THREAD, self.agent.train, self.training_env_steps),
         ]
         self.actors.start()
         return threads

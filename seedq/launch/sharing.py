@@ -2,13 +2,14 @@
 
 ``seedq-train -m hydra/launcher=joblib seed=0,1`` starts ``hydra.launcher.n_jobs`` runs at once
 (joblib's -1, the default, means one per core). Each run sized for the whole machine would start
-``actor.num_actors`` actor processes and ``hardware.num_threads`` torch threads on cores the
-other runs need too, and every lockstep round trip then waits for the scheduler. So each run
-takes ``cores // runs`` cores (at least one): its actor processes and torch threads are capped
-there, unless the command line sets them. Fewer actor processes each step more env batches
-(``actor.batches_per_actor``), so the run keeps its envs and its batches: what it learns does
-not change, only how many processes step it. ``hardware.runs_at_once`` names the number of
-runs when the launcher cannot tell (several ``seedq-train`` by hand); 1 turns the sizing off.
+``actor.num_actors`` actor processes and ``hardware.num_threads`` and ``train_threads`` torch
+threads on cores the other runs need too, and every lockstep round trip then waits for the
+scheduler. So each run takes ``cores // runs`` cores (at least one): its actor processes and
+torch threads are capped there, unless the command line sets them. Fewer actor processes each
+step more env batches (``actor.batches_per_actor``), so the run keeps its envs and its batches:
+what it learns does not change, only how many processes step it. ``hardware.runs_at_once``
+names the number of runs when the launcher cannot tell (several ``seedq-train`` by hand); 1
+turns the sizing off.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from seedq.cores import usable_cores
 
 log = logging.getLogger(__name__)
 
-# The keys sized to the share; torch's num_threads 0 means "one per core".
-SIZED_KEYS = ("actor.num_actors", "hardware.num_threads")
+# The keys sized to the share; torch's num_threads 0 means "one per core", and train_threads
+# 0 the run's cores on the CPU.
+SIZED_KEYS = ("actor.num_actors", "hardware.num_threads", "hardware.train_threads")
 
 
 def runs_at_once(launcher: Mapping[str, Any] | None, cores: int) -> int:

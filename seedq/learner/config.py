@@ -15,7 +15,19 @@ GRAPH_SETTINGS = ("auto", "true", "false")
 @dataclass
 class HardwareConfig:
     device: str = setting("cpu", "where inference and training run: cpu, cuda or cuda:N")
-    num_threads: int = setting(1, "torch intra-op threads in the learner (0: torch's default)")
+    num_threads: int = setting(
+        1,
+        "torch intra-op threads of the learner's threads but the training thread: broker and "
+        "central inference, Sebulba's env threads, Anakin's loop (0: torch's default, one per "
+        "core); the training thread takes hardware.train_threads",
+    )
+    train_threads: int = setting(
+        0,
+        "torch intra-op threads of the training thread (the update's forward and backward). 0: "
+        "sized at start: on the CPU the run's cores (its share when several runs share the "
+        "machine), as the update's convolutions are a CPU learner's largest cost (Pong on 2 "
+        "cores: 1.4-1.6x the env steps/s of one thread); on CUDA hardware.num_threads",
+    )
     pin_memory: bool = setting(
         False, "stage host batches in page-locked memory for asynchronous copies (CUDA)"
     )
@@ -99,7 +111,12 @@ class CheckpointConfig:
 def validate_hardware(hw: HardwareConfig) -> None:
     choice("hardware.amp", hw.amp, AMP_MODES)
     choice("hardware.compile", hw.compile, COMPILE_MODES)
-    check_positive(hw, "hardware", ["num_threads", "runs_at_once", "keep_freed_mb"], zero_ok=True)
+    check_positive(
+        hw,
+        "hardware",
+        ["num_threads", "train_threads", "runs_at_once", "keep_freed_mb"],
+        zero_ok=True,
+    )
     check_positive(hw, "hardware", ["learners", "learner_timeout_s"])
     device = str(hw.device)
     if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 import torch
 
+from seedq.cores import usable_cores
 from seedq.learner.memory import keep_freed_memory
 from seedq.schema import ConfigError
+
+log = logging.getLogger(__name__)
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -37,8 +41,22 @@ def prepare_learner_process(cfg: Any) -> torch.device:
     return device
 
 
-def prepare_learner_thread(hw: Any) -> None:
-    """Every learner thread that runs torch ops calls this first.
+def training_threads(hw: Any, cores: int | None = None) -> int:
+    """The torch threads of the training thread: ``hardware.train_threads``, or when 0, on the
+    CPU the run's cores (``cores``, default this process's share of them: its usable cores over
+    ``hardware.runs_at_once``), on CUDA ``hardware.num_threads`` (0 there: torch's default)."""
+    if hw.train_threads:
+        return int(hw.train_threads)
+    if not str(hw.device).startswith("cpu"):
+        return int(hw.num_threads)
+    if cores is None:
+        cores = max(1, usable_cores() // max(1, int(hw.runs_at_once)))
+    return cores
+
+
+def prepare_learner_thread(hw: Any, *, training: bool = False) -> None:
+    """Every learner thread that runs torch ops calls this first; ``training``: the thread
+    that runs the updates, which takes :func:`training_threads`.
 
     torch's thread count reaches MKL's OpenMP calls (``log``, ``exp``, softmax on a few hundred
     values) only in the thread that set it: in any other thread they run on a team of one
@@ -47,5 +65,14 @@ def prepare_learner_thread(hw: Any) -> None:
     fifth of its speed; a neighbouring process loses that core too (benchmarks/RESULTS.md,
     "Sharing the machine").
     """
-    if hw.num_threads:
-        torch.set_num_threads(hw.num_threads)
+    threads = training_threads(hw) if training else hw.num_threads
+    if training and not hw.train_threads and threads:
+        log.info(
+            "the training thread runs torch ops on %d thread%s (hardware.train_threads=0: %s; "
+            "set it to choose)",
+            threads,
+            "" if threads == 1 else "s",
+            "the run's cores" if str(hw.device).startswith("cpu") else "hardware.num_threads",
+        )
+    if threads:
+        torch.set_num_threads(threads)
