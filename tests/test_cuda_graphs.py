@@ -130,6 +130,26 @@ def test_non_finite_updates_are_skipped_as_eager_updates_skip_them():
         assert torch.isfinite(tensor).all(), name
 
 
+@pytest.mark.parametrize("graphs", ["none", "emulate"])
+def test_updates_skipped_on_the_device_train_as_updates_checked_on_the_host(graphs):
+    # A NaN observation in the second batch: the minibatches it reaches are skipped by the
+    # fused Adam's found_inf, the norms read once a batch; the same skips, statistics, weights
+    # and step counts as reading each update's loss and norm before its step.
+    data = batches(3, nan_obs_at=1)
+    on_device, on_host = learner(graphs, config()), learner(graphs, config())
+    assert not on_device.step.defers  # on the CPU the host checks; forced here as on CUDA
+    on_device.step.defers = True
+    assert train(on_device, data) == train(on_host, data)
+    assert on_device.stats.skipped_updates == on_host.stats.skipped_updates > 0
+    assert on_device.stats.updates == on_host.stats.updates
+    for name, tensor in weights(on_host).items():
+        assert torch.equal(weights(on_device)[name], tensor), name
+    assert (
+        on_device.optimizer.state_dict()["state"][0]["step"]
+        == on_host.optimizer.state_dict()["state"][0]["step"]
+    )
+
+
 def test_column_updates_run_eagerly_with_a_warning(caplog):
     # One minibatch of whole columns: nothing is recorded, the updates are eager ones.
     data = batches(2)

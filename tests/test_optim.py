@@ -141,3 +141,60 @@ def test_step_hooks_run_once_a_step():
 def test_make_adam_fuses_floating_parameters_on_the_cpu():
     assert make_adam(list(_model().parameters()), lr=1e-3, eps=1e-5).defaults["fused"]
     assert make_adam(_groups(_model()), lr=1e-3, eps=1e-5).defaults["fused"]
+
+
+def _step(model: torch.nn.Module) -> update.GradientStep:
+    optimizer = make_adam(list(model.parameters()), lr=1e-2, eps=1e-5)
+    step = update.GradientStep(model.parameters(), optimizer, update.Placement.cpu(), grad_clip=0.5)
+    step.defers = True  # what a fused Adam on CUDA does; the CPU checks on the host
+    return step
+
+
+def _no_host_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a host read of a tensor")
+
+    for name in ("item", "tolist", "__float__", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-step", "later-step"])
+def test_a_deferred_step_skips_a_non_finite_update_without_reading_it(monkeypatch, first):
+    # The first step runs torch's own (no Adam state yet), later ones the kernel directly.
+    model = _model()
+    step = _step(model)
+    if not first:
+        step.apply(model(torch.ones(2, 5)).sum())
+    before = copy.deepcopy((model.state_dict(), step.optimizer.state_dict()))
+    loss = model(torch.full((2, 5), float("nan"))).sum()
+
+    with monkeypatch.context() as patch:
+        _no_host_reads(patch)
+        norm = step.apply_deferred(loss)
+
+    assert norm.isnan()
+    after = (model.state_dict(), step.optimizer.state_dict())
+    assert all(torch.equal(before[0][k], after[0][k]) for k in before[0])
+    for key, state in before[1]["state"].items():
+        assert all(torch.equal(v, after[1]["state"][key][n]) for n, v in state.items())
+
+
+def test_a_deferred_step_takes_the_bits_of_a_step_checked_on_the_host():
+    deferred, checked = _model(), _model()
+    steps = _step(deferred), _step(checked)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        x = torch.randn(8, 5, generator=gen)
+        norm = steps[0].apply_deferred(deferred(x).pow(2).mean())
+        assert float(norm) == steps[1].apply(checked(x).pow(2).mean())
+    assert _same_weights(deferred, checked)
+
+
+def test_a_step_that_cannot_skip_on_the_device_checks_on_the_host():
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = update.GradientStep(model.parameters(), optimizer, update.Placement.cpu(), grad_clip=1)
+    before = copy.deepcopy(model.state_dict())
+    assert not step.defers
+    assert step.apply_deferred(model(torch.full((2, 5), float("inf"))).sum()).isnan()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())

@@ -5,12 +5,14 @@ A V-trace minibatch update of the Atari preset runs ~360 small ops. On a GPU eac
 launch plus some µs of Python and autograd on the host, so the training thread, not the GPU,
 set the pace: 132 updates/s with the GPU 10 % busy on one H200 (benchmarks/RESULTS.md,
 2026-11-28). Replayed from a graph, an update costs the host a few copies into the graph's
-inputs, one launch and one read of the loss and gradient norm.
+inputs and one launch.
 
 Outside the graph stay the gather of each minibatch into the graph's input tensors, the
-finiteness check and the optimizer step (:meth:`GradientStep.step_prepared`), taken under the
-weights lock as an eager update takes it: inference still reads whole sets of weights, a
-non-finite update is still skipped, and the learning-rate schedule still applies.
+finiteness check and the optimizer step (:meth:`GradientStep.step_prepared_deferred`), taken
+under the weights lock as an eager update takes it: inference still reads whole sets of
+weights, a non-finite update is still skipped (on the device, by the fused Adam's
+``found_inf``: the batch's norms are read once, after its last update, so the host need not
+wait for each replay), and the learning-rate schedule still applies.
 
 The graphs are recorded before the run goes live (:meth:`GraphedUpdate.record`, from the
 learner's constructor, on zero inputs of the shapes its minibatches will have), never while

@@ -33,24 +33,46 @@ from seedq.core.unroll import Unroll
 
 
 class LossMeans:
-    """The loss terms (a NamedTuple of 0-dim tensors) of each update a batch took, kept where
-    they are and read once for the batch: reading each term of each update (``float``) cost a
-    host sync per term and update, 6 x 16 a batch with the Atari presets (on a GPU, a stall
-    of the training thread each time)."""
+    """The loss terms (a NamedTuple of 0-dim tensors) and gradient norm of each update a batch
+    took, kept where they are and read once for the batch. Reading each term of each update
+    (``float``) cost a host sync per term and update, 6 x 16 a batch with the Atari presets,
+    and reading each norm one per update (on a GPU, a stall of the training thread each
+    time): the norms come from :meth:`GradientStep.apply_deferred`, NaN for an update the
+    device skipped, and :meth:`settle` counts them."""
 
     def __init__(self) -> None:
         self._terms: list[torch.Tensor] = []
+        self._norms: list[torch.Tensor] = []
+        self._kept: list[bool] | None = None
 
-    def add(self, loss: tuple[torch.Tensor, ...]) -> None:
+    def add(self, loss: tuple[torch.Tensor, ...], grad_norm: torch.Tensor | None = None) -> None:
         with torch.no_grad():  # a copy of the values: no graph kept alive with it
             self._terms.append(torch.stack(list(loss)))
+            if grad_norm is not None:
+                self._norms.append(grad_norm.detach().to(self._terms[-1].device).float())
+
+    def settle(self, stats: TrainStats) -> list[float]:
+        """Read the norms added and count each update with ``stats.record_step`` (a NaN: a
+        skipped update, whose terms are left out of :meth:`means`); the taken updates' norms,
+        in order."""
+        norms = torch.stack(self._norms).tolist() if self._norms else []
+        self._kept = [stats.record_step(norm) for norm in norms]
+        return [norm for norm, kept in zip(norms, self._kept, strict=True) if kept]
+
+    def kept(self) -> list[bool]:
+        """Whether each update added was taken (all of them before :meth:`settle`)."""
+        return [True] * len(self._terms) if self._kept is None else list(self._kept)
 
     def __len__(self) -> int:
-        return len(self._terms)
+        return sum(self.kept())
 
     def means(self) -> list[float]:
-        """Each term's mean over the updates added, in the loss's order (float64 sums)."""
-        return torch.stack(self._terms).double().mean(0).tolist()
+        """Each term's mean over the updates added (after :meth:`settle`, those taken), in the
+        loss's order (float64 sums)."""
+        terms = self._terms
+        if self._kept is not None:
+            terms = [t for t, kept in zip(terms, self._kept, strict=True) if kept]
+        return torch.stack(terms).double().mean(0).tolist()
 
 
 class OnPolicyLearner(ABC):

@@ -5,8 +5,11 @@ when ``hardware.amp`` asks for it; the loss is scaled for fp16 (bf16 has fp32's 
 no scaler); gradients are unscaled and clipped, and only the optimizer step (the in-place write
 to the weights inference reads) is taken under the weights lock, so actors always act with a
 whole set of weights. A loss or gradient that is not finite skips the step: the weights stay
-the last good ones and the skip is counted. With several learner ranks (``hardware.learners``),
-the gradients are averaged across them right after the backward pass (``Placement.collective``).
+the last good ones and the skip is counted. V-trace's and PPO's updates on CUDA skip it on the
+device (:meth:`GradientStep.apply_deferred`) and count their skips once a batch, so the host
+runs ahead of the GPU instead of waiting for each update to finish. With several learner
+ranks (``hardware.learners``), the gradients are averaged across them right after the backward
+pass (``Placement.collective``).
 """
 
 from __future__ import annotations
@@ -66,6 +69,18 @@ class GradientStep:
         self.pin_memory = placement.pin_memory and device.type == "cuda"
         self.scaler = torch.amp.GradScaler(
             device.type, enabled=placement.amp_dtype == torch.float16
+        )
+        # Whether a non-finite update is skipped on the device (a fused Adam's found_inf)
+        # rather than after a host read of its loss and norm: on CUDA, where that read waits
+        # for the GPU to finish the update (on the CPU it costs less than the ops that skip
+        # on the device); not with a grad scaler (fp16), which skips its own, nor with several
+        # ranks, which agree on the loss on the host.
+        self.defers = (
+            device.type == "cuda"
+            and placement.collective is None
+            and not self.scaler.is_enabled()
+            and type(optimizer) is torch.optim.Adam
+            and bool(optimizer.defaults.get("fused"))
         )
 
     @classmethod
@@ -143,6 +158,37 @@ class GradientStep:
             optimizer_step(self.optimizer)
         return norm
 
+    def apply_deferred(self, loss: torch.Tensor) -> torch.Tensor:
+        """:meth:`apply` without a host read: backward, clip, and a step the device skips when
+        the loss or the norm is not finite (:attr:`defers`; else :meth:`apply`'s host check).
+        Returns the norm before clipping as a 0-dim tensor, NaN where the step was skipped:
+        read a batch's norms once (:class:`~seedq.agents.common.onpolicy.LossMeans`), so the
+        host does not wait for the device after every update (on a GPU, a stall each time)."""
+        if not self.defers:
+            return torch.tensor(self.apply(loss))
+        self.zero_grad()
+        loss.backward()
+        return self._step_if_finite(loss, clip_grad_norm(self.parameters, self.grad_clip))
+
+    def step_prepared_deferred(
+        self, loss: torch.Tensor, grad_norm: torch.Tensor, grads: list[torch.Tensor | None]
+    ) -> torch.Tensor:
+        """:meth:`step_prepared` without a host read, as :meth:`apply_deferred`."""
+        if not self.defers:
+            return torch.tensor(self.step_prepared(loss, grad_norm, grads))
+        for param, grad in zip(self.parameters, grads, strict=True):
+            param.grad = grad
+        return self._step_if_finite(loss, grad_norm)
+
+    def _step_if_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
+        norm = grad_norm.detach().float()
+        bad = ~(torch.isfinite(norm) & torch.isfinite(loss.detach().float()))
+        with self.weights_lock:
+            # The kernel leaves weights and moments alone where found_inf is 1, and the step
+            # counts are taken back, as for a grad scaler's overflowed step.
+            optimizer_step(self.optimizer, found_inf=bad.float())
+        return norm.masked_fill(bad, math.nan)
+
 
 def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` (2-norm) with its operations and so its bits, for
@@ -181,8 +227,10 @@ def make_adam(
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+def optimizer_step(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor | None = None) -> None:
     """``optimizer.step()``; a fused Adam's kernel is called directly where it can be.
+    ``found_inf`` (a fused Adam only): a 0-dim float tensor on the parameters' device, 1 to
+    skip the step on the device (weights, moments and step counts left as they were).
 
     ``Optimizer.step`` wraps the kernel in profiling, hooks and a regrouping of every tensor
     by device and dtype: ~120 µs of host time per step on the loaded 2-core box against ~50
@@ -193,7 +241,15 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
     but no state yet, mixed devices or dtypes) takes ``optimizer.step()``."""
     groups = _direct_adam_groups(optimizer)
     if groups is None:
-        optimizer.step()
+        if found_inf is None:
+            optimizer.step()
+            return
+        # torch's fused Adam reads a grad scaler's found_inf from the optimizer.
+        optimizer.found_inf = found_inf
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
         return
     for group, params, grads, states in groups:
         steps = [state["step"] for state in states]
@@ -214,8 +270,10 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
             eps=group["eps"],
             maximize=False,
             grad_scale=None,
-            found_inf=None,
+            found_inf=found_inf,
         )
+        if found_inf is not None:
+            torch._foreach_sub_(steps, [found_inf] * len(steps))
 
 
 def _direct_adam_groups(optimizer: torch.optim.Optimizer) -> list[tuple] | None:

@@ -124,27 +124,26 @@ class PPOLearner(OnPolicyLearner):
             # the moments. The head keeps its outputs, so the targets stay valid, except after
             # the first returns, which moved an untrained head's values: computed again.
             data = self.targets(batch, transitions)
-        terms, grad_norms = LossMeans(), 0.0
+        terms, samples = LossMeans(), []
         for _ in range(self.cfg.epochs):
             for index in self._minibatches(batch):
                 if self.stopping():
                     break
                 loss = self._minibatch_loss(batch, data, index)
-                grad_norm = self.step.apply(loss.total)
-                if not self.stats.record_step(grad_norm):
-                    continue
-                self.stats.samples += int(index.numel()) * (
-                    batch.reward.shape[0] - 1 if batch.core_state else 1
+                # Skipped on the device when not finite; the norms are read once (settle).
+                terms.add(loss, self.step.apply_deferred(loss.total))
+                samples.append(
+                    int(index.numel()) * (batch.reward.shape[0] - 1 if batch.core_state else 1)
                 )
-                terms.add(loss)
-                grad_norms += grad_norm
+        grad_norms = terms.settle(self.stats)
+        self.stats.samples += sum(n for n, kept in zip(samples, terms.kept(), strict=True) if kept)
         if not terms:
             return {"skipped": True}
         # After the updates: this batch was trained with the statistics it was collected with.
         update_obs_norm(self.model, batch.obs[1:], self.step.weights_lock, self.step.collective)
         stats = {f"loss/{k}": mean for k, mean in zip(_STAT_KEYS, terms.means(), strict=True)}
         stats |= {
-            "grad_norm": grad_norms / len(terms),
+            "grad_norm": sum(grad_norms) / len(grad_norms),
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         self.stats.add(stats)

@@ -331,7 +331,6 @@ class VTraceLearner(OnPolicyLearner):
             )
 
         terms = LossMeans()
-        grad_norms = 0.0
         for epoch in range(self.cfg.epochs):
             if self.stopping():
                 break
@@ -344,15 +343,17 @@ class VTraceLearner(OnPolicyLearner):
             for loss in pass_losses:
                 if self.stopping():
                     break
+                # A non-finite update is skipped on the device; the batch's norms are read
+                # once, after its last update (LossMeans.settle).
                 if isinstance(loss, Prepared):
-                    grad_norm = self.step.step_prepared(loss.terms[0], loss.grad_norm, loss.grads)
+                    grad_norm = self.step.step_prepared_deferred(
+                        loss.terms[0], loss.grad_norm, loss.grads
+                    )
                     loss = loss.terms  # noqa: PLW2901 - the terms, as an eager loss gives them
                 else:
-                    grad_norm = self.step.apply(loss.total)
-                if not self.stats.record_step(grad_norm):
-                    continue
-                terms.add(loss)
-                grad_norms += grad_norm
+                    grad_norm = self.step.apply_deferred(loss.total)
+                terms.add(loss, grad_norm)
+        grad_norms = terms.settle(self.stats)
         if not terms:
             # A skipped update leaves the observation statistics alone too: a NaN observation
             # must not poison them, and a run of skips keeps the last good model whole.
@@ -360,7 +361,7 @@ class VTraceLearner(OnPolicyLearner):
         # After the updates: this batch was trained with the statistics it was collected with.
         update_obs_norm(self.model, on_device.obs[1:], self.step.weights_lock, self.step.collective)
         stats = dict(zip(LOSS_KEYS, terms.means(), strict=True))
-        stats["grad_norm"] = grad_norms / len(terms)
+        stats["grad_norm"] = sum(grad_norms) / len(grad_norms)
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         self.stats.samples += int(batch.action.shape[1]) * (int(batch.action.shape[0]) - 1)
         self.stats.add(stats)
