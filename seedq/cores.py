@@ -60,3 +60,9 @@ def usable_cores(affinity: int | None = None, cgroup_root: Path = CGROUP_ROOT) -
     if quota is not None:
         cores = min(cores, math.ceil(quota))
     return max(1, cores)
+
+
+def share_of_cores(runs: int, cores: int | None = None) -> int:
+    """A run's cores when ``runs`` runs share ``cores`` (default: this process's usable
+    cores): ``cores // runs``, at least one."""
+    return max(1, (cores or usable_cores()) // max(1, runs))

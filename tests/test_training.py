@@ -16,11 +16,11 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import seedq
+import seedq.cores
 from seedq.arch.base import TrainingRun
 from seedq.arch.seed import SeedRun
 from seedq.cli import to_config
 from seedq.config import register_configs
-from seedq.learner import device as device_module
 from seedq.learner.device import training_threads
 from seedq.metrics import REQUIRED_COLUMNS
 
@@ -216,7 +216,7 @@ def test_the_training_thread_takes_the_runs_cores_on_the_cpu_and_other_threads_k
     monkeypatch.setattr(
         torch, "set_num_threads", lambda n: calls.append((threading.current_thread().name, n))
     )
-    monkeypatch.setattr(device_module, "usable_cores", lambda: 6)
+    monkeypatch.setattr(seedq.cores, "usable_cores", lambda: 6)
     run = TrainingRun()
     run.cfg = SimpleNamespace(
         hardware=SimpleNamespace(num_threads=1, train_threads=0, device="cpu", runs_at_once=0)
@@ -240,5 +240,5 @@ def test_the_training_thread_takes_the_runs_cores_on_the_cpu_and_other_threads_k
 def test_training_threads_are_sized_to_the_runs_cores_only_on_the_cpu(
     monkeypatch, hardware, threads
 ):
-    monkeypatch.setattr(device_module, "usable_cores", lambda: 8)
+    monkeypatch.setattr(seedq.cores, "usable_cores", lambda: 8)
     assert training_threads(SimpleNamespace(**hardware)) == threads

@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seedq.cores import usable_cores
+from seedq.cores import share_of_cores, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ def runs_at_once(launcher: Mapping[str, Any] | None, cores: int) -> int:
         return 1
     n_jobs = int(launcher["n_jobs"])
     return max(1, cores + 1 + n_jobs if n_jobs < 0 else n_jobs)
-
-
-def share_of_cores(runs: int, cores: int | None = None) -> int:
-    return max(1, (cores or usable_cores()) // max(1, runs))
 
 
 def fit_to_share(

@@ -34,8 +34,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from seedq.agents.config import batch_of_envs, sized_minibatches
-from seedq.cores import usable_cores
-from seedq.launch.sharing import fit_to_share, runs_at_once, share_of_cores
+from seedq.cores import share_of_cores, usable_cores
+from seedq.launch.sharing import fit_to_share, runs_at_once
 
 log = logging.getLogger(__name__)
 

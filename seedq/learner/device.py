@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from seedq.cores import usable_cores
+from seedq.cores import share_of_cores
 from seedq.learner.memory import keep_freed_memory
 from seedq.schema import ConfigError
 
@@ -41,17 +41,15 @@ def prepare_learner_process(cfg: Any) -> torch.device:
     return device
 
 
-def training_threads(hw: Any, cores: int | None = None) -> int:
+def training_threads(hw: Any) -> int:
     """The torch threads of the training thread: ``hardware.train_threads``, or when 0, on the
-    CPU the run's cores (``cores``, default this process's share of them: its usable cores over
-    ``hardware.runs_at_once``), on CUDA ``hardware.num_threads`` (0 there: torch's default)."""
+    CPU this run's share of the usable cores (over ``hardware.runs_at_once``), on CUDA
+    ``hardware.num_threads`` (0 there: torch's default)."""
     if hw.train_threads:
         return int(hw.train_threads)
     if not str(hw.device).startswith("cpu"):
         return int(hw.num_threads)
-    if cores is None:
-        cores = max(1, usable_cores() // max(1, int(hw.runs_at_once)))
-    return cores
+    return share_of_cores(int(hw.runs_at_once))
 
 
 def prepare_learner_thread(hw: Any, *, training: bool = False) -> None:
