@@ -509,6 +509,68 @@ def foreign_algorithm_key(argv: list[str]) -> str | None:
     return None
 
 
+def misspelt_key(argv: list[str]) -> str | None:
+    """The refusal of the first plain ``key=value`` that names no config key of the run (its
+    algorithm and env family; any of them when ``resume=<run>`` hides which), with the keys
+    nearest it; None when every key is known, or when none is near (Hydra refuses the key in
+    its own words then). ``+key=``, ``++key=``, ``~key`` and Hydra's own keys are not checked.
+    """
+    import difflib
+
+    from hydra.core.override_parser.types import OverrideType
+
+    from seedq.agents.registry import agent_names
+    from seedq.envs.registry import BACKENDS
+    from seedq.schema import describe
+
+    parser = OverridesParser.create()
+    named = []
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue  # Hydra reports it
+        key = override.key_or_group
+        if override.type == OverrideType.CHANGE and not key.startswith("hydra") and "/" not in key:
+            named.append(key)
+    groups = {p.name for p in (Path(__file__).parent / "conf").iterdir() if p.is_dir()}
+    named = [k for k in named if k not in groups]
+    if not named:
+        return None
+    chosen_algorithms = group_overrides(argv, "algorithm")[0]
+    chosen_kinds = group_overrides(argv, "env")[0]
+    algorithms = chosen_algorithms or agent_names()
+    kinds = chosen_kinds or list(BACKENDS)
+    pairs = [(a, k) for a in algorithms if a in agent_names() for k in kinds if k in BACKENDS]
+    keys = sorted({d.key for a, k in pairs for d in describe(schema_for(a, k))})
+    for key in named:
+        if key in keys or any(k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in keys):
+            continue
+        section, _, name = key.rpartition(".")
+        prefix = f"{section}." if section else ""
+        names = [k.removeprefix(prefix) for k in keys if k.startswith(prefix)]
+        names = [n for n in names if "." not in n]
+        close = [prefix + n for n in difflib.get_close_matches(name, names, n=3, cutoff=0.6)]
+        close = close or difflib.get_close_matches(key, keys, n=3, cutoff=0.8)
+        if not close:
+            return None
+        where = {
+            "algorithm": f" of algorithm={' or '.join(chosen_algorithms)}"
+            if chosen_algorithms
+            else " of any algorithm",
+            "env": f" of env={' or '.join(chosen_kinds)}" if chosen_kinds else " of any env family",
+        }.get(key.split(".")[0] if "." in key else "", "")
+        lists = (
+            f"seedq-train --keys {algorithms[0]} env={kinds[0]}"
+            if len(pairs) == 1
+            else "seedq-train --keys ALGORITHM env=KIND"
+        )
+        return f"{key} is not a key{where}; did you mean {' or '.join(close)}? (every key: {lists})"
+    return None
+
+
 def with_hydra_dir(argv: list[str]) -> list[str]:
     """``run_dir=DIR`` also puts Hydra's own files there (``.hydra/``, ``cli.log``): one folder
     holds the whole run, however often it is restarted (sweeps keep Hydra's job folders). So
@@ -665,6 +727,7 @@ def train_main() -> None:
     if refusal := (
         foreign_env_key(argv)
         or foreign_algorithm_key(argv)
+        or misspelt_key(argv)
         or shared_sweep_dir(argv)
         or unusable_run_dir(argv)
     ):

@@ -418,3 +418,13 @@ def test_contention_leaves_no_run_dir_of_its_train_copies(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert left_in(tmp_path) == []
+
+
+def test_bench_configs_refuse_misspelt_and_foreign_keys_as_seedq_train_does():
+    from seedq.bench.common import compose
+    from seedq.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"did you mean algorithm\.lr\?"):
+        compose(["algorithm.lrr=3"])
+    with pytest.raises(ConfigError, match="env.scenario is a football key"):
+        compose(["env=atari", "env.scenario=11_vs_11_stochastic"])

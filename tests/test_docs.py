@@ -1,5 +1,6 @@
 """The docs: the README's promises, the generated key table, and the MkDocs site's strict build."""
 
+import contextlib
 import importlib.util
 import re
 import subprocess
@@ -57,3 +58,26 @@ def test_the_site_builds_strictly(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "config-keys" / "index.html").exists()
+
+
+def test_no_documented_seedq_train_command_names_a_misspelt_key():
+    """Every ``seedq-train ...`` line in the README and docs passes the command line's typo
+    check (``misspelt_key``), so the check refuses no command the docs give."""
+    import shlex
+
+    from seedq.cli import misspelt_key
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages += sorted((ROOT / "benchmarks").glob("*.md"))
+    checked, refused = 0, []
+    for page in pages:
+        for line in page.read_text().replace("\\\n", " ").splitlines():
+            for found in re.finditer(r"seedq-train ([^`|;&#\n]*)", line):
+                with contextlib.suppress(ValueError):
+                    args = [a for a in shlex.split(found.group(1)) if "=" in a]
+                    if args:
+                        checked += 1
+                        if refusal := misspelt_key(args):
+                            refused.append(f"{page.name}: {refusal}")
+    assert checked > 100
+    assert refused == []

@@ -16,6 +16,7 @@ import seedq
 from seedq.cli import (
     foreign_algorithm_key,
     foreign_env_key,
+    misspelt_key,
     print_keys,
     resumed_config,
     to_config,
@@ -298,3 +299,51 @@ def test_validate_env_takes_the_dataclass_or_a_mapping_of_one():
     validate_env({"kind": "fake", "nan_every": 0}, actor)
     with pytest.raises(ConfigError, match=r"env\.nan_every=-1"):
         validate_env({"kind": "fake", "nan_every": -1}, actor)
+
+
+@pytest.mark.parametrize(
+    ("argv", "refusal"),
+    [
+        (["algorithm.lrr=3"], "algorithm.lrr is not a key of algorithm=vtrace; did you mean"),
+        (["sed=1"], "sed is not a key; did you mean seed?"),
+        (["env=atari", "env.frmae_skip=2"], "not a key of env=atari; did you mean env.frame_skip"),
+        (["algorithm=ppo", "algorithm.clip_ep=0.2"], "did you mean algorithm.clip_eps?"),
+        (["actor.num_actor=3"], "did you mean actor.num_actors?"),
+        (["algoritm.lr=0.1"], "did you mean algorithm.lr?"),
+        (["algorithm.model.torzo=nature"], "did you mean algorithm.model.torso?"),
+        (["-m", "algorithm.lrr=1e-3,1e-4"], "did you mean algorithm.lr?"),
+        (
+            ["resume=runs/x", "algorithm.replay_ration=2"],
+            "of any algorithm; did you mean algorithm.replay_ratio or",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_refused_with_the_nearest_keys(argv, refusal):
+    assert refusal in misspelt_key(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["algorithm=ppo", "env=atari", "algorithm.lr=1e-3", "env.frame_skip=2", "seed=3"],
+        ["hardware=gpu", "launcher=ssh", "arch=sebulba", "logger=[tensorboard,wandb]"],
+        ["launcher.env.OMP_NUM_THREADS=1", "algorithm.model.hidden_sizes=[32,32]"],
+        ["+algorithm.lrr=3", "++seed=2", "~logger", "hydra.run.dir=x", "hydra/launcher=joblib"],
+        ["arch.sebulba.threads=2", "logger.wandb.project=p", "tuning=vtrace_atari"],
+        ["algorithm.zzzzqq=1"],  # nothing near: Hydra names the key in its own words
+        ["--cfg", "job", "-m", "seed=1,2"],
+    ],
+)
+def test_known_keys_groups_adds_and_hydras_own_are_not_refused_as_misspelt(argv):
+    assert misspelt_key(argv) is None
+
+
+def test_seedq_train_refuses_a_misspelt_key_with_exit_2_and_one_line(tmp_path):
+    result = run_cli("algorithm.lrr=3", f"run_dir={tmp_path}")
+    assert (result.returncode, result.stdout.strip().splitlines()) == (
+        2,
+        [
+            "seedq-train: algorithm.lrr is not a key of algorithm=vtrace; did you mean "
+            "algorithm.lr? (every key: seedq-train --keys vtrace env=cartpole)"
+        ],
+    )
