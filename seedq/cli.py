@@ -451,19 +451,25 @@ def default_env() -> str:
     return default_choice("env")
 
 
+def parsed_overrides(argv: list[str]) -> list[Any]:
+    """The ``key=value`` overrides of a command line, parsed as Hydra parses them (options and
+    overrides Hydra cannot parse are left out: Hydra reports those)."""
+    parser = OverridesParser.create()
+    parsed = []
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        with contextlib.suppress(HydraException):
+            parsed.append(parser.parse_override(arg))
+    return parsed
+
+
 def group_overrides(argv: list[str], group: str) -> tuple[list[str], list[str]]:
     """The choices of ``group=`` on the command line (every one of a sweep) and the keys its
     ``group.<key>=`` overrides name. With no choice the default's, unless ``resume=<run>``
     continues a run, whose saved choice is not known here (none: nothing to check)."""
-    parser = OverridesParser.create()
     choices, keys, resumed = [], [], False
-    for arg in argv:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        try:
-            override = parser.parse_override(arg)
-        except HydraException:
-            continue  # Hydra reports it
+    for override in parsed_overrides(argv):
         key = override.key_or_group
         if key == "resume":
             resumed = str(override.value()) not in (AUTO, "null", "None", "")
@@ -523,18 +529,13 @@ def misspelt_key(argv: list[str]) -> str | None:
     from seedq.envs.registry import BACKENDS
     from seedq.schema import describe
 
-    parser = OverridesParser.create()
-    named = []
-    for arg in argv:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        try:
-            override = parser.parse_override(arg)
-        except HydraException:
-            continue  # Hydra reports it
-        key = override.key_or_group
-        if override.type == OverrideType.CHANGE and not key.startswith("hydra") and "/" not in key:
-            named.append(key)
+    named = [
+        o.key_or_group
+        for o in parsed_overrides(argv)
+        if o.type == OverrideType.CHANGE
+        and not o.key_or_group.startswith("hydra")
+        and "/" not in o.key_or_group
+    ]
     groups = {p.name for p in (Path(__file__).parent / "conf").iterdir() if p.is_dir()}
     named = [k for k in named if k not in groups]
     if not named:
