@@ -46,7 +46,16 @@ def metrics(run_dir) -> list[dict]:
 
 
 def test_episodes_csv_holds_each_episode_behind_the_last_metrics_row(tmp_path):
-    train(tmp_path, "total_env_steps=3000", "log_interval_s=1", "actor.num_actors=1")
+    # 16 envs, not the preset's 128: 3,000 steps over 128 envs are ~23 steps each, about one
+    # CartPole episode, so how many ended (96 once, on two test workers) hung on how soon the
+    # first updates lengthened them. 6,000 over 16 are ~17 episodes each.
+    train(
+        tmp_path,
+        "total_env_steps=6000",
+        "log_interval_s=1",
+        "actor.num_actors=1",
+        "actor.envs_per_batch=8",
+    )
     last = metrics(tmp_path)[-1]
     with open(tmp_path / "episodes.csv") as f:
         episodes = list(csv.DictReader(f))
