@@ -572,6 +572,13 @@ def misspelt_key(argv: list[str]) -> str | None:
     return None
 
 
+def key_refusal(argv: list[str]) -> str | None:
+    """The refusal of the first key on the command line that the run does not have: another
+    env family's or algorithm's, or a misspelt one; None if there is none. seedq-train and
+    seedq-bench check it before Hydra composes."""
+    return foreign_env_key(argv) or foreign_algorithm_key(argv) or misspelt_key(argv)
+
+
 def with_hydra_dir(argv: list[str]) -> list[str]:
     """``run_dir=DIR`` also puts Hydra's own files there (``.hydra/``, ``cli.log``): one folder
     holds the whole run, however often it is restarted (sweeps keep Hydra's job folders). So
@@ -725,13 +732,7 @@ def train_main() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     argv = sys.argv[1:]
-    if refusal := (
-        foreign_env_key(argv)
-        or foreign_algorithm_key(argv)
-        or misspelt_key(argv)
-        or shared_sweep_dir(argv)
-        or unusable_run_dir(argv)
-    ):
+    if refusal := key_refusal(argv) or shared_sweep_dir(argv) or unusable_run_dir(argv):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     sys.argv[1:] = with_hydra_dir(sys.argv[1:])

@@ -101,12 +101,10 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
 
-    from seedq.cli import foreign_algorithm_key, foreign_env_key, misspelt_key, to_config
+    from seedq.cli import key_refusal, to_config
 
     overrides = list(overrides)
-    if refusal := (
-        foreign_env_key(overrides) or foreign_algorithm_key(overrides) or misspelt_key(overrides)
-    ):
+    if refusal := key_refusal(overrides):
         raise ConfigError(refusal)
     register_configs()
     run_dir = run_dir or scratch_dir("seedq-bench-")
