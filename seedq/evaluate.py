@@ -47,7 +47,7 @@ from seedq.envs import (
 )
 from seedq.envs.base import env_spec_of
 from seedq.envs.config import MAX_SEED
-from seedq.envs.gym import obs_transform
+from seedq.envs.gym import batch_singles, obs_transform
 from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
@@ -147,7 +147,10 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     import gymnasium as gym
 
     make_env_batch(env_cfg, 1, seed=seed).close()  # same checks and ALE registration as training
-    kwargs = {"render_mode": "rgb_array"} if video else {}
+    # The env as training built it (env.kwargs: gymnasium.make's arguments, env=gym and mujoco).
+    kwargs = dict(getattr(env_cfg, "kwargs", None) or {})
+    if video:
+        kwargs["render_mode"] = "rgb_array"
     if env_cfg.max_episode_steps:
         kwargs["max_episode_steps"] = env_cfg.max_episode_steps
     # Rendering classic-control envs goes through pygame; no display is needed.
@@ -165,7 +168,7 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             frames = [_render(env)] if video else []
             total, done = 0.0, False
             while not done:
-                action = policy(transform(np.asarray(obs)[None])[0])
+                action = policy(transform(batch_singles(env.observation_space, [obs]))[0])
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated

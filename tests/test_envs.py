@@ -260,7 +260,7 @@ def test_image_observations_become_channels_first() -> None:
     fn, shape, _ = obs_transform("x", spaces.Box(0, 255, (6, 5), np.uint8))
     assert shape == (1, 6, 5) and fn(x[..., 0]).shape == (2, 1, 6, 5)
     with pytest.raises(EnvError, match="observation spaces"):
-        obs_transform("x", spaces.Tuple([spaces.Discrete(2)]))
+        obs_transform("x", spaces.Text(4))
 
 
 def test_gym_box_actions_are_continuous_and_clipped_to_bounds() -> None:

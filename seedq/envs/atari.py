@@ -17,7 +17,7 @@ import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done, vector_env_threads
 from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
-from seedq.envs.gym import import_gymnasium
+from seedq.envs.gym import import_gymnasium, ram_id_hint
 from seedq.schema import check_positive, in_unit_interval, positive, setting
 
 logger = logging.getLogger(__name__)
@@ -112,6 +112,8 @@ def _atari_spec(env_id: str) -> tuple[str, dict]:
             f"{env_id!r} is not an Atari id; use env=gym (or cartpole) for it, or an "
             "Atari id like 'ALE/Pong-v5' with env=atari"
         )
+    if game is None and (ram := ram_id_hint(env_id)):
+        raise EnvError(f"{env_id!r}: env=atari steps screens; {ram}")
     if game is None:
         ale_ids = [i for i in gym.registry if i.startswith("ALE/")]
         close = difflib.get_close_matches(env_id, ale_ids, n=3, cutoff=0.5)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ import numpy as np
 from seedq.envs.base import BatchBase, EnvBatch, EnvError, StepBatch, split_done
 from seedq.envs.config import EnvConfig, kind_setting
 from seedq.envs.mujoco_import import import_mujoco
-from seedq.schema import choice, setting
+from seedq.schema import ConfigError, choice, setting
 
 if TYPE_CHECKING:
     import gymnasium
@@ -48,10 +49,38 @@ class GymConfig(EnvConfig):
         f"How envs are vectorised, one of {list(VECTORIZATIONS)}: sync steps them in the actor "
         "process, async in one subprocess each.",
     )
+    kwargs: dict[str, Any] = setting(
+        help="Keyword arguments of gymnasium.make for each env, each added with a +: "
+        "+env.kwargs.continuous=false (CarRacing-v3's discrete actions), "
+        "+env.kwargs.obs_type=ram (an Atari game's RAM) or '+env.kwargs={is_slippery: false}'; "
+        "{}: the id's own.",
+        factory=dict,
+    )
 
     def check(self) -> None:
         super().check()
         choice("env.vectorization", self.vectorization, VECTORIZATIONS)
+        check_make_kwargs(self.kwargs)
+
+
+# gymnasium.make's own keywords that seedq sets: a run names them by their env keys instead.
+OWN_MAKE_KEYS = {"max_episode_steps": "env.max_episode_steps"}
+
+
+def check_make_kwargs(kwargs: Any) -> None:
+    """A ConfigError unless ``kwargs`` is a mapping of keyword names that seedq leaves to the
+    env (``env.kwargs``)."""
+    if not isinstance(kwargs, Mapping):
+        raise ConfigError(
+            f"env.kwargs={kwargs!r} is not a mapping; add each argument as +env.kwargs.NAME=VALUE"
+        )
+    for name in kwargs:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"env.kwargs has {name!r}, which is no keyword name")
+        if name in OWN_MAKE_KEYS:
+            key = OWN_MAKE_KEYS[name]
+            instead = f"; set {key} instead" if key else ""
+            raise ConfigError(f"env.kwargs.{name} is seedq's to set, not the env's{instead}")
 
 
 def import_gymnasium() -> Any:
@@ -60,6 +89,18 @@ def import_gymnasium() -> Any:
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise EnvError('gymnasium is not installed; run: pip install "gymnasium>=1.1,<2"') from exc
     return gymnasium
+
+
+def ram_id_hint(env_id: str) -> str:
+    """How to step a game's RAM, for an Atari ``-ram`` id (``ALE/Breakout-ram-v5``,
+    ``Breakout-ramNoFrameskip-v4``), which ale_py no longer registers; else ""."""
+    ram = re.fullmatch(r"(?:ALE/)?(\w+?)-ram(?:NoFrameskip)?(?:-v\d+)?", env_id)
+    if ram is None:
+        return ""
+    game = ram.group(1)
+    return (
+        f"for the {game} RAM (128 bytes) use env=gym env.id=ALE/{game}-v5 +env.kwargs.obs_type=ram"
+    )
 
 
 def gym_spec(env_id: str) -> Any:
@@ -76,14 +117,17 @@ def gym_spec(env_id: str) -> Any:
     try:
         return gym.spec(env_id)
     except gym.error.Error as exc:
+        if ram := ram_id_hint(env_id):
+            raise EnvError(f"unknown gymnasium env id {env_id!r}: {ram}") from exc
         raise EnvError(
             f"unknown gymnasium env id {env_id!r} ({exc}); list the registered ids with "
             "`python -c 'import gymnasium; gymnasium.pprint_registry()'`"
         ) from exc
 
 
-def _make_single_env(env_id: str, max_episode_steps: int | None) -> Any:
-    """Build one gymnasium env; module level so AsyncVectorEnv can pickle it for subprocesses."""
+def _make_single_env(env_id: str, max_episode_steps: int | None, **kwargs: Any) -> Any:
+    """Build one gymnasium env (``kwargs``: gymnasium.make's, ``env.kwargs``); module level so
+    AsyncVectorEnv can pickle it for subprocesses."""
     gym = import_gymnasium()
     spec = gym_spec(env_id)  # registers Atari ids in a fresh (forkserver/spawn) subprocess
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
@@ -91,7 +135,7 @@ def _make_single_env(env_id: str, max_episode_steps: int | None) -> Any:
         # A MuJoCo id through env=gym: MuJoCo's default warning handler would append to
         # MUJOCO_LOG.TXT in the working directory; import_mujoco routes it to the log.
         import_mujoco()
-    return gym.make(env_id, max_episode_steps=max_episode_steps)
+    return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
 
 
 def obs_transform(
@@ -114,8 +158,10 @@ def obs_transform(
         eye = np.eye(int(space.n), dtype=np.bool_)
         start = int(space.start)
         return (lambda x: eye[np.asarray(x, dtype=np.int64) - start]), (int(space.n),), eye.dtype
+    if isinstance(space, spaces.Tuple | spaces.Dict | spaces.MultiBinary | spaces.MultiDiscrete):
+        return flat_transform(env_id, space)
     if not isinstance(space, spaces.Box):
-        raise EnvError(f"seedq supports Box and Discrete observation spaces; {env_id} has {space}")
+        raise EnvError(f"{env_id} has {space}; seedq takes {OBS_SPACES} observation spaces")
     shape, dtype = tuple(space.shape), np.dtype(space.dtype)
     if dtype == np.uint8 and len(shape) == 3 and shape[-1] <= 4 < shape[0]:
         # HWC image (gymnasium's convention): a transposed copy, contiguous for the wire.
@@ -130,6 +176,73 @@ def obs_transform(
         return (lambda x: np.asarray(x, dtype=np.float32)), shape, np.dtype(np.float32)
     # Already in a usable layout (vectors, or images that are channels-first already).
     return np.asarray, shape, dtype
+
+
+# Observation spaces seedq reads, as its errors name them.
+OBS_SPACES = "Box, Discrete, MultiBinary, MultiDiscrete, and Tuple or Dict of those"
+
+
+def _flat_parts(env_id: str, space: Any) -> tuple[Callable[[Any], np.ndarray], int, bool]:
+    """``(fn, width, indicator)``: ``fn`` turns a batch of ``space``'s observations, as a vector
+    env batches them (arrays ``[B, ...]``, tuples and dicts of them), into ``[B, width]``; each
+    Discrete part becomes a one-hot and each MultiDiscrete part one one-hot per entry, as
+    ``gymnasium.spaces.flatten`` lays them out. ``indicator``: every entry is 0/1 (no Box)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+        eye = np.eye(n, dtype=np.float32)
+        return (lambda x: eye[np.asarray(x, dtype=np.int64).reshape(-1) - start]), n, True
+    if isinstance(space, spaces.MultiBinary):
+        width = int(np.prod(space.shape))
+        return (lambda x: np.asarray(x, dtype=np.float32).reshape(len(x), -1)), width, True
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec, dtype=np.int64).reshape(-1)
+        start = np.asarray(space.start, dtype=np.int64).reshape(-1)
+        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+        width = int(nvec.sum())
+
+        def multi_hot(x: Any) -> np.ndarray:
+            x = np.asarray(x, dtype=np.int64).reshape(-1, len(nvec))
+            out = np.zeros((len(x), width), dtype=np.float32)
+            out[np.arange(len(x))[:, None], x - start + offsets] = 1.0
+            return out
+
+        return multi_hot, width, True
+    if isinstance(space, spaces.Box):
+        width = int(np.prod(space.shape))
+        return (lambda x: np.asarray(x, dtype=np.float32).reshape(len(x), -1)), width, False
+    if isinstance(space, spaces.Tuple | spaces.Dict):
+        keys = list(space.spaces) if isinstance(space, spaces.Dict) else range(len(space.spaces))
+        parts = [_flat_parts(env_id, space.spaces[k]) for k in keys]
+
+        def joined(x: Any) -> np.ndarray:
+            return np.concatenate(
+                [fn(x[k]) for k, (fn, _, _) in zip(keys, parts, strict=True)], axis=1
+            )
+
+        return joined, sum(w for _, w, _ in parts), all(ind for _, _, ind in parts)
+    raise EnvError(f"{env_id} has {space} in its observation space; seedq takes {OBS_SPACES}")
+
+
+def flat_transform(
+    env_id: str, space: Any
+) -> tuple[Callable[[Any], np.ndarray], tuple[int, ...], np.dtype]:
+    """:func:`obs_transform` of a MultiBinary, MultiDiscrete, Tuple or Dict space: one vector
+    per observation in ``gymnasium.spaces.flatten``'s layout, bool when every part is 0/1
+    (Discrete, MultiBinary, MultiDiscrete: indicators, which the models read without
+    normalisation), else float32 (Box parts beside them, normalised with the rest)."""
+    fn, width, indicator = _flat_parts(env_id, space)
+    dtype = np.dtype(np.bool_ if indicator else np.float32)
+    return (lambda x: fn(x).astype(dtype, copy=False)), (width,), dtype
+
+
+def batch_singles(space: Any, observations: list[Any]) -> Any:
+    """Single observations of ``space`` batched as a vector env batches them (what the
+    :func:`obs_transform` functions take): arrays ``[K, ...]``, tuples and dicts of them."""
+    from gymnasium.vector.utils import concatenate, create_empty_array
+
+    return concatenate(space, observations, create_empty_array(space, len(observations)))
 
 
 def _async_context() -> str | None:
@@ -149,16 +262,22 @@ class GymVectorBatch(BatchBase):
         env_offset: int = 0,
         vectorization: str = "sync",
         max_episode_steps: int | None = None,
-        make_one: Callable[[str, int | None], Any] = _make_single_env,
+        make_one: Callable[..., Any] = _make_single_env,
+        make_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        """``make_one(env_id, max_episode_steps)`` builds one env (module level, so async
-        workers, which are fresh processes, can import it)."""
+        """``make_one(env_id, max_episode_steps, **make_kwargs)`` builds one env (module level,
+        so async workers, which are fresh processes, can import it); ``make_kwargs``:
+        gymnasium.make's keyword arguments (``env.kwargs``)."""
         gym = import_gymnasium()
         from gymnasium import spaces
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
         gym_spec(env_id)  # fail fast, in this process, on an unknown id
-        env_fns = [functools.partial(make_one, env_id, max_episode_steps) for _ in range(num_envs)]
+        make_kwargs = dict(make_kwargs or {})
+        env_fns = [
+            functools.partial(make_one, env_id, max_episode_steps, **make_kwargs)
+            for _ in range(num_envs)
+        ]
         try:
             if vectorization == "sync":
                 env: Any = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -182,6 +301,15 @@ class GymVectorBatch(BatchBase):
                 "traceback above. env.vectorization=async starts workers with forkserver, so "
                 "a script that builds envs must do so under `if __name__ == '__main__':`"
             ) from exc
+        except Exception as exc:
+            if not make_kwargs or isinstance(exc, EnvError):
+                raise
+            # An argument the env does not take, or a value it refuses (constructors raise
+            # TypeError, ValueError, KeyError, AssertionError, ...).
+            raise EnvError(
+                f"cannot build gymnasium env {env_id!r} with env.kwargs={make_kwargs}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         self._env = env
         action_space = env.single_action_space
         continuous = isinstance(action_space, spaces.Box) and len(action_space.shape) == 1
@@ -198,6 +326,7 @@ class GymVectorBatch(BatchBase):
         width = int(action_space.shape[0]) if continuous else int(action_space.n)
         super().__init__(num_envs, obs_shape, obs_dtype, width, seed, env_offset)
         self._transform = transform
+        self._single_space = env.single_observation_space
         self._action_start = 0
         if continuous:
             self._set_continuous(action_space.low, action_space.high)
@@ -230,7 +359,9 @@ class GymVectorBatch(BatchBase):
         if truncated.any():
             # info["final_obs"] is an object array [N] holding each ended env's last obs (None
             # elsewhere); only the K truncated rows are stacked, in env index order.
-            final_obs = self._transform(np.stack(list(info["final_obs"][truncated])))
+            final_obs = self._transform(
+                batch_singles(self._single_space, list(info["final_obs"][truncated]))
+            )
         else:
             final_obs = self._no_final_obs
         return StepBatch(
@@ -351,5 +482,11 @@ def make_gym(cfg: GymConfig, num_envs: int, seed: int, env_offset: int) -> GymVe
             cfg.id,
         )
     return GymVectorBatch(
-        cfg.id, num_envs, seed, env_offset, cfg.vectorization, cfg.max_episode_steps
+        cfg.id,
+        num_envs,
+        seed,
+        env_offset,
+        cfg.vectorization,
+        cfg.max_episode_steps,
+        make_kwargs=cfg.kwargs,
     )

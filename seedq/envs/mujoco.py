@@ -51,12 +51,12 @@ class MujocoConfig(GymConfig):
     )
 
 
-def _make_mujoco_env(env_id: str, max_episode_steps: int | None) -> Any:
+def _make_mujoco_env(env_id: str, max_episode_steps: int | None, **kwargs: Any) -> Any:
     """One env; module level so AsyncVectorEnv workers (fresh processes) also route MuJoCo's
     warnings to logging. A Box env without MuJoCo (``Pendulum-v1``) needs no ``mujoco``."""
     if is_mujoco_id(env_id):
         import_mujoco()
-    return _make_single_env(env_id, max_episode_steps)
+    return _make_single_env(env_id, max_episode_steps, **kwargs)
 
 
 def is_mujoco_id(env_id: str) -> bool:
@@ -102,4 +102,12 @@ def make_mujoco(cfg: MujocoConfig, num_envs: int, seed: int, env_offset: int) ->
     """``env.kind=mujoco``: the MuJoCo id ``cfg.id``, vectorised as ``cfg.vectorization`` says."""
     import_mujoco()
     check_mujoco_id(cfg.id)
-    return MujocoBatch(cfg.id, num_envs, seed, env_offset, cfg.vectorization, cfg.max_episode_steps)
+    return MujocoBatch(
+        cfg.id,
+        num_envs,
+        seed,
+        env_offset,
+        cfg.vectorization,
+        cfg.max_episode_steps,
+        make_kwargs=cfg.kwargs,
+    )

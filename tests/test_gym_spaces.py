@@ -1,0 +1,251 @@
+"""env=gym beyond Box and Discrete: composite observation spaces flattened as gymnasium
+flattens them, gymnasium.make's keyword arguments (``env.kwargs``), and Atari's RAM ids."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from test_env_config import compose_config
+
+from seedq.cli import misspelt_key, to_config
+from seedq.config import ConfigError, validate
+from seedq.envs import GymConfig, make_env_batch
+from seedq.envs.atari import _atari_game
+from seedq.envs.base import EnvError
+from seedq.envs.gym import (
+    GymVectorBatch,
+    batch_singles,
+    check_make_kwargs,
+    obs_transform,
+    ram_id_hint,
+)
+
+# ------------------------------------------------------------ composite observation spaces
+
+COMPOSITE = {
+    "tuple of discretes": spaces.Tuple([spaces.Discrete(32), spaces.Discrete(11, start=1)]),
+    "multi-discrete": spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[0, 1], [2, -3]]),
+    "multi-binary": spaces.MultiBinary([2, 3]),
+    "nested dict": spaces.Dict(
+        {
+            "pos": spaces.Box(-1.0, 1.0, (2, 2), np.float64),
+            "cell": spaces.Discrete(5, start=2),
+            "flags": spaces.Tuple([spaces.MultiBinary(3), spaces.MultiDiscrete([2, 4])]),
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPOSITE))
+def test_composite_observations_flatten_as_gymnasium_flattens_them(name: str) -> None:
+    space = COMPOSITE[name]
+    space.seed(3)
+    singles = [space.sample() for _ in range(7)]
+    fn, shape, dtype = obs_transform("x", space)
+    got = fn(batch_singles(space, singles))
+    reference = np.stack([spaces.flatten(space, obs) for obs in singles]).astype(np.float64)
+    assert got.shape == (7, *shape) == reference.shape
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got.astype(np.float64), reference, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("name", "indicator"), [(n, n != "nested dict") for n in COMPOSITE])
+def test_flattened_indicators_stay_bool_and_box_parts_make_floats(name, indicator) -> None:
+    # All 0/1 parts: bool, which the models read unnormalised, as Discrete's one-hots; a Box
+    # part beside them makes the whole vector float32, normalised with the rest.
+    _, _, dtype = obs_transform("x", COMPOSITE[name])
+    assert dtype == (np.bool_ if indicator else np.float32)
+
+
+def test_an_observation_space_seedq_cannot_flatten_is_named() -> None:
+    space = spaces.Dict({"ok": spaces.Discrete(2), "note": spaces.Text(8)})
+    with pytest.raises(EnvError, match=r"Text\(.*Tuple or Dict of those"):
+        obs_transform("Talk-v0", space)
+
+
+class _StepTuple(gym.Env):
+    """Observations ``(step, Box[index, step])``: the step as a Discrete, then as floats."""
+
+    def __init__(self, index: int = 0) -> None:
+        self.observation_space = spaces.Tuple(
+            [spaces.Discrete(8), spaces.Box(0.0, 100.0, (2,), np.float32)]
+        )
+        self.action_space = spaces.Discrete(2)
+        self.index, self.t = index, 0
+
+    def _obs(self) -> tuple:
+        return self.t, np.array([self.index, self.t], np.float32)
+
+    def reset(self, *, seed=None, options=None):  # noqa: ANN001, ANN202
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):  # noqa: ANN001, ANN202
+        self.t += 1
+        return self._obs(), 1.0, False, False, {}
+
+
+def _make_step_tuple(env_id: str, max_episode_steps: int | None, **kwargs) -> gym.Env:  # noqa: ANN003
+    env = _StepTuple(**kwargs)
+    return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps else env
+
+
+def test_a_truncated_tuple_envs_final_observation_is_flattened_too() -> None:
+    env = GymVectorBatch(
+        "CartPole-v1",  # only checked to exist: _make_step_tuple builds the envs
+        3,
+        seed=0,
+        max_episode_steps=3,
+        make_one=_make_step_tuple,
+        make_kwargs={"index": 7},
+    )
+    try:
+        assert (env.obs_shape, env.obs_dtype) == ((10,), np.dtype(np.float32))
+        obs = env.reset()
+        np.testing.assert_array_equal(obs[:, :8].argmax(1), 0)
+        for _ in range(3):
+            step = env.step(np.zeros(3, np.int64))
+        # Step 3 truncated every env: its final observation is step 3's, flattened; the env
+        # restarted at step 0.
+        assert step.truncated.all()
+        np.testing.assert_array_equal(step.final_obs[:, :8].argmax(1), 3)
+        np.testing.assert_array_equal(step.final_obs[:, 8:], [[7, 3]] * 3)
+        np.testing.assert_array_equal(step.obs[:, 8:], [[7, 0]] * 3)
+    finally:
+        env.close()
+
+
+def test_blackjack_trains_its_tuple_observations_as_indicators() -> None:
+    env = make_env_batch(GymConfig(id="Blackjack-v1"), 4, seed=0)
+    try:
+        obs = env.reset()
+        # (player's sum in 32, dealer's card in 11, usable ace in 2): one 1 in each part.
+        assert env.obs_shape == (45,) and obs.dtype == np.bool_
+        np.testing.assert_array_equal(obs.sum(1), 3)
+        np.testing.assert_array_equal(obs[:, :32].sum(1), 1)
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------ env.kwargs
+
+
+def test_env_kwargs_reach_gymnasium_make() -> None:
+    for slippery in (True, False):
+        cfg = GymConfig(id="FrozenLake-v1", kwargs={"is_slippery": slippery})
+        env = make_env_batch(cfg, 2, seed=0)
+        try:
+            # FrozenLake's transition table: three outcomes for an action on ice, one without.
+            outcomes = len(env._env.envs[0].unwrapped.P[0][2])
+            assert outcomes == (3 if slippery else 1)
+        finally:
+            env.close()
+
+
+def test_env_kwargs_reach_async_workers() -> None:
+    cfg = GymConfig(id="FrozenLake-v1", vectorization="async", kwargs={"is_slippery": False})
+    env = make_env_batch(cfg, 2, seed=0)
+    try:
+        env.reset()
+        for _ in range(3):  # right, right, right: deterministic without ice
+            step = env.step(np.full(2, 2, np.int64))
+        np.testing.assert_array_equal(step.obs.argmax(1), 3)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"foo": 1}, r"env\.kwargs=\{'foo': 1\}: TypeError: .*foo"),
+        ({"map_name": "9x9"}, r"env\.kwargs=\{'map_name': '9x9'\}: KeyError: '9x9'"),
+    ],
+)
+def test_an_argument_the_env_refuses_is_an_env_error_naming_env_kwargs(kwargs, error) -> None:
+    with pytest.raises(EnvError, match=error):
+        make_env_batch(GymConfig(id="FrozenLake-v1", kwargs=kwargs), 1, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_episode_steps": 9}, "set env.max_episode_steps instead"),
+        ({"not a name": 1}, "no keyword name"),
+        (["is_slippery"], "not a mapping"),
+    ],
+)
+def test_env_kwargs_that_are_not_the_envs_to_take_are_refused(kwargs, error) -> None:
+    with pytest.raises(ConfigError, match=error):
+        check_make_kwargs(kwargs)
+
+
+@pytest.mark.parametrize(
+    "override", ["+env.kwargs.is_slippery=false", "+env.kwargs={is_slippery: false}"]
+)
+def test_env_kwargs_compose_from_the_command_line(override: str) -> None:
+    argv = ["env=gym", "env.id=FrozenLake-v1", override]
+    assert misspelt_key(argv) is None
+    config = to_config(compose_config(*argv))
+    validate(config)
+    assert config.env.kwargs == {"is_slippery": False}
+
+
+def test_mujoco_runs_take_env_kwargs_too() -> None:
+    config = to_config(compose_config("env=mujoco", "+env.kwargs.ctrl_cost_weight=0.2"))
+    assert config.env.kwargs == {"ctrl_cost_weight": 0.2}
+
+
+def test_seedq_eval_builds_the_env_with_its_runs_kwargs(monkeypatch) -> None:
+    from seedq import evaluate
+
+    made = []
+    real_make = gym.make
+
+    def make(env_id, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        made.append(kwargs)
+        return real_make(env_id, **kwargs)
+
+    class Right:
+        def reset(self) -> None:
+            pass
+
+        def __call__(self, obs: np.ndarray) -> int:
+            assert obs.shape == (16,)
+            return 2
+
+    monkeypatch.setattr(gym, "make", make)
+    cfg = GymConfig(id="FrozenLake-v1", max_episode_steps=5, kwargs={"is_slippery": False})
+    returns = [total for total, _ in evaluate._gym_episodes(Right(), cfg, 1, 0, False)]
+    assert made[-1] == {"is_slippery": False, "max_episode_steps": 5}
+    assert returns == [0.0]  # the top row's end, (0, 3), is ice: the episode times out
+
+
+# ------------------------------------------------------------------------- Atari RAM ids
+
+
+@pytest.mark.parametrize(
+    "env_id", ["ALE/Breakout-ram-v5", "Breakout-ramNoFrameskip-v4", "Breakout-ram-v4"]
+)
+def test_atari_ram_ids_point_to_the_ram_obs_type(env_id: str) -> None:
+    hint = "env=gym env.id=ALE/Breakout-v5 +env.kwargs.obs_type=ram"
+    assert hint in ram_id_hint(env_id)
+    with pytest.raises(EnvError, match=hint.replace("+", r"\+")):
+        _atari_game(env_id)
+    with pytest.raises(EnvError, match=hint.replace("+", r"\+")):
+        make_env_batch(GymConfig(id=env_id), 1, seed=0)
+
+
+def test_ids_that_are_not_ram_ids_get_no_ram_hint() -> None:
+    assert ram_id_hint("ALE/Pong-v5") == ram_id_hint("Random-v0") == ""
+
+
+def test_an_atari_games_ram_steps_through_env_gym() -> None:
+    env = make_env_batch(GymConfig(id="ALE/Breakout-v5", kwargs={"obs_type": "ram"}), 1, seed=0)
+    try:
+        obs = env.reset()
+        assert (obs.shape, obs.dtype) == ((1, 128), np.uint8)
+    finally:
+        env.close()
