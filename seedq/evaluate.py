@@ -47,7 +47,7 @@ from seedq.envs import (
 )
 from seedq.envs.base import env_spec_of
 from seedq.envs.config import MAX_SEED
-from seedq.envs.gym import batch_singles, obs_transform
+from seedq.envs.gym import batch_singles, joint_actions, obs_transform
 from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import EnvSpec
 from seedq.schema import ConfigError
@@ -161,6 +161,13 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     # The observations as training's env batch delivers them: one-hots of Discrete states,
     # channels-first images, float32 vectors.
     transform, _, _ = obs_transform(env_cfg.id, env.observation_space)
+    # The policy's index of a discrete action as the env takes it (a Discrete's start, a
+    # MultiDiscrete's entries), as training's env batch maps it.
+    joint = (
+        None
+        if isinstance(env.action_space, gym.spaces.Box)
+        else joint_actions(env_cfg.id, env.action_space)[1]
+    )
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
@@ -169,6 +176,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             total, done = 0.0, False
             while not done:
                 action = policy(transform(batch_singles(env.observation_space, [obs]))[0])
+                if joint is not None:
+                    action = joint(np.asarray([action]))[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated

@@ -249,3 +249,103 @@ def test_an_atari_games_ram_steps_through_env_gym() -> None:
         assert (obs.shape, obs.dtype) == ((1, 128), np.uint8)
     finally:
         env.close()
+
+
+# ------------------------------------------------------------ MultiDiscrete, MultiBinary actions
+
+
+class _EchoAction(gym.Env):
+    """Observes the action it was last given (as floats) and pays 1 for ``target``."""
+
+    def __init__(self, action_space: spaces.Space, target: object = None) -> None:
+        self.action_space = action_space
+        size = int(np.prod(action_space.shape)) or 1
+        self.observation_space = spaces.Box(-100.0, 100.0, (size,), np.float32)
+        self.target = target
+
+    def reset(self, *, seed=None, options=None):  # noqa: ANN001, ANN202
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):  # noqa: ANN001, ANN202
+        seen = np.asarray(action, np.float32).reshape(-1)
+        reward = float(np.array_equal(np.asarray(action), np.asarray(self.target)))
+        return seen, reward, False, False, {}
+
+
+def _make_echo(env_id: str, max_episode_steps: int | None, **kwargs) -> gym.Env:  # noqa: ANN003
+    return _EchoAction(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        spaces.MultiDiscrete([3, 4, 2], start=[0, -1, 5]),
+        spaces.MultiDiscrete([[2, 3], [2, 2]]),
+        spaces.MultiBinary(5),
+        spaces.Discrete(4, start=-2),
+    ],
+    ids=["multi-discrete", "multi-discrete-2d", "multi-binary", "discrete-start"],
+)
+def test_every_joint_action_reaches_the_env_once(space: spaces.Space) -> None:
+    n = int(np.prod(space.nvec)) if hasattr(space, "nvec") else getattr(space, "n", 0)
+    n = 2**space.n if isinstance(space, spaces.MultiBinary) else n
+    env = GymVectorBatch(
+        "CartPole-v1", n, seed=0, make_one=_make_echo, make_kwargs={"action_space": space}
+    )
+    try:
+        assert (env.action_kind, env.num_actions) == ("discrete", n)
+        env.reset()
+        step = env.step(np.arange(n))
+        seen = {tuple(row) for row in step.obs.astype(np.int64)}
+        assert len(seen) == n  # one env action per index, each in the space
+        assert all(
+            space.contains(np.asarray(row, space.dtype).reshape(space.shape)) for row in seen
+        )
+    finally:
+        env.close()
+
+
+def test_joint_actions_follow_c_order_over_the_entries() -> None:
+    from seedq.envs.gym import joint_actions
+
+    n, fn = joint_actions("x", spaces.MultiDiscrete([3, 4], start=[1, 0]))
+    assert n == 12
+    np.testing.assert_array_equal(fn(np.array([0, 1, 4, 11])), [[1, 0], [1, 1], [2, 0], [3, 3]])
+
+
+def test_a_multi_discrete_space_too_large_to_enumerate_is_refused() -> None:
+    with pytest.raises(EnvError, match=r"65,536 joint actions; .* at most 4,096"):
+        GymVectorBatch(
+            "CartPole-v1",
+            1,
+            seed=0,
+            make_one=_make_echo,
+            make_kwargs={"action_space": spaces.MultiBinary(16)},
+        )
+
+
+def test_seedq_eval_maps_the_policys_index_as_training_does(monkeypatch) -> None:
+    from seedq import evaluate
+
+    space = spaces.MultiDiscrete([3, 4], start=[1, 0])
+    monkeypatch.setattr(
+        gym, "make", lambda env_id, **kwargs: gym.wrappers.TimeLimit(_EchoAction(space, [2, 3]), 4)
+    )
+    monkeypatch.setattr(
+        evaluate,
+        "make_env_batch",
+        lambda *a, **k: GymVectorBatch(
+            "CartPole-v1", 1, seed=0, make_one=_make_echo, make_kwargs={"action_space": space}
+        ),
+    )
+
+    class Index7:  # entries (1, 3) + start (1, 0) = (2, 3), the paying action
+        def reset(self) -> None:
+            pass
+
+        def __call__(self, obs: np.ndarray) -> int:
+            return 7
+
+    cfg = GymConfig(id="CartPole-v1")
+    assert [total for total, _ in evaluate._gym_episodes(Index7(), cfg, 1, 0, False)] == [4.0]

@@ -245,6 +245,51 @@ def batch_singles(space: Any, observations: list[Any]) -> Any:
     return concatenate(space, observations, create_empty_array(space, len(observations)))
 
 
+# Action spaces seedq reads, as its errors name them, and the most joint actions a
+# MultiDiscrete or MultiBinary space may have: each is one of the policy's logits.
+ACTION_SPACES = "Discrete, MultiDiscrete, MultiBinary (as their joint actions) and 1-D Box"
+MAX_JOINT_ACTIONS = 4096
+
+
+def joint_actions(env_id: str, space: Any) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
+    """``(n, fn)`` for a discrete action space: the policy picks one of ``n`` actions, and
+    ``fn`` turns a batch of those indices ``[B]`` into the env's batched actions.
+
+    Discrete(n, start): ``start + i``. MultiDiscrete and MultiBinary: one action per
+    combination of their entries (``i`` in C order over ``nvec``, MultiBinary's entries as
+    bits), so every algorithm's categorical policy covers them; spaces of more than
+    :data:`MAX_JOINT_ACTIONS` combinations are refused.
+    """
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return int(space.n), (lambda i: i + start if start else i)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec, dtype=np.int64)
+        start = np.asarray(space.start, dtype=np.int64)
+        shape, dtype = nvec.shape, np.dtype(space.dtype)
+    elif isinstance(space, spaces.MultiBinary):
+        shape = tuple(np.atleast_1d(space.n))
+        nvec, start, dtype = np.full(shape, 2), np.zeros(shape, np.int64), np.dtype(space.dtype)
+    else:
+        raise EnvError(f"{env_id} has the action space {space}; seedq takes {ACTION_SPACES}")
+    n = int(np.prod(nvec, dtype=np.float64))
+    if n > MAX_JOINT_ACTIONS:
+        raise EnvError(
+            f"{env_id}'s action space {space} has {n:,} joint actions; seedq's policies pick one "
+            f"of at most {MAX_JOINT_ACTIONS:,} (each is a logit)"
+        )
+    flat = nvec.reshape(-1)
+
+    def entries(i: np.ndarray) -> np.ndarray:
+        parts = np.unravel_index(np.asarray(i, dtype=np.int64), flat)
+        joint = np.stack(parts, axis=-1).reshape(*np.shape(i), *shape) + start
+        return joint.astype(dtype, copy=False)
+
+    return n, entries
+
+
 def _async_context() -> str | None:
     # The actor process runs ZeroMQ and possibly other actor threads; forking it can copy held
     # locks into the env workers. forkserver forks from a clean, single-threaded server.
@@ -313,26 +358,21 @@ class GymVectorBatch(BatchBase):
         self._env = env
         action_space = env.single_action_space
         continuous = isinstance(action_space, spaces.Box) and len(action_space.shape) == 1
-        if not (continuous or isinstance(action_space, spaces.Discrete)):
-            env.close()
-            raise EnvError(
-                f"seedq supports Discrete and 1-D Box action spaces; {env_id} has {action_space}"
-            )
         try:
+            joint = None if continuous else joint_actions(env_id, action_space)
             transform, obs_shape, obs_dtype = obs_transform(env_id, env.single_observation_space)
         except EnvError:
             env.close()
             raise
-        width = int(action_space.shape[0]) if continuous else int(action_space.n)
+        width = int(action_space.shape[0]) if continuous else joint[0]
         super().__init__(num_envs, obs_shape, obs_dtype, width, seed, env_offset)
         self._transform = transform
         self._single_space = env.single_observation_space
-        self._action_start = 0
         if continuous:
             self._set_continuous(action_space.low, action_space.high)
             self._action_dtype = np.dtype(action_space.dtype)
         else:
-            self._action_start = int(action_space.start)
+            self._env_actions = joint[1]
         logger.info(
             "gym env %s: %d envs, %s, obs %s %s, %d %s actions",
             env_id,
@@ -350,10 +390,10 @@ class GymVectorBatch(BatchBase):
 
     def step(self, actions: np.ndarray) -> StepBatch:
         actions = self._check_actions(actions)
-        if self._action_start:
-            actions = actions + self._action_start
-        elif self.action_kind == "continuous":
+        if self.action_kind == "continuous":
             actions = actions.astype(self._action_dtype, copy=False)
+        else:
+            actions = self._env_actions(actions)
         obs, reward, terminated, truncated, info = self._env.step(actions)
         terminated, truncated = split_done(terminated, truncated)
         if truncated.any():
