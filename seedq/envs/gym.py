@@ -384,6 +384,19 @@ class GymVectorBatch(BatchBase):
             self.action_kind,
         )
 
+    @classmethod
+    def from_config(cls, cfg: GymConfig, num_envs: int, seed: int, env_offset: int) -> Any:
+        """``num_envs`` envs of ``cfg.id``, vectorised, limited and made as ``cfg`` says."""
+        return cls(
+            cfg.id,
+            num_envs,
+            seed,
+            env_offset,
+            cfg.vectorization,
+            cfg.max_episode_steps,
+            make_kwargs=cfg.kwargs,
+        )
+
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, _ = self._env.reset(seed=self._reset_seed(seed))
         return self._transform(obs)
@@ -521,12 +534,4 @@ def make_gym(cfg: GymConfig, num_envs: int, seed: int, env_offset: int) -> GymVe
             cfg.id,
             cfg.id,
         )
-    return GymVectorBatch(
-        cfg.id,
-        num_envs,
-        seed,
-        env_offset,
-        cfg.vectorization,
-        cfg.max_episode_steps,
-        make_kwargs=cfg.kwargs,
-    )
+    return GymVectorBatch.from_config(cfg, num_envs, seed, env_offset)

@@ -102,12 +102,4 @@ def make_mujoco(cfg: MujocoConfig, num_envs: int, seed: int, env_offset: int) ->
     """``env.kind=mujoco``: the MuJoCo id ``cfg.id``, vectorised as ``cfg.vectorization`` says."""
     import_mujoco()
     check_mujoco_id(cfg.id)
-    return MujocoBatch(
-        cfg.id,
-        num_envs,
-        seed,
-        env_offset,
-        cfg.vectorization,
-        cfg.max_episode_steps,
-        make_kwargs=cfg.kwargs,
-    )
+    return MujocoBatch.from_config(cfg, num_envs, seed, env_offset)
