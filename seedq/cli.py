@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -518,8 +519,9 @@ def foreign_algorithm_key(argv: list[str]) -> str | None:
 def misspelt_key(argv: list[str]) -> str | None:
     """The refusal of the first plain ``key=value`` that names no config key of the run (its
     algorithm and env family; any of them when ``resume=<run>`` hides which), with the keys
-    nearest it; None when every key is known, or when none is near (Hydra refuses the key in
-    its own words then). ``+key=``, ``++key=``, ``~key`` and Hydra's own keys are not checked.
+    nearest it by spelling or, failing that, the keys whose help names its words
+    (``algorithm.discount``: ``algorithm.gamma``, the discount factor); None when every key is
+    known. ``+key=``, ``++key=``, ``~key`` and Hydra's own keys are not checked.
     """
     import difflib
 
@@ -545,7 +547,8 @@ def misspelt_key(argv: list[str]) -> str | None:
     algorithms = chosen_algorithms or agent_names()
     kinds = chosen_kinds or list(BACKENDS)
     pairs = [(a, k) for a in algorithms if a in agent_names() for k in kinds if k in BACKENDS]
-    keys = sorted({d.key for a, k in pairs for d in describe(schema_for(a, k))})
+    helps = {d.key: d.help for a, k in pairs for d in describe(schema_for(a, k))}
+    keys = sorted(helps)
     for key in named:
         if key in keys or any(k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in keys):
             continue
@@ -554,9 +557,9 @@ def misspelt_key(argv: list[str]) -> str | None:
         names = [k.removeprefix(prefix) for k in keys if k.startswith(prefix)]
         names = [n for n in names if "." not in n]
         close = [prefix + n for n in difflib.get_close_matches(name, names, n=3, cutoff=0.6)]
-        close = close or difflib.get_close_matches(key, keys, n=3, cutoff=0.8)
-        if not close:
-            return None
+        if not names:  # a misspelt section: algoritm.lr
+            close = difflib.get_close_matches(key, keys, n=3, cutoff=0.8)
+        close = close or described_as(name, {prefix + n: helps[prefix + n] for n in names})
         where = {
             "algorithm": f" of algorithm={' or '.join(chosen_algorithms)}"
             if chosen_algorithms
@@ -568,8 +571,32 @@ def misspelt_key(argv: list[str]) -> str | None:
             if len(pairs) == 1
             else "seedq-train --keys ALGORITHM env=KIND"
         )
-        return f"{key} is not a key{where}; did you mean {' or '.join(close)}? (every key: {lists})"
+        guess = f"; did you mean {' or '.join(close)}?" if close else ""
+        return f"{key} is not a key{where}{guess} (every key: {lists})"
     return None
+
+
+def described_as(name: str, helps: dict[str, str]) -> list[str]:
+    """Up to three keys whose help has every word of ``name`` (split at ``_``, words of three
+    letters or more): what a user who knows the idea but not seedq's name for it meant
+    (``discount``: the key whose help says "discount factor"). Those whose help has the words
+    side by side come first, the nearer its start and the shorter the help the sooner."""
+    words = [w for w in name.lower().split("_") if len(w) >= 3]
+    if not words:
+        return []
+    found = [
+        k
+        for k, h in helps.items()
+        if all(re.search(rf"\b{re.escape(w)}\b", h.lower()) for w in words)
+    ]
+    phrase = " ".join(words)
+
+    def rank(key: str) -> tuple[bool, int, int, str]:
+        text = helps[key].lower().replace("-", " ")
+        at = text.find(phrase)
+        return (at < 0, at if at >= 0 else len(text), len(text), key)
+
+    return sorted(found, key=rank)[:3]
 
 
 def key_refusal(argv: list[str]) -> str | None:

@@ -323,6 +323,34 @@ def test_a_misspelt_key_is_refused_with_the_nearest_keys(argv, refusal):
 
 
 @pytest.mark.parametrize(
+    ("argv", "refusal"),
+    [
+        (
+            ["algorithm.discount=0.9"],
+            "algorithm.discount is not a key of algorithm=vtrace; did you mean algorithm.gamma?",
+        ),
+        (
+            ["algorithm.learning_rate=1e-3"],
+            "did you mean algorithm.lr or algorithm.indicator_lr_scale?",
+        ),
+        (["env=atari", "env.sticky_actions=0.1"], "did you mean env.repeat_action_probability?"),
+    ],
+)
+def test_a_key_named_by_its_idea_is_refused_with_the_key_whose_help_names_it(argv, refusal):
+    assert refusal in misspelt_key(argv)
+
+
+def test_a_key_with_nothing_near_is_refused_without_a_guess():
+    """Hydra's own words for it ("To append to your config use +algorithm.zzzzqq=1") sent the
+    user to a ``+`` override that the schema then refuses too."""
+    assert misspelt_key(["algorithm.zzzzqq=1"]) == (
+        "algorithm.zzzzqq is not a key of algorithm=vtrace "
+        "(every key: seedq-train --keys vtrace env=cartpole)"
+    )
+    assert "did you mean" not in misspelt_key(["algorithm.zzz=1"])  # not algorithm.lr
+
+
+@pytest.mark.parametrize(
     "argv",
     [
         ["algorithm=ppo", "env=atari", "algorithm.lr=1e-3", "env.frame_skip=2", "seed=3"],
@@ -330,7 +358,6 @@ def test_a_misspelt_key_is_refused_with_the_nearest_keys(argv, refusal):
         ["launcher.env.OMP_NUM_THREADS=1", "algorithm.model.hidden_sizes=[32,32]"],
         ["+algorithm.lrr=3", "++seed=2", "~logger", "hydra.run.dir=x", "hydra/launcher=joblib"],
         ["arch.sebulba.threads=2", "logger.wandb.project=p", "tuning=vtrace_atari"],
-        ["algorithm.zzzzqq=1"],  # nothing near: Hydra names the key in its own words
         ["--cfg", "job", "-m", "seed=1,2"],
     ],
 )
