@@ -150,6 +150,17 @@ def test_the_log_names_the_keys_it_sized_not_those_given(caplog):
     assert "env.num_threads=" in sized_line and "actor.num_actors" not in sized_line
 
 
+def test_nothing_is_logged_when_only_a_key_the_arch_does_not_run_was_sized(caplog):
+    # SAC's MuJoCo preset sets actor.num_actors=1 and MuJoCo has no C++ env threads: under
+    # arch=seed only arch.sebulba.threads was filled in, which the log does not show, and the
+    # line read "sized to 2 cores, shared with the learner's 2 threads:  (set a key to ...)".
+    cfg = compose_config("env=mujoco", "env.id=Hopper-v5", "algorithm=sac")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        size_config(cfg, cores=2)
+    assert cfg.actor.num_actors == 1
+    assert [r.message for r in caplog.records if r.message.startswith("sized to")] == []
+
+
 @pytest.mark.parametrize(("actors", "warned"), [(8, False), (9, True), (40, True)])
 def test_many_more_local_actor_processes_than_cores_are_warned(caplog, actors, warned):
     cfg = compose_config("env=atari", f"actor.num_actors={actors}")
