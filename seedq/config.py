@@ -71,7 +71,9 @@ class SeedqConfig:
     seed: int = setting(
         0, f"seed of the learner, the env batches and exploration, in [0, {MAX_SEED}]"
     )
-    total_env_steps: int = setting(5_000_000, "stop after this many env steps")
+    total_env_steps: int = setting(
+        5_000_000, "stop after this many env steps (one learner: within an inference batch)"
+    )
     max_minutes: float = setting(10.0, "stop after this many minutes of training (0: no limit)")
     stop_at_return: float | None = setting(
         None, "stop when the 100-episode mean return reaches this (null: never)"

@@ -1,6 +1,7 @@
 """The run monitor: its progress line and the run summary it hands back."""
 
 import logging
+import threading
 import time
 from types import SimpleNamespace
 
@@ -84,3 +85,18 @@ def test_the_target_is_seen_between_rows_by_the_rule_a_row_stops_on():
     assert monitor.target_met()  # mean 0.995
     assert monitor.tick() == "target_return"
     assert not monitor.target_met()  # met once: the row that stopped the run timed it
+
+
+def test_the_batch_that_spends_the_step_budget_sets_the_stop_event():
+    stats, stop = RunStats(), threading.Event()
+    stats.stop_at(300, stop)
+    stats.record_batch(256, [])
+    assert not stop.is_set()
+    stats.record_batch(64, [])
+    assert (stop.is_set(), stats.env_steps) == (True, 320)
+
+
+def test_a_resumed_run_already_past_its_budget_is_stopped_at_once():
+    stats, stop = RunStats(env_steps=5000), threading.Event()
+    stats.stop_at(3000, stop)
+    assert stop.is_set()

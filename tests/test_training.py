@@ -85,6 +85,14 @@ def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path):
     ) == (True, True, 1, True)
 
 
+def test_a_step_budget_stops_the_run_within_one_inference_batch_of_it(tmp_path):
+    # CartPole runs at thousands of env steps/s and the run loop wakes every quarter second:
+    # when only the loop checked the budget, 3,000 steps stopped at 15,808 (and 4,480-10,432).
+    run = local_run(tmp_path, "total_env_steps=3000", "log_interval_s=1")
+    summary = run.run()
+    assert 3000 <= summary.env_steps < 3000 + run.cfg.broker.max_batch, summary
+
+
 def test_smoke_atari_pong_trains_with_deepmind_preprocessing(tmp_path):
     """Smoke test: the Atari family runs end to end and updates (no learning asserted)."""
     summary = train(

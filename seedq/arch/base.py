@@ -341,6 +341,10 @@ class TrainingRun:
         cfg = self.cfg
         writer = self.dist.metrics_writer(self.run_dir, Monitor.columns(self.agent), cfg)
         stats = self.dist.run_stats(self.stats)  # summed over learner ranks, before they train
+        if stats is self.stats:
+            # One learner: the step budget stops the roles where the counting happens. Ranks
+            # sum their steps at rows and agree to stop there.
+            self.stats.stop_at(cfg.total_env_steps, self.stop)
         threads = self._start_roles()
         log.info(
             "training %s on %s (%s), %s; run dir %s",

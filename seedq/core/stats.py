@@ -108,6 +108,20 @@ class RunStats:
         default_factory=lambda: collections.deque(maxlen=MAX_UNLOGGED_EPISODES)
     )
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set by the counting thread once env_steps reaches budget (see stop_at).
+    budget: int = 0
+    at_budget: threading.Event | None = None
+
+    def stop_at(self, budget: int, event: threading.Event) -> None:
+        """Set ``event`` as soon as ``env_steps`` reaches ``budget``: the thread that answers
+        batches stops the run's roles at the step that spends the budget, not a loop wake later
+        (CartPole runs at 10-40 k env steps/s, so a quarter second is thousands of steps)."""
+        self.budget, self.at_budget = budget, event
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        if self.at_budget is not None and self.env_steps >= self.budget:
+            self.at_budget.set()
 
     def record_batch(self, envs: int, steps: Iterable[Step]) -> None:
         """One inference batch answered: ``envs`` env steps, and the episodes its ``steps``
@@ -115,6 +129,7 @@ class RunStats:
         self.batches += 1
         self.batch_envs += envs
         self.env_steps += envs
+        self._check_budget()
         with self.lock:
             for step in steps:
                 self.episodes += len(step.episode_returns)
