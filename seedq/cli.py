@@ -599,6 +599,47 @@ def described_as(name: str, helps: dict[str, str]) -> list[str]:
     return sorted(found, key=rank)[:3]
 
 
+# A number in a float's notation: 1e7, 2.5e6, 1000.0 (sign allowed).
+FLOAT_NOTATION = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(?=[eE]))([eE][+-]?\d+)?")
+
+
+@functools.cache
+def int_keys() -> frozenset[str]:
+    """The keys that hold an int in any algorithm's config on any env family."""
+    from seedq.agents.registry import agent_names
+    from seedq.envs.registry import BACKENDS
+    from seedq.schema import describe
+
+    return frozenset(
+        d.key
+        for a in agent_names()
+        for k in BACKENDS
+        for d in describe(schema_for(a, k))
+        if isinstance(d.default, int) and not isinstance(d.default, bool)
+    )
+
+
+def whole_numbers(argv: list[str]) -> list[str]:
+    """The command line with each int key given a whole number in a float's notation
+    (``total_env_steps=1e7``, ``algorithm.replay_capacity=2.5e5``, ``1000.0``, each value of a
+    sweep ``-m total_env_steps=1e6,2e6``) written as the int it is, as budgets are written in
+    papers and other tools; OmegaConf refuses any float for an int. A value that is not a whole
+    number, and every other argument, is left as it was for Hydra to judge."""
+    from decimal import Decimal
+
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        name = key.lstrip("+")
+        parts = value.split(",")
+        if eq and name in int_keys() and all(FLOAT_NOTATION.fullmatch(p) for p in parts):
+            numbers = [Decimal(p) for p in parts]
+            if all(n == n.to_integral_value() for n in numbers):
+                arg = f"{key}={','.join(str(int(n)) for n in numbers)}"
+        out.append(arg)
+    return out
+
+
 def key_refusal(argv: list[str]) -> str | None:
     """The refusal of the first key on the command line that the run does not have: another
     env family's or algorithm's, or a misspelt one; None if there is none. seedq-train and
@@ -758,7 +799,7 @@ def train_main() -> None:
             # again on the same pipe.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
-    argv = sys.argv[1:]
+    sys.argv[1:] = argv = whole_numbers(sys.argv[1:])
     if refusal := key_refusal(argv) or shared_sweep_dir(argv) or unusable_run_dir(argv):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
+from seedq.cli import whole_numbers
 from seedq.config import ConfigError
 from seedq.learner.device import resolve_device
 
@@ -250,10 +251,43 @@ def test_a_key_added_with_plus_that_nothing_reads_is_refused(tmp_path, override,
     assert (code, says in output, "run finished" in output) == (2, True, False), output
 
 
-@pytest.mark.parametrize("override", ["algorithm.lr=abc", "bogus_key=1", "algorithm=dqn"])
+@pytest.mark.parametrize(
+    "override", ["algorithm.lr=abc", "bogus_key=1", "algorithm=dqn", "total_env_steps=2.5"]
+)
 def test_a_command_line_hydra_refuses_exits_2_as_seedqs_refusals_do(tmp_path, override):
     code, output = train(override, tmp_path=tmp_path)
     assert code == 2, output
+
+
+def test_an_int_key_takes_a_whole_number_written_as_a_float(tmp_path):
+    # OmegaConf refused total_env_steps=2e3 ("could not be converted to Integer"), exit 2.
+    code, output = train("total_env_steps=2e3", "actor.num_actors=1", tmp_path=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (code, summary["stop_reason"], summary["env_steps"] >= 2000) == (
+        0,
+        "total_env_steps",
+        True,
+    ), output
+
+
+@pytest.mark.parametrize(
+    "given, read",
+    [
+        ("total_env_steps=1e7", "total_env_steps=10000000"),
+        ("total_env_steps=2.5E6", "total_env_steps=2500000"),
+        ("algorithm.batch_size=64.0", "algorithm.batch_size=64"),
+        ("+actor.num_actors=1e1", "+actor.num_actors=10"),
+        ("total_env_steps=1e6,2e6", "total_env_steps=1000000,2000000"),
+        # Left for Hydra: not whole, not an int key, not a plain number, a mixed sweep.
+        ("total_env_steps=2.5", "total_env_steps=2.5"),
+        ("algorithm.lr=1e3", "algorithm.lr=1e3"),
+        ("env.id=1e7", "env.id=1e7"),
+        ("total_env_steps=range(1,3)", "total_env_steps=range(1,3)"),
+        ("total_env_steps=1e6,2.5", "total_env_steps=1e6,2.5"),
+    ],
+)
+def test_whole_numbers_in_a_floats_notation_become_ints_for_int_keys_only(given, read):
+    assert whole_numbers(["-m", given, "seed=1"]) == ["-m", read, "seed=1"]
 
 
 def test_ctrl_c_while_starting_is_one_line_and_exit_130(monkeypatch, capsys):

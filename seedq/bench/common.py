@@ -101,9 +101,9 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
 
-    from seedq.cli import key_refusal, to_config
+    from seedq.cli import key_refusal, to_config, whole_numbers
 
-    overrides = list(overrides)
+    overrides = whole_numbers(list(overrides))
     if refusal := key_refusal(overrides):
         raise ConfigError(refusal)
     register_configs()
