@@ -640,11 +640,60 @@ def whole_numbers(argv: list[str]) -> list[str]:
     return out
 
 
+# The config groups a run chooses one option of, each checked before anything else reads it.
+CHOICE_GROUPS = ("algorithm", "env", "arch", "hardware", "launcher")
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: the algorithms seedq registers, or the group's files in
+    ``conf/<group>/``."""
+    if group == "algorithm":
+        from seedq.agents.registry import agent_names
+
+        return sorted(agent_names())
+    return sorted(p.stem for p in (Path(__file__).parent / "conf" / group).glob("*.yaml"))
+
+
+def unknown_choice(argv: list[str]) -> str | None:
+    """The refusal of the first ``group=<option>`` (every option of a sweep) that names no
+    option of the group, with the options nearest it by spelling and all of them; None if
+    there is none. Other checks read the choices (``algorithm=foo`` would otherwise be
+    reported as a key named ``algorithm``). Not checked when the command line adds config
+    directories (``--config-dir``, ``hydra.searchpath``), whose options are Hydra's to find."""
+    import difflib
+
+    if any(
+        a in ("-cd", "--config-dir") or a.startswith(("--config-dir=", "hydra.searchpath"))
+        for a in argv
+    ):
+        return None
+    for override in parsed_overrides(argv):
+        group = override.key_or_group
+        if group not in CHOICE_GROUPS or override.package is not None:
+            continue
+        sweep = override.is_sweep_override()
+        choices = list(override.sweep_string_iterator()) if sweep else [override.value()]
+        options = group_options(group)
+        for choice in choices:
+            if not isinstance(choice, str) or choice in options:
+                continue
+            close = difflib.get_close_matches(choice, options, n=2, cutoff=0.6)
+            guess = f"; did you mean {' or '.join(f'{group}={c}' for c in close)}?" if close else ""
+            every = ", ".join(options)
+            return f"{group}={choice} is not an option of {group}{guess} (choose one of {every})"
+    return None
+
+
 def key_refusal(argv: list[str]) -> str | None:
-    """The refusal of the first key on the command line that the run does not have: another
-    env family's or algorithm's, or a misspelt one; None if there is none. seedq-train and
-    seedq-bench check it before Hydra composes."""
-    return foreign_env_key(argv) or foreign_algorithm_key(argv) or misspelt_key(argv)
+    """The refusal of the first choice or key on the command line that the run does not have:
+    an option no group has, another env family's or algorithm's key, or a misspelt one; None if
+    there is none. seedq-train and seedq-bench check it before Hydra composes."""
+    return (
+        unknown_choice(argv)
+        or foreign_env_key(argv)
+        or foreign_algorithm_key(argv)
+        or misspelt_key(argv)
+    )
 
 
 def with_hydra_dir(argv: list[str]) -> list[str]:

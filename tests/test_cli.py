@@ -14,7 +14,7 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from seedq.cli import whole_numbers
+from seedq.cli import key_refusal, unknown_choice, whole_numbers
 from seedq.config import ConfigError
 from seedq.learner.device import resolve_device
 
@@ -257,6 +257,47 @@ def test_a_key_added_with_plus_that_nothing_reads_is_refused(tmp_path, override,
 def test_a_command_line_hydra_refuses_exits_2_as_seedqs_refusals_do(tmp_path, override):
     code, output = train(override, tmp_path=tmp_path)
     assert code == 2, output
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        # Was "algorithm is not a key": the algorithm group has no folder of YAML files.
+        (["algorithm=foo"], "algorithm=foo is not an option of algorithm (choose one of ppo, r2d2"),
+        # Was "total_env_steps is not a key": an unknown env family left no keys to check.
+        (["env=foo", "total_env_steps=5000"], "env=foo is not an option of env (choose one of"),
+        (["algorithm=vtrce"], "did you mean algorithm=vtrace?"),
+        (["arch=sebulb"], "did you mean arch=sebulba?"),
+        (["hardware=foo"], "hardware=foo is not an option of hardware (choose one of cpu, gpu)"),
+        (["launcher=slurn"], "did you mean launcher=slurm?"),
+        (["-m", "env=cartpole,atary"], "env=atary is not an option of env"),
+    ],
+)
+def test_an_option_no_group_has_is_refused_by_name_with_the_groups_options(argv, says):
+    refusal = key_refusal(argv)
+    assert refusal is not None and says in refusal, refusal
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["algorithm=ppo", "env=atari", "arch=sebulba", "hardware=cpu", "launcher=ssh"],
+        ["-m", "algorithm=vtrace,ppo", "env=gym,minatar"],
+        ["logger=[tensorboard,wandb]"],
+        ["env.id=ALE/Pong-v5", "env=atari"],
+        # Options from a config directory the command line adds are Hydra's to find.
+        ["--config-dir", "my_conf", "env=my_env"],
+        ["hydra.searchpath=[file://my_conf]", "env=my_env"],
+    ],
+)
+def test_every_option_the_groups_have_passes_the_choice_check(argv):
+    assert unknown_choice(argv) is None
+
+
+def test_an_unknown_algorithm_is_refused_in_one_line_exit_2(tmp_path):
+    code, output = train("algorithm=foo", "total_env_steps=5000", tmp_path=tmp_path)
+    assert code == 2 and "algorithm=foo is not an option of algorithm" in output, output
+    assert "Traceback" not in output
 
 
 def test_an_int_key_takes_a_whole_number_written_as_a_float(tmp_path):

@@ -295,6 +295,24 @@ def test_gym_unknown_id() -> None:
         make_env_batch(GymConfig(id="NoSuchEnv-v0"), 2, seed=0)
 
 
+def test_gym_deprecated_id_names_the_version_to_use() -> None:
+    # Was "unknown gymnasium env id 'Taxi-v3'": the id is known, only its version is retired.
+    import gymnasium
+
+    deprecated = next(
+        (
+            f"{s.name}-v{s.version - 1}"
+            for s in gymnasium.registry.values()
+            if s.name in ("Taxi", "CliffWalking") and s.version and s.version > 0
+        ),
+        None,
+    )
+    if deprecated is None:
+        pytest.skip("this gymnasium retires no version of Taxi or CliffWalking")
+    with pytest.raises(EnvError, match=rf"{deprecated}' is deprecated: .*Please use"):
+        make_env_batch(GymConfig(id=deprecated), 2, seed=0)
+
+
 # ---------------------------------------------------------------------------------- atari
 
 

@@ -116,6 +116,9 @@ def gym_spec(env_id: str) -> Any:
             pass
     try:
         return gym.spec(env_id)
+    except gym.error.DeprecatedEnv as exc:
+        # Taxi-v3 once gymnasium has Taxi-v4: the id is known, its version is not served.
+        raise EnvError(f"gymnasium env id {env_id!r} is deprecated: {exc}") from exc
     except gym.error.Error as exc:
         if ram := ram_id_hint(env_id):
             raise EnvError(f"unknown gymnasium env id {env_id!r}: {ram}") from exc

@@ -17,7 +17,10 @@ from seedq.envs.base import EnvError
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "env.kind=mujoco needs MuJoCo; run: pip install 'seedq[mujoco]'"
+INSTALL_HINT = (
+    "MuJoCo's envs (env=mujoco, or a MuJoCo id through env=gym) need MuJoCo; "
+    "run: pip install 'seedq[mujoco]'"
+)
 
 
 def use_headless_gl() -> None:
