@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import os
 import re
@@ -161,6 +162,9 @@ def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dic
 def finished_reason(state: dict, cfg: SeedqConfig) -> str:
     """The stop rule a checkpointed run already met under ``cfg``'s budgets ("" if none)."""
     reason = state.get("stop_reason", "")
+    if state["env_steps"] >= cfg.total_env_steps:
+        # Whatever stopped it (a periodic checkpoint resumed under a smaller budget too).
+        reason = "total_env_steps"
     saved_target = state["config"].get("stop_at_return")
     met = {
         "total_env_steps": state["env_steps"] >= cfg.total_env_steps,
@@ -191,6 +195,23 @@ def supervise(cfg: DictConfig, hydra_cfg: Any) -> int:
     return Supervisor(command, config.supervisor, config.run_dir).run()
 
 
+def another_run_in(run_dir: str) -> str:
+    """What of a run ``run_dir`` holds ("" if nothing): its newest checkpoint, or the metrics
+    of a run stopped before its first checkpoint (which resume=auto starts over)."""
+    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints
+    from seedq.metrics import EPISODES_NAME, METRICS_NAME
+
+    if saved := list_checkpoints(Path(run_dir) / DIR_NAME):
+        return f"{DIR_NAME}/{saved[-1].name}"
+    for name in (METRICS_NAME, EPISODES_NAME):
+        path = Path(run_dir) / name
+        with contextlib.suppress(OSError):
+            with open(path, "rb") as f:
+                if sum(1 for _ in itertools.islice(f, 2)) > 1:  # a header and a row
+                    return f"{name}, no checkpoint"
+    return ""
+
+
 def resolve_config(
     cfg: DictConfig, hydra_cfg: Any, ranks_here: int = 1, *, rank_zero: bool = False
 ) -> tuple[SeedqConfig | None, dict | None]:
@@ -203,7 +224,7 @@ def resolve_config(
     process is rank 0 of several learner ranks a launcher started (torchrun, srun), which
     holds the run dir's lock.
     """
-    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints, set_aside_newer
+    from seedq.learner.checkpoint_files import run_dir_of, set_aside_newer
     from seedq.learner.run_lock import claim_run_dir
 
     # One process holds the run dir for the run's life: the learner; with several ranks, the
@@ -218,7 +239,25 @@ def resolve_config(
     )
     if cfg.resume not in (None, AUTO):
         config, state = resumed_config(cfg, list(hydra_cfg.overrides.task))
+        own = run_dir_of(Path(config.resume))
+        elsewhere = own is None or own.resolve() != Path(config.run_dir).resolve()
+        if elsewhere and (held := another_run_in(config.run_dir)):
+            raise ConfigError(
+                f"run_dir={config.run_dir} holds another run ({held}); resuming "
+                f"{config.resume} there would mix the two runs' metrics and checkpoints: "
+                "give it an empty run_dir, or leave run_dir out to go on in the checkpoint's own"
+            )
         claim(config.run_dir)
+        if done := finished_reason(state, config):
+            log.info(
+                "resume: %s already finished (%s at %d env steps); nothing to do, nothing "
+                "changed (a larger total_env_steps or max_minutes on this command line "
+                "continues it)",
+                config.resume,
+                done,
+                state["env_steps"],
+            )
+            return None, None
         log.info("resuming %s in %s", config.resume, config.run_dir)
         set_aside_newer(Path(config.resume), Path(config.run_dir))
         return config, state
@@ -227,12 +266,11 @@ def resolve_config(
     size_run(cfg, hydra_cfg.overrides.task, hydra_cfg.launcher)
     if cfg.resume != AUTO:
         config = to_config(cfg)
-        saved = list_checkpoints(Path(config.run_dir) / DIR_NAME)
-        if saved:
+        if held := another_run_in(config.run_dir):
             raise ConfigError(
-                f"{config.run_dir} holds another run ({DIR_NAME}/{saved[-1].name}); continue "
-                f"it with resume=auto run_dir={config.run_dir}, or give this run another "
-                "run_dir (a fresh run there would mix both runs' metrics and checkpoints)"
+                f"{config.run_dir} holds another run ({held}); continue it with resume=auto "
+                f"run_dir={config.run_dir}, or give this run another run_dir (a fresh run "
+                "there would mix both runs' metrics and checkpoints)"
             )
         claim(config.run_dir)
         return config, None
@@ -756,9 +794,18 @@ def unusable_run_dir(argv: list[str]) -> str | None:
     """The refusal of a ``run_dir=`` (or ``hydra.run.dir=``) that cannot hold a run: a file, a
     path through a file, a folder this user cannot write; None if there is none. Checked
     before Hydra, whose own setup of the folder and its log fails there with a traceback."""
+    from seedq.learner.checkpoint_files import resumed_run_dir
+
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key not in ("run_dir", "hydra.run.dir") or not value or "${" in value:
+        if key == "resume" and value not in ("", AUTO, "null", "None"):
+            # The run it continues goes on in its own folder (unless run_dir= says otherwise).
+            if any(a.startswith(("run_dir=", "hydra.run.dir=")) for a in argv):
+                continue
+            if (resumed := resumed_run_dir(value)) is None:
+                continue
+            arg, value = f"resume={value} (its run dir)", str(resumed)
+        elif key not in ("run_dir", "hydra.run.dir") or not value or "${" in value:
             continue
         path = Path(value).expanduser()
         if path.exists() and not path.is_dir():
@@ -768,7 +815,24 @@ def unusable_run_dir(argv: list[str]) -> str | None:
             return f"{arg}: {existing} is a file, so no folder can be made under it"
         if not os.access(existing, os.W_OK | os.X_OK):
             return f"{arg}: {existing} cannot be written by this user; give another folder"
+        if reason := unwritable(existing):
+            # root passes os.access everywhere; an immutable folder or a read-only mount
+            # refuses it all the same.
+            return f"{arg}: {existing} cannot be written ({reason}); give another folder"
     return None
+
+
+def unwritable(folder: Path) -> str:
+    """Why a file cannot be made in ``folder`` ("" if one can): one is made and removed."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".seedq-write-check-")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(name)
+    return ""
 
 
 def shared_sweep_dir(argv: list[str]) -> str | None:

@@ -31,6 +31,7 @@ from seedq.learner.checkpoint import (
 )
 from seedq.learner.checkpoint_files import list_checkpoints
 from seedq.learner.checkpoint_writer import CheckpointWriter
+from seedq.learner.run_lock import LOCK_NAME
 from seedq.metrics import MetricsWriter
 
 
@@ -600,3 +601,118 @@ def test_the_episode_log_holds_every_episode_a_checkpoint_counts(tmp_path):
     with open(tmp_path / "episodes.csv") as f:
         logged = [r for r in csv.DictReader(f) if int(r["env_steps"]) <= saved["env_steps"]]
     assert saved["episodes"] > 0 and len(logged) == saved["episodes"]
+
+
+# ---- resume=RUN and fresh runs never mix two runs or rewrite a finished one ----
+
+
+def _snapshot(run_dir) -> dict:
+    """Every file of a run but Hydra's log and config, which each command appends to."""
+    return {
+        p.relative_to(run_dir): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+        and ".hydra" not in p.parts
+        and p.name not in ("cli.log", LOCK_NAME)
+        and "tb" not in p.parts
+    }
+
+
+def test_resume_of_a_finished_run_changes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_cli(*FAKE, f"run_dir={run_dir}", "total_env_steps=2000").returncode == 0
+    before = _snapshot(run_dir)
+    # It appended two rows whose wall time went backwards and rewrote the checkpoint.
+    again = run_cli(f"resume={run_dir}")
+    assert (again.returncode, "already finished (total_env_steps" in again.stdout) == (0, True)
+    assert _snapshot(run_dir) == before
+
+
+def test_resume_of_an_older_checkpoint_under_a_spent_budget_sets_nothing_aside(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_cli(*FAKE, f"run_dir={run_dir}", "total_env_steps=2000").returncode == 0
+    (oldest,) = _checkpoints(run_dir)
+    steps = int(oldest[5:17])
+    run = [*FAKE, f"run_dir={run_dir}", "resume=auto", f"total_env_steps={steps + 20000}"]
+    assert run_cli(*run).returncode == 0
+    before = _snapshot(run_dir)
+    # It trained nothing, yet set the newer checkpoints aside and cut the metrics back.
+    again = run_cli(f"resume={run_dir / 'checkpoints' / oldest}", f"total_env_steps={steps}")
+    assert (again.returncode, "already finished" in again.stdout) == (0, True), again.stdout
+    assert _snapshot(run_dir) == before
+
+
+def test_resume_into_another_runs_folder_is_refused(tmp_path):
+    source, other = tmp_path / "source", tmp_path / "other"
+    for run_dir in (source, other):
+        assert run_cli(*FAKE, f"run_dir={run_dir}", "total_env_steps=2000").returncode == 0
+    before = _snapshot(other)
+    steps = int(_checkpoints(source)[-1][5:17])
+    # It cut other's metrics back to source's step and wrote its checkpoints beside other's.
+    mixed = run_cli(f"resume={source}", f"run_dir={other}", f"total_env_steps={steps + 5000}")
+    assert mixed.returncode == 2, mixed.stdout
+    assert f"run_dir={other} holds another run (checkpoints/ckpt-" in mixed.stdout
+    assert _snapshot(other) == before
+    # An empty folder takes the resumed run.
+    fresh = run_cli(
+        f"resume={source}", f"run_dir={tmp_path / 'fresh'}", f"total_env_steps={steps + 5000}"
+    )
+    assert fresh.returncode == 0, fresh.stdout
+    assert _checkpoints(tmp_path / "fresh")
+
+
+def test_a_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoint_is_refused(tmp_path):
+    write_rows(tmp_path, [0, 100, 200])  # a run stopped before its first checkpoint
+    rows = (tmp_path / "metrics.csv").read_text()
+    # It appended its rows to the old run's: env_steps 200, then 0 again.
+    second = run_cli(*FAKE, f"run_dir={tmp_path}", "total_env_steps=1000")
+    assert second.returncode == 2, second.stdout
+    assert f"{tmp_path} holds another run (metrics.csv, no checkpoint)" in second.stdout
+    assert (tmp_path / "metrics.csv").read_text() == rows
+
+
+def test_undecodable_bytes_in_the_metrics_cost_their_rows_not_the_resume(tmp_path):
+    write_rows(tmp_path, [0, 100, 200, 300])
+    with open(tmp_path / "metrics.csv", "ab") as f:
+        f.write(b"\xfa\xfb\x00garbage\n")  # UnicodeDecodeError before
+    dropped = continue_metrics(str(tmp_path), 250)
+    assert (dropped, read_steps(tmp_path / "metrics.csv")) == (2, [0, 100, 200])
+
+
+def test_a_metrics_file_with_a_damaged_header_is_kept_beside_and_started_again(tmp_path):
+    write_rows(tmp_path, [0, 100])
+    text = (tmp_path / "metrics.csv").read_text()
+    damaged = "w@ll_t1me,3nv_steps" + text[text.index("\n") :]
+    (tmp_path / "metrics.csv").write_text(damaged)  # ValueError: 'env_steps' is not in list
+    for _ in range(2):  # a second damaged file does not replace the first
+        (tmp_path / "metrics.csv").write_text(damaged)
+        continue_metrics(str(tmp_path), 50)
+    assert not (tmp_path / "metrics.csv").exists()
+    assert (tmp_path / "metrics.csv.damaged").read_text() == damaged
+    assert (tmp_path / "metrics.csv.damaged2").read_text() == damaged
+    write_rows(tmp_path, [60])
+    assert read_steps(tmp_path / "metrics.csv") == [60]
+
+
+def test_a_run_dir_no_file_can_be_made_in_is_refused_before_hydra(tmp_path, monkeypatch):
+    import tempfile
+
+    from seedq.cli import unusable_run_dir
+
+    assert unusable_run_dir([f"run_dir={tmp_path}"]) is None
+    save_checkpoint(str(tmp_path), state(100), keep=3)
+
+    def refused(*args, **kwargs):  # an immutable folder or a read-only mount, even for root
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    refusal = unusable_run_dir([f"hydra.run.dir={tmp_path}"])
+    assert refusal == (
+        f"hydra.run.dir={tmp_path}: {tmp_path} cannot be written (Operation not permitted); "
+        "give another folder"
+    )
+    # resume=RUN goes on in RUN's own folder, which Hydra would log into with a traceback.
+    assert unusable_run_dir([f"resume={tmp_path}"]) == (
+        f"resume={tmp_path} (its run dir): {tmp_path} cannot be written (Operation not "
+        "permitted); give another folder"
+    )

@@ -69,13 +69,33 @@ def recent_episodes(run_dir: str, keep: int = 100) -> tuple[list[float], list[in
 def _truncate_csv(path: Path, env_steps: int) -> int:
     if not path.exists():
         return 0
-    text = path.read_text()
+    raw = path.read_bytes()
+    # Bytes that are not text (a disk or copy that damaged the file) become U+FFFD: a row they
+    # break is dropped below, as a row cut short is, not the resume.
+    text = raw.decode("utf-8", errors="replace")
     if not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]  # a row cut short when the writer was killed
     lines = text.splitlines(keepends=True)
     if not lines:
         return 0
-    column = next(csv.reader([lines[0]])).index("env_steps")
+    header = next(csv.reader([lines[0]]), [])
+    if "env_steps" not in header:
+        # Its rows cannot be placed against the checkpoint: kept beside, and the resumed run
+        # starts the file again.
+        aside = path.with_name(f"{path.name}.damaged")
+        n = 1
+        while aside.exists():  # an earlier damaged copy is kept too
+            n += 1
+            aside = path.with_name(f"{path.name}.damaged{n}")
+        path.replace(aside)
+        log.warning(
+            "%s has no env_steps column in its header (damaged); moved to %s, and the resumed "
+            "run writes a new one",
+            path,
+            aside.name,
+        )
+        return len(lines) - 1
+    column = header.index("env_steps")
     kept = [lines[0]]
     for line in lines[1:]:
         row = next(csv.reader([line]), [])
@@ -85,7 +105,7 @@ def _truncate_csv(path: Path, env_steps: int) -> int:
         except (IndexError, ValueError):
             continue
     dropped = len(lines) - len(kept)
-    if dropped or len(text) != path.stat().st_size:
+    if dropped or text.encode() != raw:
         replace_text(str(path), "".join(kept))
     return dropped
 
