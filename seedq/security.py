@@ -16,11 +16,13 @@ import ipaddress
 import os
 import socket
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 import zmq.auth
+from zmq.utils import z85
 
 from seedq.schema import ConfigError, setting
 
@@ -106,10 +108,23 @@ def validate_security(security: SecurityConfig, broker_host: str) -> None:
             "create keys with `seedq-keys DIR` and set security.keys_dir=DIR"
         )
     check_key_files(security.keys_dir, LEARNER_FILES, key="security.keys_dir")
+    authorized_public_keys(security.keys_dir)
+
+
+def authorized_public_keys(keys_dir: str, key: str = "security.keys_dir") -> list[bytes]:
+    """The public keys of ``authorized/*.key`` in ``keys_dir`` (none without the folder); a
+    ConfigError names a file there that holds no valid public key."""
+    folder = Path(keys_dir).expanduser() / AUTHORIZED_DIR
+    if not folder.is_dir():
+        return []
+    # Hidden files skipped, as zmq.auth.load_certificates skips them.
+    names = sorted(f"{AUTHORIZED_DIR}/{p.name}" for p in folder.glob("[!.]*.key"))
+    return [read_keys(keys_dir, name, key)[0] for name in names]
 
 
 def check_key_files(keys_dir: str, names: tuple[str, ...], key: str = "--keys-dir") -> None:
-    """Raise ConfigError unless ``names`` are readable certificates, secrets owner-only."""
+    """Raise ConfigError unless ``names`` are readable certificates, secrets owner-only, each
+    holding the keys it must (a public key; a secret key too in a ``.key_secret`` file)."""
     directory = Path(keys_dir).expanduser()
     missing = [n for n in names if not (directory / n).is_file()]
     if missing:
@@ -126,13 +141,54 @@ def check_key_files(keys_dir: str, names: tuple[str, ...], key: str = "--keys-di
                     f"{path} is readable by others (mode {mode:o}); a secret key must be "
                     f"owner-only: chmod 600 {path}"
                 )
-        try:
-            zmq.auth.load_certificate(path)
-        except (OSError, ValueError) as exc:
+        read_keys(keys_dir, name, key)
+
+
+def read_keys(keys_dir: str, name: str, key: str = "--keys-dir") -> tuple[bytes, bytes | None]:
+    """The public key and (for a ``.key_secret`` file) the secret key of certificate ``name``
+    in ``keys_dir``, each a 40-character Z85 key of 32 bytes; else a ConfigError naming the
+    file and what to do. libzmq would take neither a missing key nor a malformed one: a
+    TypeError or "Invalid argument" from deep inside the socket setup."""
+    path = Path(keys_dir).expanduser() / name
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except OSError as exc:
+        raise ConfigError(
+            f"{key}={keys_dir!r}: cannot read {name} ({exc}); {_remedy(keys_dir, key, name)}"
+        ) from None
+    except (ValueError, IndexError):  # no public-key line; a key line without its "="
+        public, secret = None, None
+    needed = {"public-key": public}
+    if name.endswith(".key_secret"):
+        needed["secret-key"] = secret
+    for line, value in needed.items():
+        if value is None or not _is_curve_key(value):
+            what = "has no" if value is None else "has a malformed"
             raise ConfigError(
-                f"{key}={keys_dir!r}: cannot read {name} ({exc}); recreate the keys with "
-                f"`seedq-keys --force {keys_dir}`"
-            ) from exc
+                f"{key}={keys_dir!r}: {name} {what} {line} (a CURVE key is 40 Z85 characters, "
+                f"32 bytes); {_remedy(keys_dir, key, name)}"
+            )
+    return public, secret
+
+
+def _is_curve_key(text: bytes) -> bool:
+    if len(text) != 40 or not set(text) <= set(z85.Z85CHARS):
+        return False
+    try:
+        return len(z85.decode(text)) == 32
+    except (ValueError, struct.error):  # 5 characters past 2**32
+        return False
+
+
+def _remedy(keys_dir: str, key: str, name: str) -> str:
+    if name.startswith(f"{AUTHORIZED_DIR}/"):
+        return "put an actor's public key there (a .key file `seedq-keys` wrote), or remove it"
+    if key == "--keys-dir":  # an actor host's copy of the learner's keys
+        return (
+            f"copy {ACTOR}.key_secret and {LEARNER}.key into {keys_dir} again from the learner's "
+            "key directory (written by `seedq-keys DIR`)"
+        )
+    return f"recreate the keys with `seedq-keys --force {keys_dir}`"
 
 
 def client_options(keys_dir: str) -> dict[int, bytes]:
@@ -141,9 +197,8 @@ def client_options(keys_dir: str) -> dict[int, bytes]:
     This is what ``run_env_batch(curve_client=...)`` applies before connecting.
     """
     check_key_files(keys_dir, ACTOR_FILES)
-    directory = Path(keys_dir).expanduser()
-    public, secret = zmq.auth.load_certificate(directory / f"{ACTOR}.key_secret")
-    server_public, _ = zmq.auth.load_certificate(directory / f"{LEARNER}.key")
+    public, secret = read_keys(keys_dir, f"{ACTOR}.key_secret")
+    server_public, _ = read_keys(keys_dir, f"{LEARNER}.key")
     return {
         zmq.CURVE_PUBLICKEY: public,
         zmq.CURVE_SECRETKEY: secret,

@@ -21,14 +21,20 @@ import collections
 import logging
 import threading
 import time
-from pathlib import Path
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
-from seedq.security import ACTOR, AUTHORIZED_DIR, LEARNER, LEARNER_FILES, check_key_files
+from seedq.security import (
+    ACTOR,
+    LEARNER,
+    LEARNER_FILES,
+    authorized_public_keys,
+    check_key_files,
+    read_keys,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +48,8 @@ _REFUSALS = {
 
 def authorized_keys(keys_dir: str) -> set[bytes]:
     """Z85 public keys the learner accepts: ``actor.key`` and ``authorized/*.key``."""
-    directory = Path(keys_dir).expanduser()
-    public, _ = zmq.auth.load_certificate(directory / f"{ACTOR}.key")
-    keys = {public}
-    if (directory / AUTHORIZED_DIR).is_dir():
-        keys.update(zmq.auth.load_certificates(directory / AUTHORIZED_DIR))
-    return keys
+    public, _ = read_keys(keys_dir, f"{ACTOR}.key", key="security.keys_dir")
+    return {public, *authorized_public_keys(keys_dir)}
 
 
 class _KeyList:
@@ -123,8 +125,7 @@ def secure_server(sock: zmq.Socket, context: zmq.Context, keys_dir: str) -> Curv
     if sock.getsockopt(zmq.LAST_ENDPOINT):
         raise RuntimeError("secure_server must be called before the socket is bound")
     check_key_files(keys_dir, LEARNER_FILES, key="security.keys_dir")
-    directory = Path(keys_dir).expanduser()
-    public, secret = zmq.auth.load_certificate(directory / f"{LEARNER}.key_secret")
+    public, secret = read_keys(keys_dir, f"{LEARNER}.key_secret", key="security.keys_dir")
     keys = authorized_keys(keys_dir)
     authenticator = ThreadAuthenticator(context, log=logging.getLogger(f"{__name__}.zap"))
     authenticator.start()
