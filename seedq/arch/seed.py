@@ -20,7 +20,7 @@ from seedq.actor.loop import Patience
 from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
-from seedq.broker.security import secure_server
+from seedq.broker.security import bind_router, secure_server
 from seedq.broker.shards import ShardHub
 from seedq.envs import env_spec
 from seedq.launch import remote_launcher
@@ -163,17 +163,7 @@ class SeedRun(TrainingRun):
             endpoint = f"inproc://seedq-{os.getpid()}-{id(self)}"
             self.socket.bind(endpoint)
             return endpoint
-        if broker.port == 0:
-            port = self.socket.bind_to_random_port(f"tcp://{broker.host}")
-        else:
-            port = broker.port
-            try:
-                self.socket.bind(f"tcp://{broker.host}:{port}")
-            except zmq.ZMQError as exc:
-                raise ConfigError(
-                    f"broker.port={port}: cannot bind {broker.host}:{port} ({exc}); "
-                    "choose another port or broker.port=0 for a free one"
-                ) from None
+        port = bind_router(self.socket, broker.host, broker.port)
         return f"tcp://{broker.host}:{port}"
 
     def _start_shards(self) -> ShardHub:

@@ -16,6 +16,7 @@ from seedq.bench.pipeline import NullPolicy
 from seedq.broker.batch import RequestBatch
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
+from seedq.broker.security import bind_router
 from seedq.broker.shards import ShardHub
 from seedq.launch.shards import start_shard
 from seedq.messages import EnvSpec
@@ -117,7 +118,7 @@ class BrokerUnderTest:
             self.ctx = zmq.Context(io_threads=broker_cfg.io_threads)
             self.socket = self.ctx.socket(zmq.ROUTER)
             self.socket.setsockopt(zmq.LINGER, 0)
-            port = self.socket.bind_to_random_port(f"tcp://{broker_cfg.host}")
+            port = bind_router(self.socket, broker_cfg.host, 0)
             self.endpoints = [f"tcp://{broker_cfg.host}:{port}"]
             self.broker = Broker(
                 self.socket,

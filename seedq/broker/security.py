@@ -18,6 +18,8 @@ misconfigured or hostile peer keeps trying.
 from __future__ import annotations
 
 import collections
+import errno
+import ipaddress
 import logging
 import threading
 import time
@@ -27,6 +29,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
+from seedq.schema import ConfigError
 from seedq.security import (
     ACTOR,
     LEARNER,
@@ -139,3 +142,47 @@ def secure_server(sock: zmq.Socket, context: zmq.Context, keys_dir: str) -> Curv
     sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
     log.info("broker is a CURVE server admitting %d actor key(s) from %s", len(keys), keys_dir)
     return CurveGuard(sock, authenticator)
+
+
+def bind_router(sock: zmq.Socket, host: str, port: int) -> int:
+    """Bind ``sock`` (the learner's ROUTER, or a shard's) on ``tcp://host:port``, port 0 for a
+    free one; the port it bound.
+
+    A ConfigError names ``broker.host`` when the address is not one of this machine's, and
+    ``broker.port`` only when the port is the problem (taken, or privileged). An IPv6 address
+    is refused: the actors' DEALER sockets do not enable ZMQ_IPV6, so none could dial it.
+    """
+    if _is_ipv6(host):
+        raise ConfigError(
+            f"broker.host={host!r} is an IPv6 address; seedq's broker and actors speak IPv4: "
+            "give an IPv4 address (127.0.0.1 for this machine only, 0.0.0.0 for every "
+            "interface) or a name that resolves to one"
+        )
+    try:
+        if port == 0:
+            return sock.bind_to_random_port(f"tcp://{host}")
+        sock.bind(f"tcp://{host}:{port}")
+        return port
+    except zmq.ZMQError as exc:
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.ENODEV):
+            raise ConfigError(
+                f"broker.host={host!r} is not an address (or interface) of this machine "
+                f"({exc.strerror}): give one of its own addresses, 127.0.0.1 for this machine "
+                "only, or 0.0.0.0 for every interface"
+            ) from None
+        if port and exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise ConfigError(
+                f"broker.port={port}: cannot bind {host}:{port} ({exc.strerror}); choose "
+                "another port or broker.port=0 for a free one"
+            ) from None
+        raise ConfigError(
+            f"cannot bind the broker on tcp://{host}:{port or '*'} ({exc.strerror}); check "
+            "broker.host and broker.port"
+        ) from None
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0]).version == 6
+    except ValueError:  # a name, an interface or the * wildcard
+        return False

@@ -12,6 +12,7 @@ threads of one process share one interpreter lock.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -23,8 +24,11 @@ from seedq.broker import shard_link as link
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
+from seedq.broker.security import bind_router, secure_server
 from seedq.core.stats import RunStats
+from seedq.exit_status import EXIT_REFUSED
 from seedq.messages import EnvSpec, Hello, ProtocolError, encode
+from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -141,17 +145,18 @@ def serve_shard(
     hub_sock.connect(link_endpoint)
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
-    curve = None
-    if keys_dir:
-        from seedq.broker.security import secure_server
-
-        curve = secure_server(router, ctx, keys_dir)
-    host, _, port = bind.rpartition(":")
-    if port == "0":
-        bound = f"{host}:{router.bind_to_random_port(host)}"
-    else:
-        router.bind(bind)
-        bound = bind
+    curve = secure_server(router, ctx, keys_dir) if keys_dir else None
+    address, _, port = bind.rpartition(":")
+    host = address.removeprefix("tcp://")
+    try:
+        bound = f"{address}:{bind_router(router, host, int(port))}"
+    except ConfigError as exc:
+        # One line in the shard's log; the hub reports the shard's exit to the learner.
+        log.error("%s", exc)
+        if curve is not None:
+            curve.stop()
+        ctx.destroy(linger=0)
+        sys.exit(EXIT_REFUSED)
     hub = HubLink(hub_sock)
     spec = EnvSpec.from_dict(spec_dict)
     stats = RunStats()
