@@ -100,6 +100,7 @@ class Refused(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.detail = message
 
 
 class Reconnected(Refused):
@@ -144,6 +145,10 @@ async def run_env_batch(
             await _join_and_step(link, actor_id, env, episode_seed, stop, patience, stats)
             return
         except Refused as exc:
+            if exc.code == "taken_over":
+                # Another process joined with this actor id; rejoining would take it back and
+                # the two would stall each other in turn, so the learner's words end this one.
+                raise ActorError(exc.detail) from None
             if exc.code not in RECOVERABLE_CODES:
                 raise ActorError(f"actor {actor_id}: the learner refused us ({exc})") from None
             in_a_row = 0 if link.answered else in_a_row + 1

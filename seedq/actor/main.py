@@ -33,6 +33,24 @@ from seedq.security import client_options
 log = logging.getLogger(__name__)
 
 
+def parse_actor_ids(text: str) -> list[int]:
+    """The ids of ``--actor-ids``, or a ValueError saying what is wrong with them."""
+    try:
+        actor_ids = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"--actor-ids {text!r} is not a comma-separated list of whole numbers"
+        ) from None
+    repeated = sorted({a for a in actor_ids if actor_ids.count(a) > 1})
+    if repeated:
+        # Two env batches under one id would take it from each other at the learner.
+        raise ValueError(
+            f"--actor-ids {text!r} names actor {repeated[0]} more than once; each env batch "
+            "needs its own id"
+        )
+    return actor_ids
+
+
 def check_endpoints(endpoint: str) -> list[str]:
     """The learner's addresses of ``--endpoint`` (comma-separated, one per broker shard), or a
     ValueError naming the first one that is not a ZeroMQ address an actor can dial."""
@@ -244,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             raise ValueError(f"--env-config is not JSON ({exc})") from None
         env_cfg = env_config(env_section)
-        actor_ids = [int(x) for x in args.actor_ids.split(",")]
+        actor_ids = parse_actor_ids(args.actor_ids)
         if args.envs_per_batch < 1:
             raise ValueError(f"--envs-per-batch {args.envs_per_batch} must be >= 1")
         curve_client = client_options(args.keys_dir) if args.keys_dir else None

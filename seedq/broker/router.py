@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SILENT_TIMEOUT_S = 30.0
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+# Connections whose actor id another run took over, remembered (oldest forgotten first) so
+# that whatever they send later is answered ``taken_over`` rather than ``not_joined``, which
+# would have them rejoin and take the id back, each in turn, for ever.
+MAX_TAKEN_OVER = 4096
 _MARK = bytes([BINARY_MARK])
 _MORE = zmq.RCVMORE
 
@@ -132,6 +136,10 @@ class Broker:
         # actors sent before it has been read (None: not yet).
         self._heard_all_at: float | None = None
         self._revoked: collections.deque[int] = collections.deque()
+        # A connection whose actor id another run took -> (the actor id, which run took it).
+        self._taken_over: collections.OrderedDict[bytes, tuple[int, str]] = (
+            collections.OrderedDict()
+        )
         socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
 
     @property
@@ -261,6 +269,8 @@ class Broker:
     def _admit(self, identity: bytes, head: bytes, rest: list | None, fields: tuple) -> None:
         actor_id = fields[4]
         slot = self.actors.get(actor_id)
+        if slot is None or slot.identity != identity:
+            self._refuse_if_taken_over(identity)
         if slot is None:
             raise ProtocolError("unknown_actor", f"actor {actor_id} sent a step before Hello")
         if slot.identity != identity:
@@ -336,6 +346,7 @@ class Broker:
             log.debug("could not answer a %r rejection: %s", code, send_error)
 
     def _hello(self, identity: bytes, hello: Hello, now: float) -> None:
+        self._refuse_if_taken_over(identity)
         if hello.spec != self.spec:
             raise ProtocolError(
                 "spec_mismatch",
@@ -349,9 +360,22 @@ class Broker:
             return
         # Checked (env ids, rows) before the old run ends: a bad Hello leaves it running.
         rows = self.registry.join(hello, self, None if old is None else old.rows)
-        if old is not None:
+        if old is not None and old.identity == identity:
             # A new run of this actor: its old requests must never be answered or recorded.
             self._remove(old, release_rows=False)
+        elif old is not None:
+            # Another connection: the actor restarted (killed before its old connection was
+            # seen to drop), or a second process uses this actor id. Either way the old run is
+            # told, rather than left to wait for a reply that never comes.
+            log.warning(
+                "actor %d: run %s joined on another connection and took the id over from run "
+                "%s, which is refused from now on (taken_over): its actor restarted or "
+                "rejoined, or two processes were started with this actor id",
+                hello.actor_id,
+                hello.run_id,
+                old.hello.run_id,
+            )
+            self._take_over(old, f"run {hello.run_id}", release_rows=False)
         env_ids = np.arange(hello.first_env, hello.first_env + hello.n_envs, dtype=np.int64)
         slot = ActorSlot(hello, identity, rows, env_ids, last_seen=now, layout=StepLayout(hello))
         self.actors[hello.actor_id] = slot
@@ -362,6 +386,8 @@ class Broker:
 
     def _bye(self, identity: bytes, bye: Any) -> None:
         slot = self.actors.get(bye.actor_id)
+        if slot is None or slot.identity != identity:
+            self._refuse_if_taken_over(identity)
         if slot is None:
             raise ProtocolError("unknown_actor", f"Bye from actor {bye.actor_id}, not connected")
         if slot.hello.run_id != bye.run_id:
@@ -383,6 +409,27 @@ class Broker:
             self.consumer.actor_left(slot)
         if release_rows:
             self.registry.leave(slot.hello.actor_id, self, slot.rows)
+
+    def _take_over(self, slot: ActorSlot, by: str, *, release_rows: bool = True) -> None:
+        """End ``slot``'s run for a new run of its actor id on another connection of this
+        broker (``by``: which run): its request in flight, if any, and whatever its connection
+        sends later are refused ``taken_over``, and its actor exits."""
+        actor_id, seq = slot.hello.actor_id, slot.next_seq - 1
+        in_flight = slot.in_flight
+        self._remove(slot, release_rows=release_rows)
+        self._taken_over[slot.identity] = (actor_id, by)
+        self._taken_over.move_to_end(slot.identity)
+        if len(self._taken_over) > MAX_TAKEN_OVER:
+            self._taken_over.popitem(last=False)
+        if in_flight:
+            exc = _taken_over_error(actor_id, by)
+            exc.address = (actor_id, seq)
+            self._reject(slot.identity, exc.code, exc.detail, exc)
+
+    def _refuse_if_taken_over(self, identity: bytes) -> None:
+        taken = self._taken_over.get(identity)
+        if taken is not None:
+            raise _taken_over_error(*taken)
 
     def evict_if_due(self) -> None:
         """Every ``min(1 s, silent_timeout_s / 4)``: read the socket empty, then evict those
@@ -479,3 +526,12 @@ class Broker:
 
     def close(self) -> None:
         self.batcher.take_all()
+
+
+def _taken_over_error(actor_id: int, by: str) -> ProtocolError:
+    """The refusal of a run whose actor id another run (``by``) took over."""
+    return ProtocolError(
+        "taken_over",
+        f"actor id {actor_id} was taken over by another process ({by}) joining the learner; "
+        "give each actor process its own --actor-ids",
+    )

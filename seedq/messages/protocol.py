@@ -61,6 +61,7 @@ ERROR_CODES = frozenset(
         "stale_run",  # Step from a run other than the actor's current one
         "bad_seq",  # Step seq is not the next one
         "busy",  # Step while the actor's previous request is unanswered
+        "taken_over",  # from a connection whose actor id a later Hello from another one took
         "internal",  # an unexpected exception while handling the message (a bug)
     ]
 )

@@ -1,0 +1,206 @@
+"""A second run with an actor id already taken: the new run takes the id over (an actor that was
+killed and restarted must get back in before its old connection is seen to drop), and the old
+run is told so and its actor exits, instead of waiting in silence for a reply that never comes
+while the learner's step count sits at 0."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+
+import numpy as np
+import pytest
+import zmq
+import zmq.asyncio
+
+from seedq.actor.loop import ActorError, ActorStats, Patience, run_env_batch
+from seedq.broker.batcher import Batcher
+from seedq.broker.router import Broker
+from seedq.envs import FakeConfig, make_env_batch
+from seedq.envs.base import env_spec_of
+from seedq.messages import EnvSpec, Hello, Step, decode_error, decode_header, encode
+
+SPEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
+_names = itertools.count()
+
+
+class Policy:
+    """Action 1 everywhere; remembers the runs that started."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    def act(self, batch):
+        return np.ones(batch.num_envs, np.int32)
+
+    def record(self, batch):
+        pass
+
+    def actor_started(self, slot):
+        self.runs.append(slot.hello.run_id)
+
+    def actor_left(self, slot):
+        pass
+
+
+def hello(actor_id: int, run_id: str) -> list:
+    return encode(Hello(actor_id, run_id, 2, SPEC, first_env=actor_id * 2))
+
+
+def step(seq: int, actor_id: int, run_id: str) -> list:
+    msg = Step(
+        actor_id=actor_id,
+        run_id=run_id,
+        seq=seq,
+        obs=np.zeros((2, 4), np.float32),
+        reward=np.zeros(2, np.float32),
+        terminated=np.zeros(2, bool),
+        truncated=np.zeros(2, bool),
+        final_obs=np.zeros((0, 4), np.float32),
+    )
+    return [f if isinstance(f, bytes) else np.asarray(f).tobytes() for f in encode(msg)]
+
+
+@pytest.fixture()
+def wired():
+    """A broker driven one message at a time over inproc (no serve thread, no clock)."""
+    ctx = zmq.Context()
+    endpoint = f"inproc://takeover-{next(_names)}"
+    router = ctx.socket(zmq.ROUTER)
+    router.bind(endpoint)
+    broker = Broker(router, SPEC, Batcher(max_batch=64, deadline_s=60.0, clock=lambda: 0.0),
+                    Policy(), clock=lambda: 0.0)  # fmt: skip
+    sockets = []
+
+    def connect() -> zmq.Socket:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, 5000)
+        sock.connect(endpoint)
+        sockets.append(sock)
+        return sock
+
+    def send(sock: zmq.Socket, frames: list) -> None:
+        sock.send_multipart(frames, copy=False)
+        broker.handle(router.recv_multipart(copy=False))
+
+    yield broker, connect, send
+    for sock in sockets:
+        sock.close(linger=0)
+    router.close(linger=0)
+    ctx.term()
+
+
+def error_of(sock: zmq.Socket) -> tuple[str, int, str]:
+    error = decode_error(decode_header(sock.recv_multipart()[0]))
+    return error.code, error.seq, error.message
+
+
+def test_the_old_run_of_a_taken_over_id_is_refused_now_and_for_everything_it_sends_later(
+    wired, caplog
+):
+    broker, connect, send = wired
+    old, other, new = connect(), connect(), connect()
+    send(old, hello(0, "old-run"))
+    send(other, hello(1, "other-run"))  # so the batch waits and old's step stays in flight
+    send(old, step(0, 0, "old-run"))
+    with caplog.at_level(logging.WARNING):
+        send(new, hello(0, "new-run"))
+    in_flight = error_of(old)
+    send(old, step(1, 0, "old-run"))
+    later_step = error_of(old)
+    send(old, hello(0, "old-run"))
+    later_hello = error_of(old)
+    taken = (
+        "taken_over",
+        "actor id 0 was taken over by another process (run new-run) joining the learner; "
+        "give each actor process its own --actor-ids",
+    )
+    assert (
+        (in_flight[0], in_flight[2]),
+        in_flight[1],
+        (later_step[0], later_step[2]),
+        (later_hello[0], later_hello[2]),
+        broker.actors[0].hello.run_id,
+        "run new-run joined on another connection and took the id over from run old-run"
+        in caplog.text,
+    ) == (taken, 0, taken, taken, "new-run", True)
+
+
+def test_a_new_run_on_the_same_connection_is_no_takeover(wired):
+    broker, connect, send = wired
+    sock = connect()
+    send(sock, hello(0, "first"))
+    send(sock, hello(0, "second"))
+    send(sock, step(0, 0, "second"))
+    broker.answer_ready()
+    assert decode_header(sock.recv_multipart()[0])["kind"] == "actions"
+
+
+def test_an_actor_whose_id_another_process_takes_exits_naming_it_and_the_new_one_steps(caplog):
+    env_cfg = FakeConfig(obs_shape=[4])
+    first_env = make_env_batch(env_cfg, 2, seed=0)
+    second_env = make_env_batch(env_cfg, 2, seed=1)
+    zctx = zmq.Context()
+    router = zctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    policy = Policy()
+    broker = Broker(router, env_spec_of(first_env), Batcher(max_batch=8, deadline_s=0.001), policy)
+    stop_broker = threading.Event()
+    serving = threading.Thread(target=broker.serve, args=(stop_broker,), daemon=True)
+    serving.start()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    patience = Patience(reply_timeout_s=60.0)
+    first_stats, second_stats = ActorStats(), ActorStats()
+
+    async def main() -> tuple[str, int]:
+        ctx = zmq.asyncio.Context()
+        stop_first, stop_second = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(
+            run_env_batch(ctx, endpoint, 0, first_env, seed=0, stop=stop_first,
+                          patience=patience, stats=first_stats)
+        )  # fmt: skip
+        second = None
+        try:
+            while first_stats.env_steps < 10 and not first.done():
+                await asyncio.sleep(0.01)
+            second = asyncio.create_task(
+                run_env_batch(ctx, endpoint, 0, second_env, seed=1, stop=stop_second,
+                              patience=patience, stats=second_stats)
+            )  # fmt: skip
+            with pytest.raises(ActorError) as failed:
+                await asyncio.wait_for(first, timeout=30)
+            steps_then = second_stats.env_steps
+            while second_stats.env_steps < steps_then + 10 and not second.done():
+                await asyncio.sleep(0.01)
+            return str(failed.value), second_stats.env_steps - steps_then
+        finally:
+            stop_first.set()
+            stop_second.set()
+            await asyncio.gather(*[t for t in (first, second) if t], return_exceptions=True)
+            ctx.destroy(linger=0)
+
+    try:
+        with caplog.at_level(logging.WARNING):
+            error, stepped_after = asyncio.run(main())
+    finally:
+        stop_broker.set()
+        serving.join(timeout=5)
+        router.close(linger=0)
+        zctx.term()
+    old_run, new_run = policy.runs[:2]
+    assert (
+        error,
+        stepped_after >= 10,
+        first_stats.rejoins,
+        f"run {new_run} joined on another connection and took the id over from run {old_run}"
+        in caplog.text,
+    ) == (
+        f"actor id 0 was taken over by another process (run {new_run}) joining the learner; "
+        "give each actor process its own --actor-ids",
+        True,
+        0,
+        True,
+    )
