@@ -40,3 +40,25 @@ def test_actor_ids_it_cannot_use_exit_2_naming_them(args, says):
         True,
         False,
     ), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # Were tracebacks: AttributeError from the env section, gymnasium's seed check.
+        (["--actor-ids", "0", "--env-config", "[1]"], "is not the env section as a JSON object"),
+        (["--actor-ids", "0", "--env-config", "null"], "is not the env section as a JSON object"),
+        (["--actor-ids", "-5", "--env-config", CARTPOLE], "actor id -5 is out of range"),
+        (["--actor-ids", "1,2147483648", "--env-config", CARTPOLE], "is out of range"),
+        # Its first env id, 2**30 x 2, is past the protocol's bound.
+        (["--actor-ids", str(2**30), "--env-config", CARTPOLE], "is out of range"),
+        (["--actor-ids", "0", "--seed", "-5000", "--env-config", CARTPOLE], "must be >= 0"),
+    ],
+)
+def test_env_configs_ids_and_seeds_it_cannot_use_exit_2_naming_them(args, says):
+    result = actor(*args)
+    assert (result.returncode, says in result.stderr, "Traceback" in result.stderr) == (
+        2,
+        True,
+        False,
+    ), result.stderr

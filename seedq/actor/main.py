@@ -33,7 +33,11 @@ from seedq.security import client_options
 log = logging.getLogger(__name__)
 
 
-def parse_actor_ids(text: str) -> list[int]:
+# The Hello's bound on an actor id and on its first env id, actor id x envs per batch.
+MAX_ACTOR_ID = 2**31 - 1
+
+
+def parse_actor_ids(text: str, envs_per_batch: int) -> list[int]:
     """The ids of ``--actor-ids``, or a ValueError saying what is wrong with them."""
     try:
         actor_ids = [int(x) for x in text.split(",")]
@@ -41,6 +45,12 @@ def parse_actor_ids(text: str) -> list[int]:
         raise ValueError(
             f"--actor-ids {text!r} is not a comma-separated list of whole numbers"
         ) from None
+    for actor_id in actor_ids:
+        if not 0 <= actor_id * max(envs_per_batch, 1) <= MAX_ACTOR_ID:
+            raise ValueError(
+                f"--actor-ids: actor id {actor_id} is out of range; ids are 0 or more, and an "
+                f"id x --envs-per-batch (its first env id) at most {MAX_ACTOR_ID}"
+            )
     repeated = sorted({a for a in actor_ids if actor_ids.count(a) > 1})
     if repeated:
         # Two env batches under one id would take it from each other at the learner.
@@ -261,10 +271,18 @@ def main(argv: list[str] | None = None) -> int:
             env_section = json.loads(args.env_config)
         except ValueError as exc:
             raise ValueError(f"--env-config is not JSON ({exc})") from None
+        if not isinstance(env_section, dict):
+            raise ValueError(
+                f"--env-config {args.env_config!r} is not the env section as a JSON object, "
+                'e.g. {"kind": "cartpole"}'
+            )
         env_cfg = env_config(env_section)
-        actor_ids = parse_actor_ids(args.actor_ids)
         if args.envs_per_batch < 1:
             raise ValueError(f"--envs-per-batch {args.envs_per_batch} must be >= 1")
+        actor_ids = parse_actor_ids(args.actor_ids, args.envs_per_batch)
+        if args.seed < 0:
+            # Env seeds are seed + 1000 x actor id, and envs take none below 0.
+            raise ValueError(f"--seed {args.seed} must be >= 0")
         curve_client = client_options(args.keys_dir) if args.keys_dir else None
     except (TypeError, ValueError) as exc:
         log.error("bad actor arguments: %s", exc)
