@@ -26,6 +26,7 @@ import dataclasses
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -54,6 +55,8 @@ from seedq.schema import ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
 
 MODES = ("sample", "greedy")
+# What seedq-eval does with a checkpoint, in the advice to take an older one.
+EVALUATE = "evaluate"
 
 
 class Policy:
@@ -125,8 +128,10 @@ def load_policy(
 ) -> Policy:
     """The policy of a checkpoint file or of a run directory's newest checkpoint that reads
     (CPU)."""
-    read, state = read_checkpoint(path)
+    read, state = read_checkpoint(path, EVALUATE)
     config = state["config"]
+    if "spec" not in state:
+        raise CheckpointError(f"{read} is not a seedq checkpoint (it has no spec)")
     spec = state["spec"]
     alg = config["algorithm"]
     model_cfg = SimpleNamespace(**alg["model"])
@@ -135,7 +140,15 @@ def load_policy(
         SimpleNamespace(**{**alg, "model": model_cfg}),
         channels_last=config["hardware"]["channels_last"],
     )
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        # Wrong shapes, missing or unexpected keys: a file edited or written by another network.
+        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise CheckpointError(
+            f"{read}: its weights do not fit the network its config builds ({detail[:400]}); "
+            "it is damaged or not a seedq checkpoint"
+        ) from None
     policy = Policy(model, config, mode=mode, epsilon=epsilon, seed=seed)
     policy.obs_shape = tuple(spec["obs_shape"])
     policy.spec = EnvSpec.from_dict(spec)
@@ -249,6 +262,19 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
         env.close()
 
 
+def check_video_folder(folder: Path) -> None:
+    """Refuse ``video=true`` before any episode is played when ``folder`` cannot take files."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"video=true: cannot write videos into {folder} ({exc.strerror or exc}); make it a "
+            "writable folder, or evaluate without video"
+        ) from None
+
+
 def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
     try:
         import imageio.v3 as iio
@@ -256,8 +282,15 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
         raise EnvError(
             "video=true needs imageio and imageio-ffmpeg: pip install 'seedq[video]'"
         ) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    iio.imwrite(path, np.stack(frames), fps=fps, codec="libx264", macro_block_size=1)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        iio.imwrite(path, np.stack(frames), fps=fps, codec="libx264", macro_block_size=1)
+    except OSError as exc:
+        path.unlink(missing_ok=True)  # a partial video is no video
+        raise ConfigError(
+            f"video=true: could not write {path} ({exc.strerror or exc}); free disk space or "
+            "evaluate without video"
+        ) from None
 
 
 def evaluate(
@@ -291,6 +324,7 @@ def evaluate(
     except ConfigError as exc:
         allowed = sorted(trained)
         raise EnvError(f"{exc}; keys are env.<one of {allowed}>") from None
+    env_cfg.check()  # the values training would refuse (env.max_episode_steps=0)
     if env_overrides:
         probe = make_env_batch(env_cfg, rows_per_env(env_cfg), seed=seed)
         shape, probed = tuple(probe.obs_shape), env_spec_of(probe)
@@ -321,6 +355,8 @@ def evaluate(
     run = _env_batch_episodes if env_cfg.kind in batch_kinds else _gym_episodes
     returns, videos = [], []
     folder = path.parent.parent / "videos"
+    if video:
+        check_video_folder(folder)
     for i, (total, frames) in enumerate(run(policy, env_cfg, episodes, seed, video)):
         returns.append(total)
         if video:
@@ -385,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("seedq-eval: checkpoint=<checkpoint file or run dir> is required", file=sys.stderr)
         return 2
     try:
-        checkpoint, _ = read_checkpoint(args.pop("checkpoint"))
+        checkpoint, _ = read_checkpoint(args.pop("checkpoint"), EVALUATE)
         returns, videos = evaluate(str(checkpoint), env_overrides=env_overrides, **args)
     except (CheckpointError, EnvError, ValueError) as exc:
         print(f"seedq-eval: {exc}", file=sys.stderr)

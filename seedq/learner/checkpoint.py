@@ -40,6 +40,10 @@ from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
+# What seedq-train does with a checkpoint: the default ``purpose`` of the readers below, named
+# in the advice to take an older one (seedq-eval's is "evaluate").
+RESUME = "resume from"
+
 FORMAT = 2
 # Settings that must match for a checkpoint to fit a run: the networks' shapes and meaning
 # (with the algorithm's keys declared `setting(..., network=True)`, which the caller names).
@@ -234,7 +238,9 @@ def load_newest(run_dir: str) -> tuple[Path, dict[str, Any]] | None:
 DAMAGED_DIR = "damaged"
 
 
-def newest_that_reads(folder: Path) -> tuple[Path, dict[str, Any], list[Path]] | None:
+def newest_that_reads(
+    folder: Path, purpose: str = RESUME
+) -> tuple[Path, dict[str, Any], list[Path]] | None:
     """The newest checkpoint in ``folder`` that reads, its state, and the newer ones that do
     not (each skipped with a warning); None when there is no checkpoint;
     :class:`CheckpointError` when none reads."""
@@ -242,27 +248,29 @@ def newest_that_reads(folder: Path) -> tuple[Path, dict[str, Any], list[Path]] |
     damaged: list[Path] = []
     for path in reversed(found):
         try:
-            return path, load_checkpoint(path), damaged
+            return path, load_checkpoint(path, purpose), damaged
         except CheckpointError as exc:
             log.warning("skipping a checkpoint that does not read: %s", exc)
             damaged.append(path)
     if found:
+        fresh = f"; move {folder} away to start this run again from scratch"
         raise CheckpointError(
-            f"{folder}: none of its {len(found)} checkpoints reads (see the warnings above); "
-            f"move {folder} away to start this run again from scratch"
+            f"{folder}: none of its {len(found)} checkpoints reads (see the warnings above)"
+            f"{fresh if purpose == RESUME else ''}"
         )
     return None
 
 
-def read_checkpoint(path: str) -> tuple[Path, dict[str, Any]]:
+def read_checkpoint(path: str, purpose: str = RESUME) -> tuple[Path, dict[str, Any]]:
     """A checkpoint file and its state; for a run directory (or its ``checkpoints`` folder),
     its newest checkpoint that reads, a damaged newer one skipped with a warning (moving
-    nothing: what ``seedq-eval`` and ``resume=<run dir>`` read)."""
+    nothing: what ``seedq-eval`` and ``resume=<run dir>`` read). ``purpose``: what the reader
+    does with it, for the advice to take an older one ("resume from", "evaluate")."""
     target = Path(path)
     if target.is_file():
-        return target, load_checkpoint(target)
+        return target, load_checkpoint(target, purpose)
     newest = find_checkpoint(path)  # CheckpointError when there is none
-    path_, state, _ = newest_that_reads(newest.parent)  # not None: it holds `newest`
+    path_, state, _ = newest_that_reads(newest.parent, purpose)  # not None: it holds `newest`
     return path_, state
 
 
@@ -277,22 +285,50 @@ def first_line(exc: BaseException) -> str:
     return lines[0].split(TORCH_ADVICE)[0] if lines else ""
 
 
-def older_ones(path: Path) -> str:
-    """The advice after a checkpoint that does not read: its run's older ones, if it has any."""
+def older_ones(path: Path, purpose: str = RESUME) -> str:
+    """The advice after a checkpoint that does not read: its run's older ones, if it has any,
+    to ``purpose`` ("resume from", "evaluate")."""
     older = [p for p in list_checkpoints(path.parent) if p.name < path.name]
     if not older:
         return ""
-    return f". Its folder has {len(older)} older one(s), newest {older[-1].name}: resume from it"
+    return f". Its folder has {len(older)} older one(s), newest {older[-1].name}: {purpose} it"
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint (tensors and plain data only: no code is unpickled)."""
+# What every checkpoint holds: save_checkpoint names and logs it by these.
+COUNTER_KEYS = ("env_steps", "updates")
+# What a run's checkpoint holds besides: the config it was written by, which builds the
+# networks, and their weights. A file with one but not the other cannot be resumed or
+# evaluated (a config without an algorithm or env section neither).
+RUN_KEYS = ("config", "model")
+
+
+def missing_keys(state: dict[str, Any]) -> list[str]:
+    """The keys a checkpoint's ``state`` must hold and does not (``config.env`` for a config
+    without its env section)."""
+    missing = [key for key in COUNTER_KEYS if key not in state]
+    if any(key in state for key in RUN_KEYS):
+        missing += [key for key in RUN_KEYS if key not in state]
+    config = state.get("config")
+    if "config" in state and not isinstance(config, dict):
+        missing.append("config (a dict)")
+    elif isinstance(config, dict):
+        algorithm = config.get("algorithm")
+        if not isinstance(algorithm, dict) or "name" not in algorithm:
+            missing.append("config.algorithm.name")
+        if not isinstance(config.get("env"), dict):
+            missing.append("config.env")
+    return missing
+
+
+def load_checkpoint(path: Path, purpose: str = RESUME) -> dict[str, Any]:
+    """Read a checkpoint (tensors and plain data only: no code is unpickled); a file without
+    the keys every checkpoint holds is not one (:func:`missing_keys`)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to read means the same to the user
         raise CheckpointError(
             f"{path} cannot be read ({type(exc).__name__}: {first_line(exc)}); it is damaged "
-            f"or not a seedq checkpoint{older_ones(Path(path))}"
+            f"or not a seedq checkpoint{older_ones(Path(path), purpose)}"
         ) from None
     if not isinstance(state, dict) or "format" not in state:
         raise CheckpointError(
@@ -302,6 +338,12 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if state["format"] != FORMAT:
         raise CheckpointError(
             f"{path} has checkpoint format {state['format']!r}; this seedq reads format {FORMAT}"
+        )
+    missing = missing_keys(state)
+    if missing:
+        raise CheckpointError(
+            f"{path} is not a seedq checkpoint (it has no {', '.join(missing)})"
+            f"{older_ones(Path(path), purpose)}"
         )
     config = state.get("config")
     if isinstance(config, dict) and isinstance(config.get("env"), dict):
