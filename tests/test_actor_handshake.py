@@ -138,22 +138,35 @@ def test_an_actor_key_the_learner_does_not_accept_is_named(learner, keys_dir, tm
 
 
 def test_curve_at_the_learner_only_is_named(learner):
-    assert actor_error(learner).startswith(
+    # libzmq reports the mechanism mismatch to the actor, or (on a loaded box, the learner
+    # having hung up first) only the handshake ended: either way the message names CURVE.
+    error = actor_error(learner)
+    assert error.startswith(
         f"actor 3: CURVE is on at one side only: the learner at {learner} requires CURVE and "
         "this actor has no --keys-dir"
-    )
+    ) or error.startswith(
+        f"actor 3: {learner} ended the ZeroMQ handshake 3 times in a row: a learner there "
+        "that requires CURVE (give this actor its keys with --keys-dir)"
+    ), error
 
 
 def test_curve_at_the_actor_only_is_named(plain_learner, keys_dir):
-    assert actor_error(plain_learner, client_options(keys_dir)).startswith(
+    # As at the learner only: the mismatch itself, or the handshake ended, naming CURVE.
+    error = actor_error(plain_learner, client_options(keys_dir))
+    assert error.startswith(
         "actor 3: CURVE is on at one side only: this actor uses CURVE (--keys-dir), the "
         f"learner at {plain_learner} does not"
-    )
+    ) or (
+        f"actor 3: the learner at {plain_learner} ended the CURVE handshake 3 times in a row"
+        in error
+        and "the learner runs without CURVE (drop --keys-dir)" in error
+    ), error
 
 
 def test_a_server_that_writes_garbage_and_hangs_up_is_not_a_learner(http_server):
     assert actor_error(http_server) == (
-        f"actor 3: {http_server} ended the ZeroMQ handshake 3 times in a row: not a seedq "
+        f"actor 3: {http_server} ended the ZeroMQ handshake 3 times in a row: a learner there "
+        "that requires CURVE (give this actor its keys with --keys-dir), or not a seedq "
         "learner at that endpoint? check its host and port"
     )
 

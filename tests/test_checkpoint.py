@@ -186,7 +186,9 @@ def test_a_resume_that_would_reshape_the_network_is_refused_naming_what_differs(
     saved = load_checkpoint(path)
     saved["model"] = {k: v for k, v in saved["model"].items() if "policy" not in k}
     torch.save(saved, path)
-    damaged = run_cli(f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'b'}")
+    # A larger budget: a finished run is not loaded again, so its weights would not be read.
+    more = f"total_env_steps={saved['env_steps'] + 20000}"
+    damaged = run_cli(f"resume={run_dir}", more, f"hydra.run.dir={tmp_path / 'b'}")
     assert (
         popart.returncode,
         "algorithm.value_norm=False there, True here" in popart.stdout,

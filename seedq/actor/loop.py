@@ -271,10 +271,15 @@ class _Link:
                 self.failure = (
                     f"{where} ended the CURVE handshake {self.refused} times in a row: "
                     "learner.key in --keys-dir is not this learner's public key (copy its "
-                    "learner.key), or it is not a seedq learner at that endpoint"
+                    "learner.key), the learner runs without CURVE (drop --keys-dir), or it "
+                    "is not a seedq learner at that endpoint"
                     if self.curve
+                    # A learner that requires CURVE may also just hang up on a plain actor
+                    # (the mismatch is then the learner's event, not this one's).
                     else f"{self.endpoint} ended the ZeroMQ handshake {self.refused} times "
-                    "in a row: not a seedq learner at that endpoint? check its host and port"
+                    "in a row: a learner there that requires CURVE (give this actor its keys "
+                    "with --keys-dir), or not a seedq learner at that endpoint? check its host "
+                    "and port"
                 )
 
     def trouble(self, now: float) -> str | None:
