@@ -360,6 +360,11 @@ def _train_job(cfg: DictConfig) -> float | None:
     except (ConfigError, EnvError, CheckpointError, ArchUnavailable) as exc:
         log.error("%s", exc)
         sys.exit(EXIT_REFUSED)
+    except RunFault as exc:
+        # A part of the run that failed while it started (a broker shard that could not bind
+        # refuses in its own log line): the reason, not a trace; nothing was trained.
+        log.error("run failed while starting: %s", exc)
+        sys.exit(EXIT_RUN_FAILED)
     COMMAND.started = True
     try:
         summary = run.run()
