@@ -34,6 +34,10 @@ def test_addresses_that_cannot_be_dialled_are_named(endpoint):
         check_endpoints(endpoint)
 
 
+# Port 9 (discard) has no learner: an actor that got past its arguments would wait there.
+TO_NOWHERE = ["--endpoint", "tcp://127.0.0.1:9", "--envs-per-batch", "2", "--reply-timeout-s", "2"]
+
+
 def actor(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "seedq.actor.main", "--actor-ids", "0", *args],
@@ -50,10 +54,22 @@ def actor(*args: str) -> subprocess.CompletedProcess:
         # Was a ZeroMQ traceback, and then a hang: the context waited on the open socket.
         (["--endpoint", "nonsense", "--envs-per-batch", "2"], "'nonsense' is not an address"),
         (["--endpoint", "tcp://127.0.0.1:9", "--envs-per-batch", "0"], "must be >= 1"),
+        # Both env batches would join as actor 7 and take the id from each other.
+        ([*TO_NOWHERE, "--actor-ids", "7,7"], "names actor 7 more than once"),
+        ([*TO_NOWHERE, "--actor-ids", "1,x"], "is not a comma-separated list of whole numbers"),
+        # Were tracebacks: AttributeError from the env section, gymnasium's seed check.
+        ([*TO_NOWHERE, "--env-config", "[1]"], "is not the env section as a JSON object"),
+        ([*TO_NOWHERE, "--env-config", "null"], "is not the env section as a JSON object"),
+        ([*TO_NOWHERE, "--actor-ids", "-5"], "actor id -5 is out of range"),
+        ([*TO_NOWHERE, "--actor-ids", "1,2147483648"], "is out of range"),
+        # Its first env id, 2**30 x 2, is past the protocol's bound.
+        ([*TO_NOWHERE, "--actor-ids", str(2**30)], "is out of range"),
+        ([*TO_NOWHERE, "--seed", "-5000"], "must be >= 0"),
     ],
 )
 def test_arguments_it_cannot_use_exit_2_naming_them(args, says):
-    result = actor(*args, "--env-config", CARTPOLE)
+    # argparse takes the last --env-config (and --actor-ids): the case's own, where it has one.
+    result = actor("--env-config", CARTPOLE, *args)
     assert (result.returncode, says in result.stderr, "Traceback" in result.stderr) == (
         2,
         True,

@@ -14,10 +14,10 @@ import threading
 import pytest
 import zmq
 import zmq.asyncio
+from curve_helpers import curve_router
 
 from seedq.actor import loop
 from seedq.actor.loop import ActorError, Patience, run_env_batch
-from seedq.broker.security import secure_server
 from seedq.envs import FakeConfig, make_env_batch
 from seedq.keys import create_keys
 from seedq.security import client_options
@@ -56,15 +56,8 @@ def keys_dir(tmp_path_factory):
 @pytest.fixture()
 def learner(keys_dir):
     """A CURVE ROUTER admitting the actor key of ``keys_dir``, as the learner's broker binds it."""
-    ctx = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    router.linger = 0
-    guard = secure_server(router, ctx, keys_dir)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    yield f"tcp://127.0.0.1:{port}"
-    guard.stop()
-    router.close()
-    ctx.term()
+    with curve_router(keys_dir) as (_, _, _, endpoint):
+        yield endpoint
 
 
 @pytest.fixture()

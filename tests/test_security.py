@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import zmq
 import zmq.auth
+from curve_helpers import curve_router
 
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
-from seedq.broker.security import secure_server
 from seedq.keys import KeysExistError, create_keys
 from seedq.keys import main as keys_main
 from seedq.launch.remote_keys import actor_script
@@ -70,15 +70,8 @@ def keys_dir(tmp_path_factory):
 @pytest.fixture()
 def server(keys_dir):
     """A CURVE ROUTER on tcp://127.0.0.1:<random port> with its guard; torn down in order."""
-    ctx = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    router.linger = 0
-    guard = secure_server(router, ctx, keys_dir)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    yield ctx, router, guard, f"tcp://127.0.0.1:{port}"
-    guard.stop()
-    router.close()
-    ctx.term()
+    with curve_router(keys_dir) as parts:
+        yield parts
 
 
 def dealer(ctx, endpoint, options=None):
