@@ -19,7 +19,6 @@ from curve_helpers import curve_router
 from seedq.actor import loop
 from seedq.actor.loop import ActorError, Patience, run_env_batch
 from seedq.envs import FakeConfig, make_env_batch
-from seedq.keys import create_keys
 from seedq.security import client_options
 
 # Long enough that only a handshake diagnosis can end a test's actor.
@@ -44,13 +43,6 @@ def actor_error(endpoint: str, curve: dict | None = None) -> str:
     with pytest.raises(ActorError) as failed:
         asyncio.run(main())
     return str(failed.value)
-
-
-@pytest.fixture(scope="module")
-def keys_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("keys")
-    create_keys(directory)
-    return str(directory)
 
 
 @pytest.fixture()

@@ -60,13 +60,6 @@ def broker(server):
     thread.join()
 
 
-@pytest.fixture(scope="module")
-def keys_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("keys")
-    create_keys(directory)
-    return str(directory)
-
-
 @pytest.fixture()
 def server(keys_dir):
     """A CURVE ROUTER on tcp://127.0.0.1:<random port> with its guard; torn down in order."""
