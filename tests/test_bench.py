@@ -399,6 +399,11 @@ def test_the_update_parts_probe_times_the_learners_own_update():
         (["pipeline", "obs_dtype=complex64"], "obs_dtype=complex64: the protocol carries"),
         (["raw-env", "seconds=1", "env=gym", "env.id=Nope-v0"], "unknown gymnasium env id"),
         (["train", "env=gym", "env.id=Nope-v0"], "unknown gymnasium env id 'Nope-v0'"),
+        # A ZMQError traceback: an address of another machine (TEST-NET-1, RFC 5737).
+        (
+            ["pipeline", "seconds=1", "broker.host=192.0.2.1", "security.allow_insecure=true"],
+            "broker.host='192.0.2.1' is not an address (or interface) of this machine",
+        ),
     ],
 )
 def test_ordinary_mistakes_exit_2_in_one_line(args, message):

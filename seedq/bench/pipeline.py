@@ -26,9 +26,11 @@ from seedq.bench.common import BenchError, compose, print_json, print_table, spl
 from seedq.broker.batch import RequestBatch
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
+from seedq.broker.security import bind_router
 from seedq.envs import BatchBase, StepBatch
 from seedq.messages import EnvSpec
 from seedq.messages.protocol import ALLOWED_DTYPES
+from seedq.schema import ConfigError
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0, "obs_shape": [4], "obs_dtype": "float32"}
 
@@ -150,7 +152,12 @@ def run(argv: list[str]) -> dict[str, Any]:
     ctx = zmq.Context()
     socket = ctx.socket(zmq.ROUTER)
     socket.setsockopt(zmq.LINGER, 0)
-    port = socket.bind_to_random_port(f"tcp://{broker_cfg.host}")
+    try:
+        port = bind_router(socket, broker_cfg.host, 0)
+    except ConfigError as exc:
+        socket.close()
+        ctx.term()
+        raise BenchError(str(exc)) from None
     endpoint = f"tcp://{broker_cfg.host}:{port}"
     spec = EnvSpec(obs_shape, dtype, 2)
     batcher = Batcher(broker_cfg.max_batch, broker_cfg.deadline_ms / 1000.0)
