@@ -78,6 +78,19 @@ def test_a_checkpoint_without_its_config_is_not_a_seedq_checkpoint(trained, tmp_
     assert "it has no config" in resumed.stdout
 
 
+def test_a_checkpoint_with_counters_alone_is_not_a_seedq_checkpoint(trained, tmp_path, capsys):
+    # Neither config nor weights: seedq-eval and resume= read a config from every checkpoint
+    # (was KeyError 'config').
+    path = copy_run(trained, tmp_path, lambda s: (s.pop("config"), s.pop("model")))
+    with pytest.raises(CheckpointError, match=r"\(it has no config, model\)"):
+        load_checkpoint(path)
+    assert main([f"checkpoint={path}", "episodes=1"]) == 2
+    assert "it has no config, model" in capsys.readouterr().err
+    resumed = run_cli(f"resume={path}", f"run_dir={tmp_path / 'resumed'}")
+    assert (resumed.returncode, "Traceback" in resumed.stdout) == (2, False), resumed.stdout
+    assert "it has no config, model" in resumed.stdout
+
+
 def test_a_newer_file_without_the_keys_is_skipped_for_the_older_checkpoint(trained, tmp_path):
     older = copy_run(trained, tmp_path)
     newer = older.with_name("ckpt-999999999999.pt")

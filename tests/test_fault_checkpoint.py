@@ -21,7 +21,13 @@ from seedq.learner.checkpoint import (
 
 
 def state(env_steps: int, numbers: int = 10) -> dict:
-    return {"env_steps": env_steps, "updates": 0, "w": torch.arange(numbers, dtype=torch.float32)}
+    """The least a run's checkpoint holds: counters, a config and weights."""
+    return {
+        "env_steps": env_steps,
+        "updates": 0,
+        "config": {"algorithm": {"name": "vtrace"}, "env": {"id": "CartPole-v1"}},
+        "model": {"w": torch.arange(numbers, dtype=torch.float32)},
+    }
 
 
 def failing_save(*args, **kwargs):

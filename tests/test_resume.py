@@ -36,7 +36,13 @@ from seedq.metrics import MetricsWriter
 
 
 def state(env_steps: int) -> dict:
-    return {"env_steps": env_steps, "updates": 0, "w": torch.full((3,), float(env_steps))}
+    """The least a run's checkpoint holds: counters, a config and weights."""
+    return {
+        "env_steps": env_steps,
+        "updates": 0,
+        "config": {"algorithm": {"name": "vtrace"}, "env": {"id": "CartPole-v1"}},
+        "model": {"w": torch.full((3,), float(env_steps))},
+    }
 
 
 def test_a_snapshot_does_not_change_when_training_goes_on():

@@ -297,17 +297,15 @@ def older_ones(path: Path, purpose: str = RESUME) -> str:
 # What every checkpoint holds: save_checkpoint names and logs it by these.
 COUNTER_KEYS = ("env_steps", "updates")
 # What a run's checkpoint holds besides: the config it was written by, which builds the
-# networks, and their weights. A file with one but not the other cannot be resumed or
-# evaluated (a config without an algorithm or env section neither).
+# networks, and their weights. A file without either cannot be resumed or evaluated (a
+# config without an algorithm or env section neither): every reader needs both.
 RUN_KEYS = ("config", "model")
 
 
 def missing_keys(state: dict[str, Any]) -> list[str]:
     """The keys a checkpoint's ``state`` must hold and does not (``config.env`` for a config
     without its env section)."""
-    missing = [key for key in COUNTER_KEYS if key not in state]
-    if any(key in state for key in RUN_KEYS):
-        missing += [key for key in RUN_KEYS if key not in state]
+    missing = [key for key in (*COUNTER_KEYS, *RUN_KEYS) if key not in state]
     config = state.get("config")
     if "config" in state and not isinstance(config, dict):
         missing.append("config (a dict)")
