@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
 import os
 import re
@@ -122,7 +121,7 @@ def fixed_run_dir(hydra_cfg: Any) -> bool:
 def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dict | None]:
     """``resume=auto``: this command line's config, continued from the newest checkpoint of its
     run directory that reads (None: there is none yet, the run starts from scratch)."""
-    from seedq.arch.resume import continue_metrics
+    from seedq.arch.resume import start_over
     from seedq.learner.checkpoint import load_newest
 
     if not fixed_run_dir(hydra_cfg):
@@ -141,7 +140,7 @@ def auto_resumed(composed: DictConfig, hydra_cfg: Any) -> tuple[SeedqConfig, dic
     found = load_newest(run_dir)
     if found is None:
         log.info("resume=auto: no checkpoint in %s yet; starting the run", run_dir)
-        continue_metrics(run_dir, 0)  # rows of a start killed before its first checkpoint
+        start_over(run_dir)  # rows already there are kept aside, never cut
         composed.resume = None
         return to_config(composed), None
     path, state = found
@@ -198,17 +197,15 @@ def supervise(cfg: DictConfig, hydra_cfg: Any) -> int:
 def another_run_in(run_dir: str) -> str:
     """What of a run ``run_dir`` holds ("" if nothing): its newest checkpoint, or the metrics
     of a run stopped before its first checkpoint (which resume=auto starts over)."""
+    from seedq.arch.resume import has_rows
     from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints
     from seedq.metrics import EPISODES_NAME, METRICS_NAME
 
     if saved := list_checkpoints(Path(run_dir) / DIR_NAME):
         return f"{DIR_NAME}/{saved[-1].name}"
     for name in (METRICS_NAME, EPISODES_NAME):
-        path = Path(run_dir) / name
-        with contextlib.suppress(OSError):
-            with open(path, "rb") as f:
-                if sum(1 for _ in itertools.islice(f, 2)) > 1:  # a header and a row
-                    return f"{name}, no checkpoint"
+        if has_rows(Path(run_dir) / name):  # a header and a row
+            return f"{name}, no checkpoint"
     return ""
 
 

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seedq.arch.base import TrainingRun
-from seedq.arch.resume import continue_metrics, read_steps, recent_episodes
+from seedq.arch.resume import continue_metrics, read_steps, recent_episodes, start_over
 from seedq.core.stats import RunStats
 from seedq.learner.checkpoint import (
     CheckpointError,
@@ -675,6 +675,32 @@ def test_a_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoint_is_refused(tm
     assert second.returncode == 2, second.stdout
     assert f"{tmp_path} holds another run (metrics.csv, no checkpoint)" in second.stdout
     assert (tmp_path / "metrics.csv").read_text() == rows
+
+
+def test_resume_auto_without_a_checkpoint_keeps_the_earlier_metrics_aside(tmp_path):
+    run = [*FAKE, "resume=auto", f"run_dir={tmp_path}", "total_env_steps=2000"]
+    assert run_cli(*run).returncode == 0
+    rows = (tmp_path / "metrics.csv").read_text()
+    episodes = (tmp_path / "episodes.csv").read_text()
+    for path in (tmp_path / "checkpoints").glob("ckpt-*.pt"):
+        path.unlink()  # deleted by hand, or a disk that lost them
+    # It started over and cut the metrics to their header: the whole curve was gone.
+    again = run_cli(*run)
+    assert again.returncode == 0, again.stdout
+    assert "kept in metrics.earlier.csv, episodes.earlier.csv" in again.stdout
+    assert (tmp_path / "metrics.earlier.csv").read_text() == rows
+    assert (tmp_path / "episodes.earlier.csv").read_text() == episodes
+    assert read_steps(tmp_path / "metrics.csv")[0] < read_steps(tmp_path / "metrics.csv")[-1]
+
+
+def test_starting_over_twice_keeps_both_earlier_curves(tmp_path):
+    write_rows(tmp_path, [0, 100])
+    assert start_over(str(tmp_path)) == ["metrics.earlier.csv"]
+    assert start_over(str(tmp_path)) == []  # nothing left to keep
+    write_rows(tmp_path, [0, 300])
+    assert start_over(str(tmp_path)) == ["metrics.earlier2.csv"]
+    assert read_steps(tmp_path / "metrics.earlier.csv") == [0, 100]
+    assert read_steps(tmp_path / "metrics.earlier2.csv") == [0, 300]
 
 
 def test_undecodable_bytes_in_the_metrics_cost_their_rows_not_the_resume(tmp_path):

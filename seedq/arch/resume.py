@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import itertools
 import logging
 from pathlib import Path
 
@@ -21,6 +22,48 @@ from seedq.metrics import EPISODES_NAME, METRICS_NAME, replace_text
 log = logging.getLogger(__name__)
 
 TENSORBOARD_DIR = "tb"
+
+
+def start_over(run_dir: str) -> list[str]:
+    """``resume=auto`` with no checkpoint that reads: the run starts from step 0 in
+    ``run_dir``. Metrics and episodes already there (a start killed before its first
+    checkpoint, or a run whose checkpoints were deleted or all damaged) are moved aside, not
+    cut, so no curve is lost; TensorBoard is told to hide its earlier events. Returns the
+    names they were moved to."""
+    moved = []
+    for name in (METRICS_NAME, EPISODES_NAME):
+        path = Path(run_dir) / name
+        if has_rows(path):
+            stem, dot, ext = name.rpartition(".")
+            aside = _free_name(path, f"{stem}.earlier", f"{dot}{ext}")
+            path.replace(aside)
+            moved.append(aside.name)
+    if moved:
+        log.warning(
+            "%s holds metrics but no checkpoint to continue them from; the run starts at env "
+            "step 0 and the earlier rows are kept in %s",
+            run_dir,
+            ", ".join(moved),
+        )
+    continue_metrics(run_dir, 0)  # a header alone, and TensorBoard's earlier events
+    return moved
+
+
+def has_rows(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in itertools.islice(f, 2) if line.strip()) > 1
+    except OSError:
+        return False
+
+
+def _free_name(path: Path, before: str, after: str = "") -> Path:
+    """The first of ``before + after``, ``before + "2" + after``, ... not taken in ``path``'s
+    folder: an earlier copy set aside is never replaced."""
+    n = 1
+    while (aside := path.with_name(f"{before}{n if n > 1 else ''}{after}")).exists():
+        n += 1
+    return aside
 
 
 def continue_metrics(run_dir: str, env_steps: int) -> int:
@@ -82,11 +125,7 @@ def _truncate_csv(path: Path, env_steps: int) -> int:
     if "env_steps" not in header:
         # Its rows cannot be placed against the checkpoint: kept beside, and the resumed run
         # starts the file again.
-        aside = path.with_name(f"{path.name}.damaged")
-        n = 1
-        while aside.exists():  # an earlier damaged copy is kept too
-            n += 1
-            aside = path.with_name(f"{path.name}.damaged{n}")
+        aside = _free_name(path, f"{path.name}.damaged")
         path.replace(aside)
         log.warning(
             "%s has no env_steps column in its header (damaged); moved to %s, and the resumed "
