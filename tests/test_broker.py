@@ -1,5 +1,6 @@
 """The broker on a real socket: bad messages get an Error and a count; the broker lives on."""
 
+import dataclasses
 import threading
 
 import msgpack
@@ -9,6 +10,7 @@ import zmq
 
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
+from seedq.envs import env_config
 from seedq.messages import (
     PROTOCOL_VERSION,
     Actions,
@@ -17,6 +19,7 @@ from seedq.messages import (
     Step,
     decode_reply,
     encode,
+    env_json,
 )
 
 SPEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", num_actions=2)
@@ -127,6 +130,29 @@ def test_actor_with_another_env_spec_is_refused(broker):
     other = EnvSpec(obs_shape=(4, 84, 84), obs_dtype="uint8", num_actions=6)
     with dealer(ctx, endpoint) as sock:
         assert error_code(sock, encode(hello(spec=other))) == "spec_mismatch"
+
+
+def test_actor_with_other_envs_of_the_same_spec_is_refused_naming_the_keys(broker):
+    broker_obj, endpoint, ctx = broker
+    pong = env_config({"kind": "atari", "id": "ALE/Pong-v5"})
+    breakout = env_config({"kind": "atari", "id": "ALE/Breakout-v5", "frame_skip": 2})
+    broker_obj.env = env_json(pong.identity())
+    other = dataclasses.replace(hello(), env=env_json(breakout.identity()))
+    with dealer(ctx, endpoint) as sock:
+        # Accepted before: the shapes match, so a Pong learner trained on Breakout's frames.
+        sock.send_multipart(encode(other))
+        refused = reply(sock)
+    assert refused.code == "env_mismatch"
+    assert "env.frame_skip=2 (the learner's: 4), env.id='ALE/Breakout-v5' (the learner's: " in (
+        refused.message
+    )
+    # The same envs stepped on another host's threads, and an actor that does not say, join.
+    threads = env_config({"kind": "atari", "id": "ALE/Pong-v5", "num_threads": 7})
+    for actor_id, env in ((1, env_json(threads.identity())), (2, "")):
+        with dealer(ctx, endpoint) as sock:
+            sock.send_multipart(encode(dataclasses.replace(hello(actor_id), env=env)))
+            sock.send_multipart(encode(step(0, actor_id=actor_id)))
+            assert isinstance(reply(sock), Actions)
 
 
 def test_truncated_frames_and_bad_sequence_are_refused_without_harm(broker):

@@ -245,6 +245,19 @@ def test_boolean_is_not_accepted_as_an_integer_field_of_a_hello():
     assert info.value.code == "bad_field"
 
 
+def test_a_hellos_env_round_trips_and_is_bounded():
+    said = Hello(0, "r", 2, HELLO.spec, env='{"id":"ALE/Pong-v5"}')
+    assert decode_hello(decode_header(encode(said)[0])) == said
+    assert "env" not in msgpack.unpackb(encode(HELLO)[0])  # not said: nothing on the wire
+    assert decode_hello(msgpack.unpackb(encode(HELLO)[0])).env == ""
+    for bad in (7, "x" * 5000):
+        header = msgpack.unpackb(encode(HELLO)[0])
+        header["env"] = bad
+        with pytest.raises(ProtocolError) as info:
+            decode_hello(header)
+        assert info.value.code == "bad_field"
+
+
 def test_continuous_hello_and_actions_round_trip_and_a_spec_mismatch_is_refused():
     spec = EnvSpec((3,), "float32", 2, "continuous", (-1.0, -2.0), (1.0, 2.0))
     hello = decode_hello(decode_header(encode(Hello(1, "r", 4, spec))[0]))

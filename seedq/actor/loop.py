@@ -127,8 +127,12 @@ async def run_env_batch(
     patience: Patience | None = None,
     stats: ActorStats | None = None,
     curve_client: dict | None = None,
+    env_identity: str = "",
 ) -> None:
     """Step ``env`` in lockstep with the learner until ``stop`` is set.
+
+    ``env_identity``: what the envs are (:func:`seedq.messages.env_json` of the env section's
+    identity), sent in the Hello so that a learner of other envs refuses them.
 
     A recoverable refusal (:data:`RECOVERABLE_CODES`) resets the envs and rejoins with a new run
     id on a new connection, so no stale reply can reach the new run; more than
@@ -142,7 +146,9 @@ async def run_env_batch(
     while not stop.is_set():
         link = _Link(ctx, endpoint, curve_client)
         try:
-            await _join_and_step(link, actor_id, env, episode_seed, stop, patience, stats)
+            await _join_and_step(
+                link, actor_id, env, episode_seed, stop, patience, stats, env_identity
+            )
             return
         except Refused as exc:
             if exc.code == "taken_over":
@@ -309,11 +315,12 @@ async def _join_and_step(
     stop: asyncio.Event,
     patience: Patience,
     stats: ActorStats,
+    env_identity: str = "",
 ) -> None:
     run_id = uuid.uuid4().hex
     spec = env_spec_of(env)
     sock = link.sock
-    hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset)
+    hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset, env=env_identity)
     await sock.send_multipart(encode(hello))
     obs = env.reset(seed=seed)
     n = env.num_envs

@@ -28,6 +28,7 @@ from seedq.actor.loop import (
 from seedq.envs import EnvConfig, EnvError, env_config, make_env_batch
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
+from seedq.messages import env_json
 from seedq.security import client_options
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ async def _run(
                     stats=stats,
                     curve_client=curve_client,
                     patience=patience,
+                    env_identity=env_json(env_cfg.identity()),
                 )
             )
             for actor_id, env in zip(actor_ids, envs, strict=True)

@@ -29,7 +29,7 @@ from seedq.launch.shards import start_shard
 from seedq.launch.sizing import sized
 from seedq.learner.device import prepare_learner_process
 from seedq.limits import raise_open_file_limit
-from seedq.messages import EnvSpec
+from seedq.messages import EnvSpec, env_json
 from seedq.schema import ConfigError
 from seedq.security import curve_enabled
 
@@ -124,6 +124,7 @@ class SeedRun(TrainingRun):
                 self.consumer,
                 silent_timeout_s=cfg.broker.silent_timeout_s,
                 max_message_bytes=cfg.broker.max_message_bytes,
+                env=env_json(cfg.env.identity()),
             )
             self.stats = self.broker.stats
         # Actor a dials endpoints[a % shards] (seedq.actor.main).
@@ -181,6 +182,7 @@ class SeedRun(TrainingRun):
             "max_message_bytes": broker.max_message_bytes,
             "io_threads": broker.io_threads,
             "log_dir": self.run_dir,
+            "env": env_json(self.cfg.env.identity()),
         }
         return ShardHub(
             self.spec, self.consumer, binds, settings, start_shard, keys_dir=self.keys_dir

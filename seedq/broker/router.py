@@ -48,6 +48,7 @@ from seedq.messages import (
     decode_header,
     decode_hello,
     encode,
+    env_difference,
     frames_size,
     reply_address,
 )
@@ -100,6 +101,8 @@ class Broker:
         stats: the run's counters this broker adds to (a new one by default).
         registry: the learner-wide rows and env ids (shared by shards; a new one by default).
         consumer_lock: held around every call into ``consumer`` (shards share one consumer).
+        env: what the learner's envs are (a Hello's ``env``, :func:`env_json`); a Hello that
+            says other envs is refused ``env_mismatch``. "": the spec alone is checked.
     """
 
     def __init__(
@@ -115,11 +118,13 @@ class Broker:
         stats: RunStats | None = None,
         registry: ActorRegistry | None = None,
         consumer_lock: Any = None,
+        env: str = "",
     ) -> None:
         if silent_timeout_s < 0:
             raise ValueError(f"silent_timeout_s must be >= 0 (0 disables), got {silent_timeout_s}")
         self.socket = socket
         self.spec = spec
+        self.env = env
         self.batcher = batcher
         self.consumer = consumer
         self.silent_timeout_s = silent_timeout_s
@@ -352,6 +357,13 @@ class Broker:
                 "spec_mismatch",
                 f"actor {hello.actor_id} steps envs with {hello.spec}, the learner's model "
                 f"expects {self.spec}; start actors with the learner's env config",
+            )
+        if self.env and hello.env and hello.env != self.env:
+            raise ProtocolError(
+                "env_mismatch",
+                f"actor {hello.actor_id} steps other envs than the learner's: "
+                f"{env_difference(hello.env, self.env)}; start actors with the learner's env "
+                "config",
             )
         old = self.actors.get(hello.actor_id)
         if old is not None and old.hello == hello:

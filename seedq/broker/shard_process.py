@@ -169,6 +169,7 @@ def serve_shard(
         max_message_bytes=settings["max_message_bytes"],
         stats=stats,
         registry=RemoteRegistry(hub),
+        env=settings.get("env", ""),
     )
     hub.broker = broker
     hub.send(link.READY, link.pack({"index": index, "endpoint": bound}))

@@ -9,7 +9,7 @@ This module imports no backend: the backends import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from seedq.schema import positive, setting
@@ -59,6 +59,16 @@ class EnvConfig:
     # The key of the C++ threads each vector env steps its envs with, 0 meaning "sized at start"
     # (seedq.launch.sizing reads and sets it through this name); "": the family has no such pool.
     threads_key: ClassVar[str] = ""
+    # Keys that say how this host steps the envs, not what the envs are: they may differ
+    # between the learner and an actor on another host (threads_key is one too).
+    host_keys: ClassVar[tuple[str, ...]] = ()
+
+    def identity(self) -> dict[str, Any]:
+        """What the envs are: this section without its host keys. An actor's Hello carries it,
+        and the learner refuses an actor whose envs are not its own (another game, frame skip
+        or sticky-action rate with the same observation and action shapes)."""
+        skip = {*self.host_keys, self.threads_key}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
     def check(self) -> None:
         """Raise a ConfigError (or an EnvError) naming the key for a value this family cannot

@@ -20,7 +20,7 @@ import multiprocessing
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -44,6 +44,7 @@ class GymConfig(EnvConfig):
     base :class:`EnvConfig`: its native vector env has nothing to choose)."""
 
     kind: str = kind_setting("gym")
+    host_keys: ClassVar[tuple[str, ...]] = ("vectorization",)
     vectorization: str = setting(
         "sync",
         f"How envs are vectorised, one of {list(VECTORIZATIONS)}: sync steps them in the actor "

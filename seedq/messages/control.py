@@ -24,6 +24,7 @@ from seedq.messages.protocol import (
     HELLO,
     KINDS,
     MAX_ACTIONS,
+    MAX_ENV_CHARS,
     MAX_ENVS,
     MAX_HEADER_BYTES,
     MAX_OBS_DIMS,
@@ -75,6 +76,7 @@ def encode(msg: Message) -> list[Frame]:
             action_kind=spec.action_kind,
             action_low=[float(x) for x in spec.action_low],
             action_high=[float(x) for x in spec.action_high],
+            **({"env": msg.env} if msg.env else {}),
         )
         return [head]
     if isinstance(msg, Bye):
@@ -183,7 +185,17 @@ def decode_hello(header: dict) -> Hello:
             action_high=high,
         ),
         first_env=_bounded_int(header, "first_env", 0, 2**31 - 1),
+        env=_env(header),
     )
+
+
+def _env(header: dict) -> str:
+    if "env" not in header:
+        return ""
+    env = _field(header, "env", str)
+    if len(env) > MAX_ENV_CHARS:
+        raise ProtocolError("bad_field", f"env longer than {MAX_ENV_CHARS} characters")
+    return env
 
 
 def _action_bounds(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -12,15 +13,16 @@ import numpy as np
 # What ``seedq.messages`` re-exports (DTYPE_CODES stays with the binary headers).
 __all__ = [
     "ACTIONS", "ACTION_KINDS", "ALLOWED_DTYPES", "BYE", "CONTINUOUS", "DISCRETE", "ERROR",
-    "ERROR_CODES", "HELLO", "KINDS", "MAX_ACTIONS", "MAX_ENVS", "MAX_FRAMES", "MAX_HEADER_BYTES",
-    "MAX_OBS_DIMS", "MAX_OBS_ELEMENTS", "MAX_RUN_ID_CHARS", "PROTOCOL_VERSION", "STEP",
-    "Actions", "Bye", "EnvSpec", "Error", "Frame", "Hello", "Message", "ProtocolError", "Step",
-    "run_tag",
+    "ERROR_CODES", "HELLO", "KINDS", "MAX_ACTIONS", "MAX_ENVS", "MAX_ENV_CHARS", "MAX_FRAMES",
+    "MAX_HEADER_BYTES", "MAX_OBS_DIMS", "MAX_OBS_ELEMENTS", "MAX_RUN_ID_CHARS", "PROTOCOL_VERSION",
+    "STEP", "Actions", "Bye", "EnvSpec", "Error", "Frame", "Hello", "Message", "ProtocolError",
+    "Step", "env_difference", "env_json", "run_tag",
 ]  # fmt: skip
 
 # 3: Step and Actions travel with a fixed binary header (seedq.messages.steps); Hello, Bye and
-#    Error keep their msgpack header. 2: Hello carries the action space; Actions are int32 [N]
-#    or float32 [N, D] to match it.
+#    Error keep their msgpack header. A Hello's optional "env" (what the envs are) came later
+#    within 3: a learner without it ignores it, one with it takes a Hello without it.
+# 2: Hello carries the action space; Actions are int32 [N] or float32 [N, D] to match it.
 PROTOCOL_VERSION = 3
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -38,6 +40,7 @@ HELLO, STEP, ACTIONS, BYE, ERROR = "hello", "step", "actions", "bye", "error"
 KINDS = (HELLO, STEP, ACTIONS, BYE, ERROR)
 MAX_FRAMES = 1 + 5  # header + the most array frames any kind carries
 MAX_RUN_ID_CHARS = 256
+MAX_ENV_CHARS = 4096  # a Hello's env: the env section as JSON
 
 # Every code an Error may carry; the broker counts rejected messages by these.
 ERROR_CODES = frozenset(
@@ -54,6 +57,7 @@ ERROR_CODES = frozenset(
         "too_large",  # header, message or obs shape over its bound
         "non_finite",  # NaN or inf in rewards, episode returns or float observations
         "spec_mismatch",  # Hello with another env spec than the learner's model
+        "env_mismatch",  # Hello whose envs are not the learner's (another id, frame skip, ...)
         "too_many_envs",  # no free state rows left for this Hello
         "env_id_conflict",  # Hello claims env ids another actor steps
         "unknown_actor",  # Step or Bye for an actor id with no Hello (or evicted)
@@ -151,6 +155,30 @@ class Hello:
     n_envs: int
     spec: EnvSpec
     first_env: int = 0
+    # What the envs are (EnvConfig.identity() as canonical JSON); "": not said (the learner
+    # then checks the spec alone).
+    env: str = ""
+
+
+def env_json(identity: dict[str, Any]) -> str:
+    """A Hello's ``env``: an env section's identity (``EnvConfig.identity()``) as canonical
+    JSON, so that two equal sections give equal strings."""
+    return json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def env_difference(theirs: str, ours: str) -> str:
+    """The keys on which two Hello ``env`` strings differ, as ``env.KEY=THEIRS (the learner's:
+    OURS)``; a string that is not a JSON object is named whole."""
+    try:
+        a, b = json.loads(theirs), json.loads(ours)
+    except ValueError:
+        a, b = None, None
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return f"env {theirs[:200]!r} (the learner's: {ours[:200]!r})"
+    keys = [k for k in sorted({*a, *b}) if a.get(k, "<unset>") != b.get(k, "<unset>")]
+    return ", ".join(
+        f"env.{k}={a.get(k, '<unset>')!r} (the learner's: {b.get(k, '<unset>')!r})" for k in keys
+    )
 
 
 @dataclass
