@@ -871,6 +871,7 @@ HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
 EXIT_INTERRUPTED = 130  # a shell's for SIGINT: Ctrl-C before any run started
 # What Hydra puts in a run dir before the command is judged; nothing else is ever removed.
 HYDRA_FILES = (".hydra", "cli.log", LOCK_NAME)
+RUNS_ROOT = "runs"  # where hydra.run.dir (conf/config.yaml) puts a run with no run_dir
 
 
 class RunDirRecord:
@@ -885,6 +886,11 @@ class RunDirRecord:
         self.named = Path(dirs[-1]).expanduser() if dirs and "${" not in dirs[-1] else None
         self.existed = self.named is not None and self.named.is_dir()
         self.kept: dict[Path, bytes] = {}
+        # The folders above Hydra's dated one (runs/, runs/<day>/) that are here now: a
+        # refused command removes those it made itself.
+        self.here: set[Path] = set()
+        with contextlib.suppress(OSError):
+            self.here = {Path("."), *(Path(name) for name in os.listdir(RUNS_ROOT))}
         if self.existed:
             for path in (self.named / ".hydra").glob("*.yaml"):
                 with contextlib.suppress(OSError):
@@ -901,8 +907,20 @@ class RunDirRecord:
                         path.write_bytes(data)
             elif not self.existed and {p.name for p in folder.iterdir()} <= set(HYDRA_FILES):
                 shutil.rmtree(folder)
+                if self.named is None:
+                    self._remove_made_parents(folder)
         except OSError as exc:
             log.warning("could not tidy %s after the refused command: %s", folder, exc)
+
+    def _remove_made_parents(self, folder: Path) -> None:
+        """The empty folders above ``folder`` up to ``runs/`` that this command made."""
+        root = Path(RUNS_ROOT).resolve()
+        for parent in folder.resolve().parents:
+            if not parent.is_relative_to(root) or parent.relative_to(root) in self.here:
+                return
+            if any(parent.iterdir()):
+                return
+            parent.rmdir()
 
 
 def train_main() -> None:

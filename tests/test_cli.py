@@ -223,18 +223,28 @@ def test_a_refused_command_leaves_the_run_dirs_record_as_it_was(tmp_path):
     assert "total_env_steps=50000" in (tmp_path / ".hydra" / "overrides.yaml").read_text()
 
 
-def test_a_refused_command_without_a_run_dir_leaves_no_dated_folder(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "seedq.cli", "algorithm.batch_size=-1"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2 and "algorithm.batch_size=-1" in result.stdout
-    assert not list((tmp_path / "runs").rglob("*.yaml")), result.stdout
-    assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_dir() and "_" in p.name]
+@pytest.mark.parametrize(
+    "override, says",
+    [("algorithm.batch_size=-1", "algorithm.batch_size=-1"), ("resume=/gone", "no checkpoint")],
+)
+def test_a_refused_command_without_a_run_dir_leaves_no_dated_folder(tmp_path, override, says):
+    def refused():
+        result = subprocess.run(
+            [sys.executable, "-m", "seedq.cli", override],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2 and says in result.stdout, result.stdout
+
+    refused()
+    # Nor the folders above it that it made (runs/<day>/ was left behind, empty).
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "runs" / "mine").mkdir(parents=True)  # one that was there stays
+    refused()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["mine"]
 
 
 @pytest.mark.parametrize(
