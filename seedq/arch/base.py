@@ -124,6 +124,7 @@ class TrainingRun:
             "non_finite_messages": self.stats.bad_messages["non_finite"],
             "skipped_updates": self.agent.stats.skipped_updates,
             "checkpoint_failures": self.checkpoint_failures,
+            "refused_peers": self.stats.refused_peers_with(self.curve),
         }
 
     def restore_faults(self, before: dict[str, int]) -> None:
@@ -134,6 +135,7 @@ class TrainingRun:
         self.stats.bad_messages["non_finite"] += non_finite
         self.stats.bad_messages[EARLIER_STARTS] += bad - non_finite
         self.stats.evicted += before.get("evicted_actors", 0)
+        self.stats.refused_peers += before.get("refused_peers", 0)
         self.agent.stats.skipped_updates += before.get("skipped_updates", 0)
 
     def _build_acting(self, agent_cfg: Any) -> None:

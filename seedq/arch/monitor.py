@@ -121,7 +121,7 @@ class Monitor:
             "perf/learner_wait_frac": wait / (wait + busy) if wait + busy > 0 else None,
             "faults/bad_messages": sum(stats.bad_messages.values()),
             "faults/evicted_actors": stats.evicted,
-            "faults/refused_peers": self.curve.refused if self.curve is not None else 0,
+            "faults/refused_peers": stats.refused_peers_with(self.curve),
             **agent_row,
         }
         self.writer.write_episodes(stats.drain_episodes())

@@ -173,7 +173,7 @@ def serve_shard(
     )
     hub.broker = broker
     hub.send(link.READY, link.pack({"index": index, "endpoint": bound}))
-    counters = _Counters(hub, stats)
+    counters = _Counters(hub, stats, curve)
     try:
         broker.serve(hub.stop, side=(hub_sock, hub.poll), tick=counters.maybe_send)
     except ShardStopped:
@@ -190,9 +190,9 @@ def serve_shard(
 class _Counters:
     """Sends the hub what this shard counted (messages, rejections, evictions) now and then."""
 
-    def __init__(self, hub: HubLink, stats: RunStats) -> None:
-        self.hub, self.stats = hub, stats
-        self.sent = {"messages": 0, "evicted": 0, "bad": {}}
+    def __init__(self, hub: HubLink, stats: RunStats, curve: Any = None) -> None:
+        self.hub, self.stats, self.curve = hub, stats, curve
+        self.sent = {"messages": 0, "evicted": 0, "refused": 0, "bad": {}}
         self.next = 0.0
 
     def maybe_send(self) -> None:
@@ -204,11 +204,18 @@ class _Counters:
     def send(self) -> None:
         stats, sent = self.stats, self.sent
         bad = {code: n for code, n in stats.bad_messages.items() if n}
+        refused = self.curve.refused if self.curve is not None else 0
         delta = {
             "messages": stats.messages - sent["messages"],
             "evicted": stats.evicted - sent["evicted"],
+            "refused": refused - sent["refused"],
             "bad": {code: n - sent["bad"].get(code, 0) for code, n in bad.items()},
         }
-        if delta["messages"] or delta["evicted"] or any(delta["bad"].values()):
+        if delta["messages"] or delta["evicted"] or delta["refused"] or any(delta["bad"].values()):
             self.hub.send(link.COUNTERS, link.pack(delta))
-            self.sent = {"messages": stats.messages, "evicted": stats.evicted, "bad": bad}
+            self.sent = {
+                "messages": stats.messages,
+                "evicted": stats.evicted,
+                "refused": refused,
+                "bad": bad,
+            }

@@ -168,6 +168,7 @@ class ShardHub:
             counts = link.unpack(frames[1])
             self.stats.messages += counts["messages"]
             self.stats.evicted += counts["evicted"]
+            self.stats.refused_peers += counts.get("refused", 0)
             for code, n in counts["bad"].items():
                 self.stats.bad_messages[code] += n
 

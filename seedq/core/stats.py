@@ -9,6 +9,7 @@ import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from seedq.messages import ERROR_CODES, Step
 
@@ -100,6 +101,9 @@ class RunStats:
     batch_envs: int = 0
     bad_messages: collections.Counter = field(default_factory=_zero_counts)
     evicted: int = 0
+    # CURVE handshakes refused by broker shards' guards and in earlier starts of the run (the
+    # learner's own guard counts its own: refused_peers_with).
+    refused_peers: int = 0
     episodes: int = 0
     recent_returns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
     recent_lengths: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
@@ -111,6 +115,11 @@ class RunStats:
     # Set by the counting thread once env_steps reaches budget (see stop_at).
     budget: int = 0
     at_budget: threading.Event | None = None
+
+    def refused_peers_with(self, curve: Any) -> int:
+        """Refused CURVE handshakes of the whole run: these and ``curve``'s (the learner's
+        socket guard, or None)."""
+        return self.refused_peers + (curve.refused if curve is not None else 0)
 
     def stop_at(self, budget: int, event: threading.Event) -> None:
         """Set ``event`` as soon as ``env_steps`` reaches ``budget``: the thread that answers
