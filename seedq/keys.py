@@ -65,8 +65,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         paths = create_keys(args.dir, force=args.force)
-    except (KeysExistError, OSError) as exc:
+    except KeysExistError as exc:
         print(f"seedq-keys: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        # A folder that cannot be made or written (no parent, read-only, another user's);
+        # create_keys' own refusals say what to do already.
+        said = (
+            str(exc)
+            if exc.strerror is None
+            else (
+                f"cannot write the keys into {args.dir} ({exc.strerror}); give a folder this user "
+                "can create or write"
+            )
+        )
+        print(f"seedq-keys: {said}", file=sys.stderr)
         return 1
     for path in paths:
         print(f"wrote {path}")

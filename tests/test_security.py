@@ -117,6 +117,11 @@ def test_seedq_keys_writes_owner_only_secrets_and_refuses_to_overwrite(tmp_path,
     afile.write_text("not a folder")
     assert keys_main([str(afile)]) == 1
     assert f"seedq-keys: {afile} is a file; give a folder" in capsys.readouterr().err
+    assert keys_main([str(afile / "keys")]) == 1  # a folder that cannot be made
+    assert capsys.readouterr().err == (
+        f"seedq-keys: cannot write the keys into {afile / 'keys'} (Not a directory); give a "
+        "folder this user can create or write\n"
+    )
 
 
 def test_the_actor_key_exchanges_messages(server, keys_dir):
