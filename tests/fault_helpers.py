@@ -1,6 +1,8 @@
 """Helpers of the fault tests: runs built from the shipped config, polling, processes by parent."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -71,3 +73,28 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def fake_learner(*overrides: str) -> subprocess.Popen:
+    """``seedq-train`` of :data:`FAKE` with one local actor process and ``overrides``, its
+    output discarded (tests read its run dir)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", *FAKE, "actor.num_actors=1", *overrides],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def actor_argv(port: int, env_config: str, *args: str) -> list[str]:
+    """``seedq-actor`` as a launcher elsewhere would start it: actor id 50, 8 envs, dialling
+    a learner on this machine's ``port``."""
+    return [
+        sys.executable,
+        "-m",
+        "seedq.actor.main",
+        f"--endpoint=tcp://127.0.0.1:{port}",
+        "--actor-ids=50",
+        "--envs-per-batch=8",
+        f"--env-config={env_config}",
+        *args,
+    ]

@@ -2,43 +2,20 @@
 shapes) is refused at its Hello and exits saying which env keys differ; the run goes on."""
 
 import subprocess
-import sys
 
-from fault_helpers import FAKE, wait_for
-from test_fault_learner import free_port
+from fault_helpers import actor_argv, fake_learner, wait_for
+from ssh_hosts import free_port
 
 
 def test_an_actor_of_other_envs_is_refused_and_the_run_goes_on(tmp_path):
     port = free_port()
-    learner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "seedq.cli",
-            *FAKE,
-            "actor.num_actors=1",
-            f"broker.port={port}",
-            "max_minutes=2",
-            f"run_dir={tmp_path}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    learner = fake_learner(f"broker.port={port}", "max_minutes=2", f"run_dir={tmp_path}")
     try:
         wait_for(lambda: "actor 0 joined" in read(tmp_path / "cli.log"), 120, "actor 0")
         # Episodes of 7 steps, not the learner's 10: the same shapes, so it was accepted and
         # its steps trained a model of other envs.
         actor = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "seedq.actor.main",
-                f"--endpoint=tcp://127.0.0.1:{port}",
-                "--actor-ids=50",
-                "--envs-per-batch=8",
-                '--env-config={"kind": "fake", "episode_length": 7}',
-                "--learner-lost-s=20",
-            ],
+            actor_argv(port, '{"kind": "fake", "episode_length": 7}', "--learner-lost-s=20"),
             capture_output=True,
             text=True,
             timeout=60,

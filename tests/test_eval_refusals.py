@@ -67,28 +67,25 @@ def test_eval_refuses_weights_that_do_not_fit_naming_the_file(trained, tmp_path,
     assert err.startswith(f"seedq-eval: {path}: its weights do not fit") and err.count("\n") == 1
 
 
-def test_a_checkpoint_without_its_config_is_not_a_seedq_checkpoint(trained, tmp_path, capsys):
-    path = copy_run(trained, tmp_path, lambda s: s.pop("config"))
-    with pytest.raises(CheckpointError, match=r"is not a seedq checkpoint \(it has no config\)"):
+@pytest.mark.parametrize(
+    "keys, missing",
+    # Counters alone passed the check and seedq-eval, resume= then said KeyError 'config'.
+    [(("config",), "config"), (("config", "model"), "config, model")],
+    ids=["no-config", "counters-alone"],
+)
+def test_a_checkpoint_without_its_config_is_not_a_seedq_checkpoint(
+    trained, tmp_path, capsys, keys, missing
+):
+    path = copy_run(trained, tmp_path, lambda s: [s.pop(key) for key in keys])
+    with pytest.raises(
+        CheckpointError, match=rf"is not a seedq checkpoint \(it has no {missing}\)"
+    ):
         load_checkpoint(path)
     assert main([f"checkpoint={path}", "episodes=1"]) == 2
-    assert "it has no config" in capsys.readouterr().err
+    assert f"it has no {missing}" in capsys.readouterr().err
     resumed = run_cli(f"resume={path}", f"run_dir={tmp_path / 'resumed'}")
     assert (resumed.returncode, "Traceback" in resumed.stdout) == (2, False), resumed.stdout
-    assert "it has no config" in resumed.stdout
-
-
-def test_a_checkpoint_with_counters_alone_is_not_a_seedq_checkpoint(trained, tmp_path, capsys):
-    # Neither config nor weights: seedq-eval and resume= read a config from every checkpoint
-    # (was KeyError 'config').
-    path = copy_run(trained, tmp_path, lambda s: (s.pop("config"), s.pop("model")))
-    with pytest.raises(CheckpointError, match=r"\(it has no config, model\)"):
-        load_checkpoint(path)
-    assert main([f"checkpoint={path}", "episodes=1"]) == 2
-    assert "it has no config, model" in capsys.readouterr().err
-    resumed = run_cli(f"resume={path}", f"run_dir={tmp_path / 'resumed'}")
-    assert (resumed.returncode, "Traceback" in resumed.stdout) == (2, False), resumed.stdout
-    assert "it has no config, model" in resumed.stdout
+    assert f"it has no {missing}" in resumed.stdout
 
 
 def test_a_newer_file_without_the_keys_is_skipped_for_the_older_checkpoint(trained, tmp_path):

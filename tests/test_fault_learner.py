@@ -6,14 +6,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 from cli_helpers import run_cli
-from fault_helpers import FAKE, alive, children, wait_for
+from fault_helpers import actor_argv, alive, children, fake_learner, wait_for
+from ssh_hosts import free_port
 
 from seedq.actor.main import PARENT_EXIT_WAIT_S
 
@@ -30,43 +30,18 @@ ACTOR_ARGV = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_actors_exit_when_the_learner_is_killed_and_resume_goes_on(tmp_path):
     port = free_port()
-    learner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "seedq.cli",
-            *FAKE,
-            "actor.num_actors=1",
-            f"broker.port={port}",
-            "checkpoint.every_minutes=0.02",
-            "max_minutes=3",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    learner = fake_learner(
+        f"broker.port={port}",
+        "checkpoint.every_minutes=0.02",
+        "max_minutes=3",
+        f"hydra.run.dir={tmp_path}",
     )
     # An actor started as another launcher would (not our child): it has only the connection.
     remote_log = tmp_path / "remote_actor.log"
     remote = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "seedq.actor.main",
-            f"--endpoint=tcp://127.0.0.1:{port}",
-            "--actor-ids=50",
-            "--envs-per-batch=8",
-            '--env-config={"kind": "fake"}',
-            f"--log-file={remote_log}",
-            "--learner-lost-s=2",
-        ],
+        actor_argv(port, '{"kind": "fake"}', f"--log-file={remote_log}", "--learner-lost-s=2"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -4,12 +4,10 @@ faults.json, with one broker or several broker shards (each shard's guard counts
 import csv
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
-from fault_helpers import FAKE, wait_for
-from test_fault_learner import free_port
+from fault_helpers import fake_learner, wait_for
+from ssh_hosts import free_port
 from test_security import actor_process
 
 from seedq.keys import create_keys
@@ -30,23 +28,14 @@ def test_a_wrongly_keyed_actor_is_counted_in_the_metrics_and_faults_json(
 ):
     port = free_port() if shards == 1 else free_port() & ~1  # shards take port, port + 1
     run_dir = tmp_path / "run"
-    learner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "seedq.cli",
-            *FAKE,
-            "actor.num_actors=1",
-            f"broker.shards={shards}",
-            "broker.host=127.0.0.1",
-            f"broker.port={port}",
-            "security.curve=true",
-            f"security.keys_dir={keys_dir}",
-            "max_minutes=3",
-            f"run_dir={run_dir}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    learner = fake_learner(
+        f"broker.shards={shards}",
+        "broker.host=127.0.0.1",
+        f"broker.port={port}",
+        "security.curve=true",
+        f"security.keys_dir={keys_dir}",
+        "max_minutes=3",
+        f"run_dir={run_dir}",
     )
     create_keys(tmp_path / "other_learner")
     stranger = None
