@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,8 +144,34 @@ def unknown_keys(node: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
     return found
 
 
+def nan_keys(node: Any, prefix: str = "") -> list[str]:
+    """The keys of a config (a dataclass, DictConfig, dict or list, nested) whose value is NaN:
+    a range check lets NaN through (every comparison with it is false), and no key means
+    anything by it."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=False)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        items: Any = ((f.name, getattr(node, f.name)) for f in dataclasses.fields(node))
+    elif isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, list | tuple):
+        items = ((f"[{i}]", v) for i, v in enumerate(node))
+    else:
+        return [prefix.rstrip(".")] if isinstance(node, float) and math.isnan(node) else []
+    found = []
+    for key, value in items:
+        at = f"{prefix.rstrip('.')}{key}" if str(key).startswith("[") else f"{prefix}{key}"
+        found += nan_keys(value, f"{at}.")
+    return found
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and choices of a composed config (a SeedqConfig or DictConfig of one)."""
+    if nans := nan_keys(cfg):
+        raise ConfigError(
+            f"{nans[0]}=nan is not a number; give a value (seedq-train --keys says what each "
+            "key takes)"
+        )
     if unknown := unknown_keys(cfg):
         key, known = unknown[0]
         section, _, name = key.rpartition(".")

@@ -151,6 +151,19 @@ def test_bad_value_fails_naming_the_key(override, key):
         to_config(compose_config(override))
 
 
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["stop_at_return=nan"], "stop_at_return"),  # was taken: a target nothing reaches
+        (["algorithm.grad_clip=nan"], "algorithm.grad_clip"),
+        (["env=gym", "+env.kwargs.goal=[1.0,nan]"], r"env.kwargs.goal\[1\]"),
+    ],
+)
+def test_nan_is_refused_for_every_key(overrides, key):
+    with pytest.raises(ConfigError, match=rf"^{key}=nan is not a number"):
+        to_config(compose_config(*overrides))
+
+
 def test_the_largest_seed_runs_atari_env_seeds_in_ale_pys_range():
     pytest.importorskip("ale_py")
     from seedq.envs import AtariConfig, make_env_batch
