@@ -50,6 +50,7 @@ def start_over(run_dir: str) -> list[str]:
 
 
 def has_rows(path: Path) -> bool:
+    """``path`` holds a header and at least one row (False where it cannot be read)."""
     try:
         with open(path, "rb") as f:
             return sum(1 for line in itertools.islice(f, 2) if line.strip()) > 1
