@@ -4,8 +4,10 @@ Every message is a ZeroMQ multipart message whose frame 0 is its header; array f
 sent without a copy (``send_multipart(copy=False)``) and read back with ``np.frombuffer``.
 
 Kinds:
-- ``hello``   actor -> learner: joins with its env spec (obs shape/dtype, actions, n_envs) and
-              its run id. msgpack header (:mod:`seedq.messages.control`).
+- ``hello``   actor -> learner: joins with its env spec (obs shape/dtype, actions, n_envs), its
+              run id and what its envs are (the env section less its host keys, refused as
+              ``env_mismatch`` when not the learner's). msgpack header
+              (:mod:`seedq.messages.control`).
 - ``step``    actor -> learner: one batch step of n_envs envs: obs, reward, terminated,
               truncated, final_obs (rows of the truncated envs only), finished episodes. The
               request *is* the trajectory: the learner already knows the actions it chose.
