@@ -54,9 +54,13 @@ def export(commit: str, bench: str, into: Path) -> Path:
 
 
 def import_error(tree: Path, module: str) -> str:
-    """The tail of the traceback of importing ``seedq.bench.<module>`` in ``tree``, or ''."""
+    """The tail of the traceback of importing ``seedq.bench.<module>`` in ``tree`` and
+    composing the default config through its ``common.py``, or ''. (An import alone passed
+    against 0ac3cd8 while every run then failed in ``compose``, on a name the base's cli
+    predates.)"""
+    check = f"import seedq.bench.{module}; from seedq.bench.common import compose; compose([])"
     run = subprocess.run(
-        [sys.executable, "-c", f"import seedq.bench.{module}"],
+        [sys.executable, "-c", check],
         cwd=tree,
         env=tree_env(tree),
         capture_output=True,

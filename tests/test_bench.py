@@ -347,9 +347,11 @@ def test_bench_against_names_a_bad_commit_and_an_unknown_metric():
 
 def test_bench_against_exports_a_base_older_than_the_benchs_helpers(tmp_path):
     # seedq/bench/learner.py imports scratch_dir from common.py since fc928c5: against a base
-    # before it (the 0ac3cd8 among them) the export failed with an ImportError.
+    # before it (the 0ac3cd8 among them) the export failed with an ImportError. Then
+    # common.py's compose took key_refusal from the cli (2026-12-02), which 0ac3cd8 predates:
+    # the export imported and every run failed; the export's check now composes a config.
     root = Path(__file__).resolve().parent.parent
-    base = "fc928c5~1"
+    base = "0ac3cd8"
     known = subprocess.run(
         ["git", "-C", str(root), "rev-parse", "--verify", "-q", base + "^{commit}"],
         capture_output=True,
@@ -365,6 +367,15 @@ def test_bench_against_exports_a_base_older_than_the_benchs_helpers(tmp_path):
     tree = against.export(base, "learner", tmp_path)
     assert against.import_error(tree, "learner") == ""
     assert "def scratch_dir" in (tree / "seedq" / "bench" / "common.py").read_text()
+    composed = subprocess.run(  # what each of the base's runs does first
+        [sys.executable, "-c", "from seedq.bench.common import compose; compose(['env=atari'])"],
+        cwd=tree,
+        env=against.tree_env(tree),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert composed.returncode == 0, composed.stderr[-1500:]
 
 
 def test_the_update_parts_probe_times_the_learners_own_update():

@@ -101,11 +101,15 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
 
-    from seedq.cli import key_refusal, to_config, whole_numbers
+    from seedq import cli
 
-    overrides = whole_numbers(list(overrides))
-    if refusal := key_refusal(overrides):
-        raise ConfigError(refusal)
+    # scripts/bench_against.py lays this file over older trees as the measuring code; a cli
+    # from before 2026-12-02 lacks these two checks of the overrides, and runs without them.
+    overrides = list(overrides)
+    if hasattr(cli, "key_refusal"):
+        overrides = cli.whole_numbers(overrides)
+        if refusal := cli.key_refusal(overrides):
+            raise ConfigError(refusal)
     register_configs()
     run_dir = run_dir or scratch_dir("seedq-bench-")
     try:
@@ -114,7 +118,7 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
     except HydraException as exc:
         raise ConfigError(str(exc)) from None
     size_run(cfg, overrides)
-    return to_config(cfg)
+    return cli.to_config(cfg)
 
 
 def frames_per_step(cfg: SeedqConfig) -> int:
