@@ -74,8 +74,10 @@ def test_cartpole_vtrace_learns_in_a_short_run(tmp_path):
     assert summary.return_mean >= 5 * RANDOM_CARTPOLE_RETURN, summary
 
 
-def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path):
-    train(tmp_path, "total_env_steps=5000", "log_interval_s=1", "actor.num_actors=1")
+def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path, caplog):
+    with caplog.at_level("WARNING"):
+        train(tmp_path, "total_env_steps=5000", "log_interval_s=1", "actor.num_actors=1")
+    assert not [r for r in caplog.records if "update" in r.getMessage()]  # it trained
     rows = metrics(tmp_path)
     assert (
         set(REQUIRED_COLUMNS) <= set(rows[0]),
@@ -83,6 +85,45 @@ def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path):
         len(list((tmp_path / "tb").glob("events.out.tfevents.*"))),
         len(list((tmp_path / "checkpoints").glob("ckpt-*.pt"))) == 1,
     ) == (True, True, 1, True)
+
+
+def test_a_budget_that_ends_before_the_first_update_is_told_at_the_start_and_the_end(
+    tmp_path, caplog
+):
+    # R2D2 trains once 200 sequences of 20 new steps are stored: 4,000 env steps at least.
+    # A 1,000-step run used to end "finished" and untrained, saying so nowhere.
+    with caplog.at_level("WARNING"):
+        summary = train(
+            tmp_path,
+            "algorithm=r2d2",
+            "total_env_steps=1000",
+            "log_interval_s=1",
+            "actor.num_actors=1",
+        )
+    assert summary.updates == 0
+    start, end = (
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "seedq.arch.base" and r.levelname == "WARNING"
+    )
+    assert start.startswith("total_env_steps=1000 ends before the first update: algorithm=r2d2")
+    assert "algorithm.replay_min_size=200 sequences" in start and "at least 4000" in start
+    assert "ended (total_env_steps) without a single update" in end
+
+
+def test_each_replay_agent_names_the_env_steps_before_its_first_update():
+    from seedq.agents.r2d2.agent import R2D2Agent
+    from seedq.agents.sac.agent import SACAgent
+    from seedq.agents.vtrace.agent import VTraceAgent
+
+    sac = SimpleNamespace(alg=SimpleNamespace(learning_starts=5000))
+    assert SACAgent.before_training(sac) == (
+        5000,
+        "its replay holds algorithm.learning_starts=5000 transitions",
+    )
+    r2d2 = SimpleNamespace(alg=SimpleNamespace(replay_min_size=50, sequence_length=80))
+    assert R2D2Agent.before_training(r2d2)[0] == 4000
+    assert VTraceAgent.before_training(SimpleNamespace()) is None  # its first batch decides
 
 
 def test_a_step_budget_stops_the_run_within_one_inference_batch_of_it(tmp_path):

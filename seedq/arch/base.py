@@ -356,6 +356,7 @@ class TrainingRun:
             self.describe(),
             self.run_dir,
         )
+        self._warn_of_no_training(stats.env_steps)
         # A resumed run's clock goes on from where it stopped.
         start = time.monotonic() - self.elapsed_before
         monitor = Monitor(self.monitor_config(), self.agent, stats, writer, start, curve=self.curve)
@@ -432,7 +433,30 @@ class TrainingRun:
                     exc,
                 )
         log.info("run finished (%s): %s", reason, summary)
+        if summary.updates == 0 and reason not in (STOPPED, "failed", ""):
+            log.warning(
+                "the run ended (%s) without a single update: it learned nothing. Raise "
+                "total_env_steps or max_minutes, or lower what training waits for (%s's "
+                "progress lines above say what that is)",
+                reason,
+                cfg.algorithm.name,
+            )
         return summary
+
+    def _warn_of_no_training(self, env_steps_done: int) -> None:
+        """A fresh run whose step budget ends before the agent's first update is told so at
+        its start, not by a finished run that learned nothing."""
+        before = self.agent.before_training()
+        total = self.cfg.total_env_steps
+        if env_steps_done == 0 and before is not None and total < before[0]:
+            log.warning(
+                "total_env_steps=%d ends before the first update: algorithm=%s trains once %s, "
+                "at least %d env steps; raise total_env_steps or lower that setting",
+                total,
+                self.cfg.algorithm.name,
+                before[1],
+                before[0],
+            )
 
     def _wind_down(
         self,

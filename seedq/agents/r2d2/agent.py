@@ -73,6 +73,14 @@ class R2D2Agent(ReplayAgent):
         # that bootstraps this one's last transition.
         return self.alg.burn_in + self.alg.sequence_length, self.alg.burn_in + 1
 
+    def before_training(self) -> tuple[int, str]:
+        # Each sequence after an env's first takes sequence_length new steps (the layout above).
+        alg = self.alg
+        return alg.replay_min_size * alg.sequence_length, (
+            f"its replay holds algorithm.replay_min_size={alg.replay_min_size} sequences of "
+            f"{alg.sequence_length} new steps each"
+        )
+
     def train_on(self, sample: Any) -> None:
         priorities = self.learner.train_step(sample)
         if priorities is not None:

@@ -65,6 +65,11 @@ class SACAgent(ReplayAgent):
     def extra_metrics(self) -> dict[str, Any]:
         return {"replay/size": len(self.replay), "replay/ratio": self.replay.limiter.replay_ratio()}
 
+    def before_training(self) -> tuple[int, str]:
+        # One transition per env step.
+        starts = self.alg.learning_starts
+        return starts, f"its replay holds algorithm.learning_starts={starts} transitions"
+
     def progress(self, row: dict[str, Any]) -> str:
         if row.get("loss/critic") is None:
             return f"replay {row['replay/size']} (training starts at {self.alg.learning_starts})"
