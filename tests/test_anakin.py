@@ -120,6 +120,15 @@ def test_unroll_rows_follow_the_learner_convention_and_truncations_bootstrap(tmp
     assert float(second.truncation_value[1:][~truncated].abs().sum()) == 0.0
 
 
+def test_a_budget_under_one_block_still_trains_and_is_not_warned_of(tmp_path, caplog):
+    # Anakin acts a block of every env and trains on it, past total_env_steps if need be:
+    # the warning of a budget that ends before the first update is not for it.
+    with caplog.at_level("WARNING"):
+        summary = anakin_run(tmp_path, "total_env_steps=100").run()
+    assert summary.updates > 0
+    assert not [r for r in caplog.records if "update" in r.getMessage()]
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("anakin")

@@ -87,18 +87,22 @@ def test_run_directory_holds_metrics_tensorboard_and_a_checkpoint(tmp_path, capl
     ) == (True, True, 1, True)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "needs"),
+    [
+        # R2D2 trains once 200 sequences of 20 new steps are stored: 4,000 env steps at least.
+        (["algorithm=r2d2"], "algorithm.replay_min_size=200 sequences of 20 new steps each"),
+        # CartPole's V-trace preset: a first batch of 32 unrolls of 20 steps.
+        ([], "its first batch holds 32 unrolls of 20 steps"),
+    ],
+)
 def test_a_budget_that_ends_before_the_first_update_is_told_at_the_start_and_the_end(
-    tmp_path, caplog
+    tmp_path, caplog, overrides, needs
 ):
-    # R2D2 trains once 200 sequences of 20 new steps are stored: 4,000 env steps at least.
-    # A 1,000-step run used to end "finished" and untrained, saying so nowhere.
+    # A 300-step run used to end "finished" and untrained, saying so nowhere.
     with caplog.at_level("WARNING"):
         summary = train(
-            tmp_path,
-            "algorithm=r2d2",
-            "total_env_steps=1000",
-            "log_interval_s=1",
-            "actor.num_actors=1",
+            tmp_path, *overrides, "total_env_steps=300", "log_interval_s=1", "actor.num_actors=1"
         )
     assert summary.updates == 0
     start, end = (
@@ -106,8 +110,8 @@ def test_a_budget_that_ends_before_the_first_update_is_told_at_the_start_and_the
         for r in caplog.records
         if r.name == "seedq.arch.base" and r.levelname == "WARNING"
     )
-    assert start.startswith("total_env_steps=1000 ends before the first update: algorithm=r2d2")
-    assert "algorithm.replay_min_size=200 sequences" in start and "at least 4000" in start
+    assert start.startswith("total_env_steps=300 ends before the first update: algorithm=")
+    assert needs in start and needs in end
     assert "ended (total_env_steps) without a single update" in end
 
 

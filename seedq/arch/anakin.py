@@ -120,5 +120,10 @@ class AnakinRun(TrainingRun):
     def _before_row(self) -> None:
         self._drain_episodes()
 
+    def _before_training(self) -> tuple[int, str]:
+        # Each block acts an unroll of every env and trains on it: a run that steps trains
+        # (it overshoots total_env_steps to the end of its first block).
+        return 0, f"a block of {self.unroll_length} steps of each env ends"
+
     def describe(self) -> str:
         return f"arch=anakin, {self.env.num_envs} tensor envs"

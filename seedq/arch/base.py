@@ -37,12 +37,14 @@ from typing import Any
 
 import torch
 
+from seedq.agents.config import batch_of_envs
 from seedq.agents.registry import build_agent
 from seedq.arch.monitor import Monitor, RunSummary
 from seedq.arch.resume import continue_metrics, recent_episodes
 from seedq.core.agent import RunContext
 from seedq.core.stats import EARLIER_STARTS, RunFault
 from seedq.exit_status import stop_signals_to
+from seedq.launch.sizing import trained_batch
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
 from seedq.learner.checkpoint_writer import CheckpointWriter
@@ -434,28 +436,45 @@ class TrainingRun:
                 )
         log.info("run finished (%s): %s", reason, summary)
         if summary.updates == 0 and reason not in (STOPPED, "failed", ""):
+            steps, what = self._before_training()
             log.warning(
-                "the run ended (%s) without a single update: it learned nothing. Raise "
-                "total_env_steps or max_minutes, or lower what training waits for (%s's "
-                "progress lines above say what that is)",
+                "the run ended (%s) without a single update: it learned nothing. "
+                "algorithm=%s trains once %s, at least %d env steps (and the time the update "
+                "takes); raise total_env_steps or max_minutes, or lower the settings named",
                 reason,
                 cfg.algorithm.name,
+                what,
+                steps,
             )
         return summary
+
+    def _before_training(self) -> tuple[int, str]:
+        """The env steps a fresh run takes at least before its first update, and what they
+        fill: the agent's replay minimum, or an on-policy algorithm's first batch."""
+        before = self.agent.before_training()
+        if before is not None:
+            return before
+        if batch_of_envs(self.cfg.algorithm):
+            columns, length = trained_batch(self.cfg)
+            return columns * length, (
+                f"its first batch holds {columns} unrolls of {length} steps "
+                "(algorithm.batch_size, algorithm.unroll_length)"
+            )
+        return 0, "it has its first batch"
 
     def _warn_of_no_training(self, env_steps_done: int) -> None:
         """A fresh run whose step budget ends before the agent's first update is told so at
         its start, not by a finished run that learned nothing."""
-        before = self.agent.before_training()
+        steps, what = self._before_training()
         total = self.cfg.total_env_steps
-        if env_steps_done == 0 and before is not None and total < before[0]:
+        if env_steps_done == 0 and total < steps:
             log.warning(
                 "total_env_steps=%d ends before the first update: algorithm=%s trains once %s, "
-                "at least %d env steps; raise total_env_steps or lower that setting",
+                "at least %d env steps; raise total_env_steps or lower the settings named",
                 total,
                 self.cfg.algorithm.name,
-                before[1],
-                before[0],
+                what,
+                steps,
             )
 
     def _wind_down(
