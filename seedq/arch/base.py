@@ -435,7 +435,7 @@ class TrainingRun:
                     exc,
                 )
         log.info("run finished (%s): %s", reason, summary)
-        if summary.updates == 0 and reason not in (STOPPED, "failed", ""):
+        if self.dist.is_writer and summary.updates == 0 and reason not in (STOPPED, "failed", ""):
             steps, what = self._before_training()
             log.warning(
                 "the run ended (%s) without a single update: it learned nothing. "
@@ -467,7 +467,7 @@ class TrainingRun:
         its start, not by a finished run that learned nothing."""
         steps, what = self._before_training()
         total = self.cfg.total_env_steps
-        if env_steps_done == 0 and total < steps:
+        if self.dist.is_writer and env_steps_done == 0 and total < steps:
             log.warning(
                 "total_env_steps=%d ends before the first update: algorithm=%s trains once %s, "
                 "at least %d env steps; raise total_env_steps or lower the settings named",
