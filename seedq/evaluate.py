@@ -2,7 +2,9 @@
 
     seedq-eval checkpoint=runs/2026-11-23/10-00-00_CartPole-v1 episodes=20 video=true
 
-``checkpoint`` is a checkpoint file or a run directory (its newest checkpoint). V-trace
+``checkpoint`` is a checkpoint file or a run directory (its newest checkpoint); an existing
+path given alone is taken as it (``seedq-eval RUN_DIR episodes=5``, as ``seedq-plot`` takes
+run directories). V-trace
 policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
 epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it); PPO and SAC policies
 sample from their Gaussian (``mode=greedy``: its mean, squashed into the bounds for SAC). With
@@ -404,10 +406,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sep and key.startswith("env.") and len(key) > 4:
             env_overrides[key[4:]] = yaml.safe_load(value) if value else value
             continue
+        if not sep and "checkpoint" not in args and os.path.exists(item):
+            args["checkpoint"] = item  # seedq-eval RUN_DIR: a path alone is the checkpoint
+            continue
         if not sep or key not in ARGUMENTS:
             print(
                 f"seedq-eval: {item!r} is not key=value with a key of {list(ARGUMENTS)} "
-                "or env.<key>",
+                "or env.<key>, nor an existing checkpoint file or run directory",
                 file=sys.stderr,
             )
             return 2

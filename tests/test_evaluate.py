@@ -57,8 +57,16 @@ def test_load_policy_acts_on_a_users_own_gymnasium_env(cartpole_run):
 def test_bad_arguments_and_missing_checkpoints_exit_2(tmp_path, capsys):
     assert main(["episodes=2"]) == 2
     assert main(["checkpoint", "x"]) == 2
+    assert "nor an existing checkpoint file or run directory" in capsys.readouterr().err
     assert main([f"checkpoint={tmp_path}"]) == 2
     assert "no checkpoint there" in capsys.readouterr().err
+    assert main([str(tmp_path)]) == 2  # an existing path alone is the checkpoint
+    assert "no checkpoint there" in capsys.readouterr().err
+
+
+def test_a_run_directory_given_alone_is_the_checkpoint(cartpole_run, capsys):
+    assert main([str(cartpole_run), "episodes=1", "seed=2"]) == 0
+    assert "1 episodes: return mean" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
