@@ -96,6 +96,40 @@ def test_the_batch_that_spends_the_step_budget_sets_the_stop_event():
     assert (stop.is_set(), stats.env_steps) == (True, 320)
 
 
+def test_a_batchs_steps_and_episodes_are_counted_in_one_moment():
+    # A checkpoint took env_steps after a batch had added its steps and before it had added
+    # its episodes: the episode log then held episodes at those steps the checkpoint did not
+    # count (149 logged against 147, tests/test_resume.py under load). And Sebulba's threads
+    # each add steps: a += outside the lock can lose another thread's.
+    from seedq.broker.batch import Episodes
+
+    stats = RunStats()
+    stats.record_batch(16, [Episodes(0, [1.0], [10])])
+    seen = []
+    with stats.lock:  # a reader in the middle of the next batch's counting
+        writer = threading.Thread(
+            target=stats.record_batch, args=(16, [Episodes(1, [2.0, 3.0], [11, 12])])
+        )
+        writer.start()
+        writer.join(timeout=0.2)
+        seen.append((stats.env_steps, stats.episodes))
+    writer.join()
+    assert seen == [(16, 1)] and stats.counts() == (32, 3)
+    logged = stats.drain_episodes()
+    steps, episodes = stats.counts()
+    assert len([e for e in logged if e[0] <= steps]) == episodes
+
+    threads = [
+        threading.Thread(target=lambda: [stats.record_batch(1, []) for _ in range(20000)])
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert stats.counts() == (32 + 80000, 3)
+
+
 def test_a_resumed_run_already_past_its_budget_is_stopped_at_once():
     stats, stop = RunStats(env_steps=5000), threading.Event()
     stats.stop_at(3000, stop)

@@ -201,7 +201,7 @@ class TrainingRun:
             begin = time.perf_counter()  # the pause of inference and training, not our wait
             agent_state = copy_tensors(self.agent.state_dict(), into=spare)
             run_stats = self.dist.run_stats(self.stats)  # summed over the learner ranks
-            counters = (run_stats.env_steps, run_stats.episodes, self.agent.stats.updates)
+            counters = (*run_stats.counts(), self.agent.stats.updates)
             held = time.perf_counter() - begin
         self.snapshots += 1
         self.snapshot_s += held

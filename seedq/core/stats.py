@@ -134,17 +134,25 @@ class RunStats:
 
     def record_batch(self, envs: int, steps: Iterable[Step]) -> None:
         """One inference batch answered: ``envs`` env steps, and the episodes its ``steps``
-        report finished (only the thread that answers batches calls this)."""
-        self.batches += 1
-        self.batch_envs += envs
-        self.env_steps += envs
-        self._check_budget()
+        report finished. Under the lock, all of it: Sebulba's threads call this at once (a
+        ``+=`` can lose another thread's), and a checkpoint reads the steps and the episodes
+        together (:meth:`counts`), never the steps of a batch without its episodes."""
         with self.lock:
+            self.batches += 1
+            self.batch_envs += envs
+            self.env_steps += envs
             for step in steps:
                 self.episodes += len(step.episode_returns)
                 self.recent_returns.extend(step.episode_returns)
                 self.recent_lengths.extend(step.episode_lengths)
                 self._unlog(step.episode_returns, step.episode_lengths)
+        self._check_budget()
+
+    def counts(self) -> tuple[int, int]:
+        """``(env_steps, episodes)`` of one moment: every episode logged at or before those
+        env steps is among those episodes."""
+        with self.lock:
+            return self.env_steps, self.episodes
 
     def record_episodes(self, count: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         """``count`` finished episodes, the most recent of which have these returns/lengths."""
