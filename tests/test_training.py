@@ -115,7 +115,7 @@ def test_a_budget_that_ends_before_the_first_update_is_told_at_the_start_and_the
     assert "ended (total_env_steps) without a single update" in end
 
 
-def test_each_replay_agent_names_the_env_steps_before_its_first_update():
+def test_each_agent_names_the_env_steps_before_its_first_update():
     from seedq.agents.r2d2.agent import R2D2Agent
     from seedq.agents.sac.agent import SACAgent
     from seedq.agents.vtrace.agent import VTraceAgent
@@ -127,7 +127,8 @@ def test_each_replay_agent_names_the_env_steps_before_its_first_update():
     )
     r2d2 = SimpleNamespace(alg=SimpleNamespace(replay_min_size=50, sequence_length=80))
     assert R2D2Agent.before_training(r2d2)[0] == 4000
-    assert VTraceAgent.before_training(SimpleNamespace()) is None  # its first batch decides
+    vtrace = SimpleNamespace(alg=SimpleNamespace(batch_size=16, unroll_length=32))
+    assert VTraceAgent.before_training(vtrace)[0] == 512  # its first batch
 
 
 def test_a_step_budget_stops_the_run_within_one_inference_batch_of_it(tmp_path):

@@ -37,14 +37,12 @@ from typing import Any
 
 import torch
 
-from seedq.agents.config import batch_of_envs
 from seedq.agents.registry import build_agent
 from seedq.arch.monitor import Monitor, RunSummary
 from seedq.arch.resume import continue_metrics, recent_episodes
 from seedq.core.agent import RunContext
 from seedq.core.stats import EARLIER_STARTS, RunFault
 from seedq.exit_status import stop_signals_to
-from seedq.launch.sizing import trained_batch
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
 from seedq.learner.checkpoint_writer import CheckpointWriter
@@ -435,7 +433,7 @@ class TrainingRun:
                     exc,
                 )
         log.info("run finished (%s): %s", reason, summary)
-        if self.dist.is_writer and summary.updates == 0 and reason not in (STOPPED, "failed", ""):
+        if self.dist.is_writer and summary.updates == 0 and reason != STOPPED:
             steps, what = self._before_training()
             log.warning(
                 "the run ended (%s) without a single update: it learned nothing. "
@@ -450,17 +448,8 @@ class TrainingRun:
 
     def _before_training(self) -> tuple[int, str]:
         """The env steps a fresh run takes at least before its first update, and what they
-        fill: the agent's replay minimum, or an on-policy algorithm's first batch."""
-        before = self.agent.before_training()
-        if before is not None:
-            return before
-        if batch_of_envs(self.cfg.algorithm):
-            columns, length = trained_batch(self.cfg)
-            return columns * length, (
-                f"its first batch holds {columns} unrolls of {length} steps "
-                "(algorithm.batch_size, algorithm.unroll_length)"
-            )
-        return 0, "it has its first batch"
+        fill (the agent says; an architecture that always trains says 0)."""
+        return self.agent.before_training()
 
     def _warn_of_no_training(self, env_steps_done: int) -> None:
         """A fresh run whose step budget ends before the agent's first update is told so at

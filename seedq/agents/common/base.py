@@ -129,10 +129,10 @@ class AgentBase(ABC):
     def judged_returns(self, returns: list[float]) -> list[float]:
         return returns
 
-    def before_training(self) -> tuple[int, str] | None:
+    def before_training(self) -> tuple[int, str]:
         """The env steps a fresh run takes at least before its first update, with what fills
-        in that time (a replay's minimum size), or None where the first batch decides."""
-        return None
+        in that time (a replay's minimum size, an on-policy batch)."""
+        return 0, "it has its first batch"
 
     def training_loop(self, take: Callable[[], Item | None], train: Callable[[Item], None]) -> None:
         """The training thread: ``take()`` the next item (None: nothing yet, look again) and

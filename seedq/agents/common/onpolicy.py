@@ -196,6 +196,14 @@ class OnPolicyAgent(AgentBase):
         # Central inference writes each training batch at once; the assembler passes it on.
         return int(self.alg.batch_size)
 
+    def before_training(self) -> tuple[int, str]:
+        # The run's sized batch (batch_size 0 is one unroll of every env by now).
+        columns, length = int(self.alg.batch_size), int(self.alg.unroll_length)
+        return columns * length, (
+            f"its first batch holds {columns} unrolls of {length} steps "
+            "(algorithm.batch_size, algorithm.unroll_length)"
+        )
+
     def on_unroll(self, unroll: Unroll) -> None:
         stop = self.ctx.stop
         for batch in self.assembler.add(unroll):
