@@ -19,7 +19,8 @@ above ``--threshold``, and the final return, and writes them as one section of
 ``benchmarks/RESULTS.md``, replacing that env's previous section and keeping the others.
 
 Internal mode (the script runs it under the Sample Factory venv for Atari):
-``python bench_vs_sample_factory.py --sf-train-atari SF_ARGS...``. ``--build-sf-venv`` alone
+``python bench_vs_sample_factory.py --sf-train-atari [--sticky=P] SF_ARGS...`` (``--sticky``:
+ALE's sticky actions, as the ALE/*-v5 ids have them). ``--build-sf-venv`` alone
 builds (or reuses) the Sample Factory venv and prints its Python, for runs outside the bench.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -52,6 +54,8 @@ SF_ATARI_MODE = "--sf-train-atari"
 # ``python bench_vs_sample_factory.py --build-sf-venv``: build (or reuse) the venv, print its
 # Python and exit, for runs of Sample Factory outside the bench (docs/results.md).
 BUILD_VENV_MODE = "--build-sf-venv"
+# ``--sf-train-atari --sticky=0.25 ...``: the game with ALE/*-v5's sticky actions.
+STICKY_ARG = "--sticky="
 DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "seedq/sf-venv"
 SF_VERSION = "2.1.1"
 # ale-py 0.9.1 is the newest that still runs on gymnasium 0.29 and ships the ROMs in its wheel.
@@ -243,17 +247,41 @@ def sf_venv_versions(venv: Path) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def _make_atari_env(env_name, cfg, env_config, render_mode=None):
+def _make_atari_env(env_name, cfg, env_config, render_mode=None, sticky=0.0):
     """Sample Factory's Atari env factory, with ale-py imported first.
 
     ale-py >= 0.9 registers the ALE ids with gymnasium only when it is imported, and Sample
     Factory's spawned workers never import it; the workers unpickle this function as
     ``__main__._make_atari_env``, which re-imports this file (spawn start method).
+
+    ``sticky`` > 0 gives the NoFrameskip-v4 game ALE's sticky actions (each emulator frame
+    repeats the previous action with that probability, as ALE/*-v5's 0.25 does): Sample
+    Factory's factory has no key for it, so the id's registered kwargs carry it, in this
+    process only.
     """
     import ale_py  # noqa: F401
-    from sf_examples.atari.atari_utils import make_atari_env
+    import gymnasium as gym
+    from sf_examples.atari.atari_utils import atari_env_by_name, make_atari_env
 
+    if sticky:
+        gym.spec(atari_env_by_name(env_name).env_id).kwargs["repeat_action_probability"] = sticky
     return make_atari_env(env_name, cfg, env_config, render_mode=render_mode)
+
+
+def split_sticky(sf_args: Sequence[str]) -> tuple[float, list[str]]:
+    """Our ``--sticky=P`` (ALE's sticky actions) out of Sample Factory's own arguments."""
+    sticky, rest = 0.0, []
+    for arg in sf_args:
+        if not arg.startswith(STICKY_ARG):
+            rest.append(arg)
+            continue
+        try:
+            sticky = float(arg[len(STICKY_ARG) :])
+        except ValueError:
+            sticky = math.nan
+        if not 0.0 <= sticky < 1.0:
+            raise SystemExit(f"{arg}: the sticky-action probability is a number in [0, 1)")
+    return sticky, rest
 
 
 def sf_train_atari(sf_args: Sequence[str]) -> int:
@@ -263,9 +291,11 @@ def sf_train_atari(sf_args: Sequence[str]) -> int:
     from sf_examples.atari.atari_utils import ATARI_ENVS
     from sf_examples.atari.train_atari import parse_atari_args
 
+    sticky, rest = split_sticky(sf_args)
+    factory = functools.partial(_make_atari_env, sticky=sticky) if sticky else _make_atari_env
     for spec in ATARI_ENVS:
-        register_env(spec.name, _make_atari_env)
-    return run_rl(parse_atari_args(list(sf_args)))
+        register_env(spec.name, factory)
+    return run_rl(parse_atari_args(rest))
 
 
 # --------------------------------------------------------------------------------------------

@@ -168,3 +168,17 @@ def test_build_sf_venv_builds_the_default_venv_and_prints_its_python(monkeypatch
     assert bench.main([bench.BUILD_VENV_MODE]) == 0
     assert built == [bench.DEFAULT_VENV]
     assert capsys.readouterr().out.strip() == str(bench.venv_python(bench.DEFAULT_VENV))
+
+
+def test_sticky_is_taken_out_of_sample_factorys_arguments():
+    assert bench.split_sticky(["--env=atari_pong", "--sticky=0.25", "--seed=1"]) == (
+        0.25,
+        ["--env=atari_pong", "--seed=1"],
+    )
+    assert bench.split_sticky(["--env=atari_pong"]) == (0.0, ["--env=atari_pong"])
+
+
+@pytest.mark.parametrize("value", ["1.0", "-0.1", "nan", "a quarter", ""])
+def test_a_sticky_probability_outside_0_1_is_refused_by_name(value):
+    with pytest.raises(SystemExit, match=f"--sticky={value}: the sticky-action probability"):
+        bench.split_sticky([f"--sticky={value}"])
