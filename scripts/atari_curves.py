@@ -14,6 +14,10 @@ says what it would on a GPU machine (only the wall time differs).
     python scripts/atari_curves.py table runs/curves/* --plot curves.png
     # and the value at frame marks: the return, and the policy entropy (nats) around each
     python scripts/atari_curves.py table runs/pong/* --marks 0.4e6 0.6e6 0.8e6 1e6 --scalar entropy
+    # published curves with sticky actions at the same frame marks: Dopamine's baselines
+    # (baselines/atari/data/GAME.json in github.com/google/dopamine; the first 30 M frames of
+    # Pong's, Breakout's and BeamRider's are in docs/results/dopamine_sticky_baselines.csv)
+    python scripts/atari_curves.py published docs/results/dopamine_sticky_baselines.csv
 
 The table gives, per run, the 100-episode mean return at the budget, the mean of its last
 ``--last`` episodes (from the run's ``episodes.csv``; a 100-episode window of a fast learner
@@ -377,6 +381,119 @@ def plot(runs: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
+# Dopamine's published baselines (github.com/google/dopamine, baselines/atari/data/GAME.json,
+# Apache 2.0): five runs of each agent with sticky actions (0.25, Machado et al.'s protocol, as
+# ALE/*-v5 has them), each value the mean return of the training episodes of one iteration of
+# 250 k agent steps = 1 M frames. Iteration i covers frames [i, i + 1) M and is read at its end.
+DOPAMINE_FRAMES_PER_ITERATION = 1_000_000
+DOPAMINE_CSV_HEADER = ["game", "agent", "run", "iteration", "frames", "return"]
+
+
+def read_dopamine(path: Path) -> list[dict]:
+    """The runs of a Dopamine baseline file (its JSON, or the CSV ``published --csv`` wrote):
+    one dict per run with its game, agent, run index and ``{iteration: return}``.
+
+    In the JSON each agent's runs follow one another; a run starts where the iteration does
+    not rise.
+    """
+    runs: list[dict] = []
+    if path.suffix == ".csv":
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                key = (row["game"], row["agent"], int(row["run"]))
+                if not runs or (runs[-1]["game"], runs[-1]["agent"], runs[-1]["run"]) != key:
+                    runs.append({"game": key[0], "agent": key[1], "run": key[2], "returns": {}})
+                runs[-1]["returns"][int(row["iteration"])] = float(row["return"])
+        return runs
+    import json
+
+    game = game_name(path.stem)
+    last: dict[str, dict] = {}
+    for row in json.loads(path.read_text()):
+        agent, iteration = str(row["Agent"]), int(row["Iteration"])
+        current = last.get(agent)
+        if current is None or iteration <= max(current["returns"]):
+            count = sum(r["agent"] == agent for r in runs)
+            current = {"game": game, "agent": agent, "run": count, "returns": {}}
+            runs.append(current)
+            last[agent] = current
+        current["returns"][iteration] = float(row["Value"])
+    return runs
+
+
+def game_name(stem: str) -> str:
+    """Dopamine's file stem (``pong``, ``beam_rider``) as ALE's game name (``Pong``,
+    ``BeamRider``) where a milestone table knows it."""
+    flat = stem.replace("_", "").lower()
+    known = {name.lower(): name for name in MILESTONES}
+    return known.get(flat, stem)
+
+
+def dopamine_at(run: dict, frames: float) -> float | None:
+    """The run's return at the last iteration that ended at or before ``frames``."""
+    ended = int(frames // DOPAMINE_FRAMES_PER_ITERATION) - 1
+    done = [i for i in run["returns"] if i <= ended]
+    return run["returns"][max(done)] if done else None
+
+
+def dopamine_first(run: dict, score: float) -> int | None:
+    """The frames at the end of the first iteration whose return reached ``score``."""
+    for i in sorted(run["returns"]):
+        if run["returns"][i] >= score:
+            return (i + 1) * DOPAMINE_FRAMES_PER_ITERATION
+    return None
+
+
+def published_table(runs: list[dict], marks: list[float]) -> str:
+    """Per game and agent: the runs' mean (min to max) at each mark, and for each milestone of
+    the game how many runs reached it by the last mark, with the frames of each that did."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        by_key.setdefault((run["game"], run["agent"]), []).append(run)
+    budget = max(marks)
+    head = ["game", "agent", "runs", *(f"{m / 1e6:g} M" for m in marks), f"by {budget / 1e6:g} M"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * len(marks) + "---|"]
+    for (game, agent), group in by_key.items():
+        cells = []
+        for mark in marks:
+            values = [v for r in group if (v := dopamine_at(r, mark)) is not None]
+            cells.append(
+                f"{sum(values) / len(values):+.1f} ({min(values):+.1f} to {max(values):+.1f})"
+                if values
+                else "-"
+            )
+        reached = []
+        for score in MILESTONES.get(game, DEFAULT_MILESTONES):
+            firsts = sorted(f for r in group if (f := dopamine_first(r, score)) is not None)
+            within = [f for f in firsts if f <= budget]
+            later = f"; next {firsts[len(within)] / 1e6:g} M" if len(firsts) > len(within) else ""
+            at = ", ".join(f"{f / 1e6:g}" for f in within)
+            reached.append(
+                f"{score:g}: {len(within)}/{len(group)}" + (f" ({at} M)" if at else "") + later
+            )
+        lines.append(
+            f"| {game} | {agent} | {len(group)} | "
+            + " | ".join(cells)
+            + " | "
+            + "; ".join(reached)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def write_dopamine_csv(runs: list[dict], out: Path, iterations: int) -> None:
+    with open(out, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(DOPAMINE_CSV_HEADER)
+        for run in runs:
+            for i in sorted(run["returns"]):
+                if i < iterations:
+                    frames = (i + 1) * DOPAMINE_FRAMES_PER_ITERATION
+                    writer.writerow(
+                        [run["game"], run["agent"], run["run"], i, frames, run["returns"][i]]
+                    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -399,6 +516,18 @@ def main(argv: list[str] | None = None) -> int:
         default=0.01,
         help="of bare metrics CSVs, to read 'entropy' (run directories: theirs; presets: 0.01)",
     )
+    pub = sub.add_parser(
+        "published",
+        help="read Dopamine's published sticky-action curves (its baselines/atari/data/GAME.json)",
+    )
+    pub.add_argument("files", nargs="+", type=Path, help="Dopamine JSON files, or a --csv of them")
+    pub.add_argument(
+        "--marks", type=float, nargs="+", default=[2e6, 4e6, 6e6, 8e6, 10e6], help="frames"
+    )
+    pub.add_argument(
+        "--csv", type=Path, default=None, help="also write the runs' first --iterations rows here"
+    )
+    pub.add_argument("--iterations", type=int, default=30)
     for sub_parser in (run, tab):
         sub_parser.add_argument(
             "--last", type=int, default=20, help="episodes in the last-episodes column"
@@ -424,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
             help="the runs' envs: also give the games played around each mark",
         )
     args = parser.parse_args(argv)
+    if args.command == "published":
+        return published(args, parser)
     if args.scalar and not args.marks:
         parser.error("--scalar needs --marks")
     if args.window <= 0:
@@ -466,6 +597,30 @@ def main(argv: list[str] | None = None) -> int:
     if plot_path is not None:
         plot(runs, plot_path)
         print(f"wrote {plot_path}")
+    return 0
+
+
+def published(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        parser.error(
+            f"no such file: {', '.join(missing)} (Dopamine's curves are "
+            "baselines/atari/data/GAME.json in github.com/google/dopamine)"
+        )
+    if any(m < DOPAMINE_FRAMES_PER_ITERATION for m in args.marks):
+        parser.error("--marks: Dopamine's first iteration ends at 1 M frames")
+    runs = []
+    for path in args.files:
+        try:
+            runs += read_dopamine(path)
+        except (ValueError, KeyError, TypeError) as err:
+            parser.error(f"{path}: not a Dopamine baseline file nor its --csv ({err!r})")
+    if not runs:
+        parser.error("no runs in " + ", ".join(map(str, args.files)))
+    print(published_table(runs, sorted(args.marks)))
+    if args.csv is not None:
+        write_dopamine_csv(runs, args.csv, args.iterations)
+        print(f"wrote {args.csv}")
     return 0
 
 

@@ -313,3 +313,101 @@ def test_another_systems_curve_reads_beside_seedqs_at_the_marks(curves, tmp_path
     run = curves.read_run(sf)
     assert run["frames"] == [501_760, 1_003_520]
     assert run["game"] == "Pong" and run["episode_returns"] is None
+
+
+def dopamine_json(path: Path, runs: dict[str, list[list[float]]]) -> Path:
+    """A Dopamine baseline file: each agent's runs one after another, iterations from 0."""
+    import json
+
+    rows = [
+        {"Iteration": i, "Value": value, "Agent": agent}
+        for agent, agent_runs in runs.items()
+        for run in agent_runs
+        for i, value in enumerate(run)
+    ]
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def test_published_reads_each_dopamine_run_at_the_iteration_ending_by_each_mark(
+    curves, tmp_path, capsys
+):
+    """Iteration i covers frames [i, i + 1) M: a mark reads the last iteration that ended by it,
+    and a score is first reached at the end of the iteration that reached it."""
+    pong = dopamine_json(
+        tmp_path / "pong.json",
+        {
+            "IQN": [[-21.0, -10.0, 5.0, 18.5], [-20.0, -12.0, 9.0, 17.0]],
+            "DQN": [[-21.0, -21.0, -20.0, -19.0]],
+        },
+    )
+    assert curves.main(["published", str(pong), "--marks", "2e6", "3.5e6", "4e6"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "| Pong | IQN | 2 | -11.0 (-12.0 to -10.0) | +7.0 (+5.0 to +9.0) | +17.8 (+17.0 to +18.5) |"
+        in out
+    )
+    assert "0: 2/2 (3, 3 M); 10: 2/2 (4, 4 M); 18: 1/2 (4 M); 20: 0/2 |" in out
+    assert "| Pong | DQN | 1 | -21.0 (-21.0 to -21.0) | -20.0 (-20.0 to -20.0) |" in out
+    runs = curves.read_dopamine(pong)
+    assert [(r["agent"], r["run"]) for r in runs] == [("IQN", 0), ("IQN", 1), ("DQN", 0)]
+    assert curves.dopamine_at(runs[0], 0.9e6) is None
+    assert curves.dopamine_first(runs[1], 9.0) == 3_000_000
+
+
+def test_published_says_when_a_run_reached_a_score_after_the_marks(curves, tmp_path, capsys):
+    pong = dopamine_json(tmp_path / "pong.json", {"Rainbow": [[-20.0, 0.0, 12.0, 19.0]]})
+    assert curves.main(["published", str(pong), "--marks", "2e6"]) == 0
+    assert (
+        "0: 1/1 (2 M); 10: 0/1; next 3 M; 18: 0/1; next 4 M; 20: 0/1 |" in capsys.readouterr().out
+    )
+
+
+def test_published_csv_keeps_the_first_iterations_and_reads_back_the_same(curves, tmp_path, capsys):
+    breakout = dopamine_json(
+        tmp_path / "breakout.json",
+        {"C51": [[2.0, 11.0, 60.0, 120.0], [3.0, 9.0, 40.0, 90.0]], "IQN": [[5.0, 30.0, 101.0]]},
+    )
+    whole, first3 = tmp_path / "whole.csv", tmp_path / "first3.csv"
+    marks = ["--marks", "1e6", "2e6", "3e6"]
+    assert curves.main(["published", str(breakout), *marks, "--csv", str(whole)]) == 0
+    from_json = capsys.readouterr().out.split("wrote")[0]
+    assert curves.main(["published", str(whole), *marks]) == 0
+    assert capsys.readouterr().out == from_json
+    args = ["published", str(breakout), "--csv", str(first3), "--iterations", "3"]
+    assert curves.main(args) == 0
+    rows = list(csv.DictReader(open(first3)))
+    assert max(int(r["iteration"]) for r in rows) == 2 and len(rows) == 3 + 3 + 3
+    assert rows[0] == {
+        "game": "Breakout",
+        "agent": "C51",
+        "run": "0",
+        "iteration": "0",
+        "frames": "1000000",
+        "return": "2.0",
+    }
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (None, "no such file"),
+        ('[{"Iteration": 0, "Agent": "DQN"}]', "not a Dopamine baseline file"),
+        ("[]", "no runs in"),
+    ],
+)
+def test_published_refuses_what_is_not_a_dopamine_file(curves, tmp_path, capsys, content, says):
+    path = tmp_path / "pong.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        curves.main(["published", str(path)])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_published_marks_start_at_dopamines_first_iteration(curves, tmp_path, capsys):
+    pong = dopamine_json(tmp_path / "pong.json", {"DQN": [[-21.0]]})
+    with pytest.raises(SystemExit):
+        curves.main(["published", str(pong), "--marks", "0.5e6"])
+    assert "first iteration ends at 1 M frames" in capsys.readouterr().err
