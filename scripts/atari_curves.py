@@ -481,6 +481,53 @@ def published_table(runs: list[dict], marks: list[float]) -> str:
     return "\n".join(lines)
 
 
+def plot_published(published: list[dict], beside: list[dict], out: Path, frames: float) -> None:
+    """Per game: each published agent's mean over its runs, its runs' range shaded, up to
+    ``frames``, with the ``beside`` runs (seedq's) of the same game drawn over them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = list(dict.fromkeys(r["game"] for r in published))
+    fig, axes = plt.subplots(1, len(games), figsize=(6 * len(games), 4.2), squeeze=False)
+    for ax, game in zip(axes[0], games, strict=True):
+        agents: dict[str, list[dict]] = {}
+        for run in published:
+            if run["game"] == game:
+                agents.setdefault(run["agent"], []).append(run)
+        for agent, group in agents.items():
+            ends = sorted({i for r in group for i in r["returns"]})
+            ends = [i for i in ends if (i + 1) * DOPAMINE_FRAMES_PER_ITERATION <= frames]
+            columns = [[r["returns"][i] for r in group if i in r["returns"]] for i in ends]
+            xs = [(i + 1) * DOPAMINE_FRAMES_PER_ITERATION / 1e6 for i in ends]
+            (line,) = ax.plot(
+                xs, [sum(c) / len(c) for c in columns], lw=1, ls="--", label=f"Dopamine {agent}"
+            )
+            ax.fill_between(
+                xs,
+                [min(c) for c in columns],
+                [max(c) for c in columns],
+                color=line.get_color(),
+                alpha=0.12,
+            )
+        for run in beside:
+            if run["game"] != game:
+                continue
+            points = [(f / 1e6, v) for f, v in zip(run["frames"], run["returns"], strict=True)]
+            points = [(x, v) for x, v in points if x <= frames / 1e6]
+            label = run.get("label") or run["dir"].name
+            ax.plot([x for x, _ in points], [v for _, v in points], lw=2, label=f"seedq {label}")
+        ax.set_title(f"{game}, sticky actions 0.25")
+        ax.set_xlabel("frames (M)")
+        ax.set_ylabel("mean return (Dopamine: each 1 M frames; seedq: 100 episodes)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 def write_dopamine_csv(runs: list[dict], out: Path, iterations: int) -> None:
     with open(out, "w", newline="") as f:
         writer = csv.writer(f)
@@ -528,6 +575,16 @@ def main(argv: list[str] | None = None) -> int:
         "--csv", type=Path, default=None, help="also write the runs' first --iterations rows here"
     )
     pub.add_argument("--iterations", type=int, default=30)
+    pub.add_argument("--plot", type=Path, default=None, help="draw the curves to the marks' end")
+    pub.add_argument(
+        "--beside",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="RUN",
+        help="seedq runs (directories or metrics CSVs) to draw over the published curves",
+    )
+    pub.add_argument("--agents", nargs="+", default=None, help="only these agents")
     for sub_parser in (run, tab):
         sub_parser.add_argument(
             "--last", type=int, default=20, help="episodes in the last-episodes column"
@@ -615,12 +672,26 @@ def published(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             runs += read_dopamine(path)
         except (ValueError, KeyError, TypeError) as err:
             parser.error(f"{path}: not a Dopamine baseline file nor its --csv ({err!r})")
+    if args.agents is not None:
+        unknown = sorted(set(args.agents) - {r["agent"] for r in runs})
+        if unknown:
+            known = sorted({r["agent"] for r in runs})
+            parser.error(f"--agents: no runs of {unknown}; the files have {known}")
+        runs = [r for r in runs if r["agent"] in args.agents]
     if not runs:
         parser.error("no runs in " + ", ".join(map(str, args.files)))
+    if args.beside and args.plot is None:
+        parser.error("--beside needs --plot")
+    missing = [str(b) for b in args.beside if not b.is_file() and not (b / "metrics.csv").exists()]
+    if missing:
+        parser.error(f"--beside: no metrics.csv in {', '.join(missing)}")
     print(published_table(runs, sorted(args.marks)))
     if args.csv is not None:
         write_dopamine_csv(runs, args.csv, args.iterations)
         print(f"wrote {args.csv}")
+    if args.plot is not None:
+        plot_published(runs, [read_run(b) for b in args.beside], args.plot, max(args.marks))
+        print(f"wrote {args.plot}")
     return 0
 
 

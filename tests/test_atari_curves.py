@@ -411,3 +411,56 @@ def test_published_marks_start_at_dopamines_first_iteration(curves, tmp_path, ca
     with pytest.raises(SystemExit):
         curves.main(["published", str(pong), "--marks", "0.5e6"])
     assert "first iteration ends at 1 M frames" in capsys.readouterr().err
+
+
+def test_published_draws_the_agents_chosen_with_seedqs_runs_of_each_game(
+    curves, tmp_path, capsys, monkeypatch
+):
+    """--agents keeps those agents (in the table and the plot); --beside draws seedq's runs
+    over the published curves of their own game, up to the last mark."""
+    pong = dopamine_json(
+        tmp_path / "pong.json",
+        {"IQN": [[-20.0, -5.0, 10.0]], "DQN": [[-21.0, -20.0, -19.0]], "C51": [[-21.0] * 3]},
+    )
+    seedq = write_metrics(
+        tmp_path / "vtrace_pong_sticky_seed0_metrics.csv",
+        [(250_000, -10.0, -0.01), (500_000, 2.0, -0.01), (900_000, 12.0, -0.01)],
+    )
+    drawn = {}
+    monkeypatch.setattr(curves, "plot_published", lambda *a: drawn.setdefault("args", a))
+    out = tmp_path / "pub.png"
+    args = ["published", str(pong), "--marks", "2e6", "3e6", "--agents", "IQN", "DQN"]
+    assert curves.main([*args, "--plot", str(out), "--beside", str(seedq)]) == 0
+    table = capsys.readouterr().out
+    assert "| Pong | IQN |" in table and "| Pong | DQN |" in table and "C51" not in table
+    published, beside, path, frames = drawn["args"]
+    assert {r["agent"] for r in published} == {"IQN", "DQN"}
+    assert [r["game"] for r in beside] == ["Pong"] and beside[0]["frames"][-1] == 3_600_000
+    assert path == out and frames == 3e6
+
+
+def test_published_plot_writes_a_figure(curves, tmp_path):
+    pytest.importorskip("matplotlib")
+    pong = dopamine_json(tmp_path / "pong.json", {"IQN": [[-20.0, -5.0, 10.0], [-19.0, 0.0, 12.0]]})
+    seedq = write_metrics(tmp_path / "pong_metrics.csv", [(250_000, -10.0, -0.01)])
+    out = tmp_path / "pub.png"
+    assert curves.main(["published", str(pong), "--plot", str(out), "--beside", str(seedq)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--agents", "Rainbow"], "--agents: no runs of ['Rainbow']; the files have ['IQN']"),
+        (["--beside", "nowhere"], "--beside needs --plot"),
+        (["--plot", "p.png", "--beside", "nowhere"], "--beside: no metrics.csv in nowhere"),
+    ],
+)
+def test_published_refuses_unknown_agents_and_runs_it_cannot_draw(
+    curves, tmp_path, capsys, monkeypatch, extra, says
+):
+    monkeypatch.chdir(tmp_path)
+    pong = dopamine_json(tmp_path / "pong.json", {"IQN": [[-20.0]]})
+    with pytest.raises(SystemExit):
+        curves.main(["published", str(pong), *extra])
+    assert says in capsys.readouterr().err
