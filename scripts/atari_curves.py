@@ -63,10 +63,12 @@ DEFAULT_MILESTONES = (0.0, 100.0, 1000.0)
 # (docs.cleanrl.dev, "PPO", Atari: 10 M agent steps = 40 M frames, sticky actions off
 # (NoFrameskip-v4), the mean episodic return at the end of training over 3 seeds): four times a
 # 10 M-frame run's frames, so a ceiling to read the curve against, not a score at its budget.
+# Dopamine's (its baselines, sticky actions 0.25, five runs per agent; `published` below reads
+# them at any mark): the best agent's mean at 10 M frames, the v5 games' own protocol.
 ANCHORS = {
-    "Pong": "CleanRL PPO 20.36 ± 0.20 at 40 M",
-    "Breakout": "CleanRL PPO 414.66 ± 28.09 at 40 M",
-    "BeamRider": "CleanRL PPO 1915.93 ± 484.58 at 40 M",
+    "Pong": "CleanRL PPO 20.36 ± 0.20 at 40 M; sticky: Dopamine IQN +15.2 at 10 M",
+    "Breakout": "CleanRL PPO 414.66 ± 28.09 at 40 M; sticky: Dopamine IQN +102.7 at 10 M",
+    "BeamRider": "CleanRL PPO 1915.93 ± 484.58 at 40 M; sticky: Dopamine Rainbow +5983 at 10 M",
 }
 
 

@@ -64,7 +64,9 @@ def test_the_table_gives_frames_to_each_score_in_the_runs_own_frame_skip(curves,
     assert "| Breakout | vtrace | 0.25 | 4.00 M | 60.0 |" in breakout_row
     assert "10: 2.00 M, 50: 4.00 M, 100: -" in breakout_row
     # Each game beside its published anchor, a game without one marked so.
-    assert breakout_row.endswith("| CleanRL PPO 414.66 ± 28.09 at 40 M |")
+    assert breakout_row.endswith(
+        "| CleanRL PPO 414.66 ± 28.09 at 40 M; sticky: Dopamine IQN +102.7 at 10 M |"
+    )
     other = fake_run(tmp_path / "other", {"id": "ALE/Tennis-v5"}, [(100_000, -1.0)])
     assert curves.table([curves.read_run(other)]).endswith("| 0: -, 100: -, 1000: - | - |")
 
