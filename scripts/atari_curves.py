@@ -666,6 +666,8 @@ def published(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             f"no such file: {', '.join(missing)} (Dopamine's curves are "
             "baselines/atari/data/GAME.json in github.com/google/dopamine)"
         )
+    if args.iterations < 1:
+        parser.error(f"--iterations must be 1 or more, not {args.iterations}")
     if any(m < DOPAMINE_FRAMES_PER_ITERATION for m in args.marks):
         parser.error("--marks: Dopamine's first iteration ends at 1 M frames")
     runs = []

@@ -456,6 +456,7 @@ def test_published_plot_writes_a_figure(curves, tmp_path):
         (["--agents", "Rainbow"], "--agents: no runs of ['Rainbow']; the files have ['IQN']"),
         (["--beside", "nowhere"], "--beside needs --plot"),
         (["--plot", "p.png", "--beside", "nowhere"], "--beside: no metrics.csv in nowhere"),
+        (["--csv", "out.csv", "--iterations", "0"], "--iterations must be 1 or more, not 0"),
     ],
 )
 def test_published_refuses_unknown_agents_and_runs_it_cannot_draw(
