@@ -125,6 +125,11 @@ def launch(cmd: list[str]) -> int:
         return process.wait()
 
 
+def without_metrics(paths: list[Path]) -> list[Path]:
+    """The paths that are neither a metrics CSV nor a run directory holding one."""
+    return [p for p in paths if not p.is_file() and not (p / "metrics.csv").exists()]
+
+
 def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> dict:
     """A run directory as seedq-train leaves it, or a bare ``*_metrics.csv`` (as
     docs/results keeps them, beside their ``*_episodes.csv``), which has no config: its game
@@ -410,16 +415,18 @@ def read_dopamine(path: Path) -> list[dict]:
     import json
 
     game = game_name(path.stem)
-    last: dict[str, dict] = {}
+    last: dict[str, dict] = {}  # each agent's run being read
     for row in json.loads(path.read_text()):
         agent, iteration = str(row["Agent"]), int(row["Iteration"])
         current = last.get(agent)
-        if current is None or iteration <= max(current["returns"]):
-            count = sum(r["agent"] == agent for r in runs)
-            current = {"game": game, "agent": agent, "run": count, "returns": {}}
+        if current is None or iteration <= current["iteration"]:
+            run = 0 if current is None else current["run"] + 1
+            current = last[agent] = {"game": game, "agent": agent, "run": run, "returns": {}}
             runs.append(current)
-            last[agent] = current
         current["returns"][iteration] = float(row["Value"])
+        current["iteration"] = iteration
+    for run in runs:
+        del run["iteration"]
     return runs
 
 
@@ -644,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         plot_path = args.plot or args.out / "curves.png"
     else:
         dirs, plot_path = args.runs, args.plot
-    missing = [d for d in dirs if not d.is_file() and not (d / "metrics.csv").exists()]
+    missing = without_metrics(dirs)
     if missing:
         print(f"no metrics.csv in {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
@@ -686,9 +693,9 @@ def published(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("no runs in " + ", ".join(map(str, args.files)))
     if args.beside and args.plot is None:
         parser.error("--beside needs --plot")
-    missing = [str(b) for b in args.beside if not b.is_file() and not (b / "metrics.csv").exists()]
+    missing = without_metrics(args.beside)
     if missing:
-        parser.error(f"--beside: no metrics.csv in {', '.join(missing)}")
+        parser.error(f"--beside: no metrics.csv in {', '.join(map(str, missing))}")
     print(published_table(runs, sorted(args.marks)))
     if args.csv is not None:
         write_dopamine_csv(runs, args.csv, args.iterations)
