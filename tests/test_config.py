@@ -183,6 +183,21 @@ def test_bad_env_threads_fail_naming_the_key(kind):
         to_config(compose_config(f"env={kind}", "env.num_threads=-2"))
 
 
+@pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
+@pytest.mark.parametrize("clip", ["0", "-0.1", "1.0", "3"])
+def test_a_surrogate_clip_outside_0_1_is_refused(algorithm, clip):
+    # At 1 or more the ratio's lower bound 1 - clip_eps is <= 0 and never binds: the
+    # surrogate is no longer PPO's, which a typo (2 for 0.2) most often means.
+    with pytest.raises(ConfigError, match=rf"^algorithm\.clip_eps={float(clip)} .*\(0, 1\)"):
+        to_config(compose_config(f"algorithm={algorithm}", f"algorithm.clip_eps={clip}"))
+
+
+def test_a_surrogate_clip_inside_0_1_is_taken():
+    for algorithm in ("vtrace", "ppo"):
+        cfg = to_config(compose_config(f"algorithm={algorithm}", "algorithm.clip_eps=0.99"))
+        assert cfg.algorithm.clip_eps == 0.99
+
+
 def test_ppo_refuses_a_decay_start_outside_its_budget():
     with pytest.raises(ConfigError, match=r"algorithm\.lr_decay_start=1\.5 .* \[0, 1\)"):
         to_config(compose_config("algorithm=ppo", "algorithm.lr_decay_start=1.5"))

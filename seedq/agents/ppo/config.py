@@ -20,7 +20,15 @@ from seedq.agents.config import (
     validate_lr_schedule,
     validate_minibatches,
 )
-from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
+from seedq.schema import (
+    SURROGATE_CLIP_WHY,
+    ConfigError,
+    check_positive,
+    choice,
+    in_open_unit_interval,
+    in_unit_interval,
+    setting,
+)
 
 
 @dataclass
@@ -55,7 +63,9 @@ class PPOConfig(AlgorithmConfig):
     adam_eps: float = setting(1e-5, "Adam's epsilon")
     grad_clip: float = setting(0.5, "global gradient-norm clip")
     gae_lambda: float = setting(0.95, "GAE lambda")
-    clip_eps: float = setting(0.2, "clip of the probability ratio in the surrogate objective")
+    clip_eps: float = setting(
+        0.2, "clip of the probability ratio in the surrogate objective, in (0, 1)"
+    )
     value_clip: float | None = setting(
         None, "clip of the value change around the collected values (null: plain MSE)"
     )
@@ -113,8 +123,9 @@ def validate(alg: PPOConfig, cfg: object) -> None:
     check_positive(
         alg,
         "algorithm",
-        ["unroll_length", "epochs", "clip_eps", "indicator_lr_scale"],
+        ["unroll_length", "epochs", "indicator_lr_scale"],
     )
+    in_open_unit_interval("algorithm.clip_eps", alg.clip_eps, SURROGATE_CLIP_WHY)
     validate_minibatches(alg)
     check_positive(alg, "algorithm", ["value_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.gae_lambda", alg.gae_lambda)

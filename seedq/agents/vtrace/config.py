@@ -22,7 +22,15 @@ from seedq.agents.config import (
     validate_lr_schedule,
     validate_minibatches,
 )
-from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
+from seedq.schema import (
+    SURROGATE_CLIP_WHY,
+    ConfigError,
+    check_positive,
+    choice,
+    in_open_unit_interval,
+    in_unit_interval,
+    setting,
+)
 
 OPTIMIZERS = ("adam", "rmsprop")
 # What the policy-gradient advantage bootstraps from (`vtrace_returns`'s pg_bootstrap).
@@ -69,7 +77,7 @@ class VTraceConfig(AlgorithmConfig):
     clip_eps: float | None = setting(
         None,
         "null: IMPALA's policy gradient; else PPO's clipped surrogate on the V-trace "
-        "advantages with this clip of pi/mu (Sample Factory's APPO), for epochs > 1",
+        "advantages with this clip (in (0, 1)) of pi/mu (Sample Factory's APPO), for epochs > 1",
     )
     fixed_targets: bool = setting(
         False,
@@ -153,8 +161,10 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
         ["unroll_length", "epochs", "train_queue_batches", "indicator_lr_scale"],
     )
     validate_minibatches(alg)
-    if alg.clip_eps is not None and not alg.clip_eps > 0:
-        raise ConfigError(f"algorithm.clip_eps={alg.clip_eps} must be > 0, or null for none")
+    if alg.clip_eps is not None:
+        in_open_unit_interval(
+            "algorithm.clip_eps", alg.clip_eps, SURROGATE_CLIP_WHY + ", or null for none"
+        )
     choice("algorithm.proximal_policy", alg.proximal_policy, PROXIMAL_POLICIES)
     if alg.proximal_policy == "batch_start" and alg.clip_eps is None:
         raise ConfigError(
