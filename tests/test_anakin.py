@@ -129,6 +129,23 @@ def test_a_budget_under_one_block_still_trains_and_is_not_warned_of(tmp_path, ca
     assert not [r for r in caplog.records if "update" in r.getMessage()]
 
 
+@pytest.mark.parametrize(("total", "says"), [(5000, 6144), (4096, None)])
+def test_a_budget_inside_a_block_names_where_the_run_ends(tmp_path, caplog, total, says):
+    # Blocks of 128 envs x 16 steps = 2048 env steps: 5000 ends inside the third.
+    with caplog.at_level("INFO", logger="seedq.arch.anakin"):
+        summary = anakin_run(tmp_path, f"total_env_steps={total}").run()
+    told = [r.getMessage() for r in caplog.records if "whole blocks" in r.getMessage()]
+    assert summary.env_steps == (says or total)
+    assert told == (
+        [
+            f"arch=anakin acts in whole blocks of 2048 env steps (128 envs x unroll 16): "
+            f"the run ends at {says} env steps, past total_env_steps={total}"
+        ]
+        if says
+        else []
+    )
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("anakin")
