@@ -415,18 +415,16 @@ def read_dopamine(path: Path) -> list[dict]:
     import json
 
     game = game_name(path.stem)
-    last: dict[str, dict] = {}  # each agent's run being read
+    last: dict[str, tuple[dict, int]] = {}  # each agent's run being read, its last iteration
     for row in json.loads(path.read_text()):
         agent, iteration = str(row["Agent"]), int(row["Iteration"])
-        current = last.get(agent)
-        if current is None or iteration <= current["iteration"]:
+        current, previous = last.get(agent, (None, -1))
+        if current is None or iteration <= previous:
             run = 0 if current is None else current["run"] + 1
-            current = last[agent] = {"game": game, "agent": agent, "run": run, "returns": {}}
+            current = {"game": game, "agent": agent, "run": run, "returns": {}}
             runs.append(current)
         current["returns"][iteration] = float(row["Value"])
-        current["iteration"] = iteration
-    for run in runs:
-        del run["iteration"]
+        last[agent] = current, iteration
     return runs
 
 

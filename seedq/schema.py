@@ -75,18 +75,6 @@ def in_unit_interval(key: str, value: float) -> None:
         raise ConfigError(f"{key}={value!r} is out of range; it must be in [0, 1]")
 
 
-def in_open_unit_interval(key: str, value: float, why: str = "") -> None:
-    """Refuse ``value`` outside (0, 1); ``why`` says what the bounds protect."""
-    if not 0.0 < value < 1.0:
-        raise ConfigError(f"{key}={value!r} is out of range; it must be in (0, 1){why}")
-
-
-SURROGATE_CLIP_WHY = (
-    ": the ratio is clipped to [1 - clip_eps, 1 + clip_eps], whose lower bound never binds "
-    "from 1 on (0.1 and 0.2 are the usual values)"
-)
-
-
 def check_positive(section: Any, prefix: str, names: Sequence[str], *, zero_ok: bool = False):
     """:func:`positive` for several fields of one section, named ``prefix.field``."""
     for name in names:

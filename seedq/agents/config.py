@@ -177,6 +177,17 @@ def validate_lr_schedule(alg: AlgorithmConfig) -> None:
         )
 
 
+def validate_clip_eps(alg: AlgorithmConfig) -> None:
+    """``algorithm.clip_eps``, the clipped surrogate's clip (null: none, where allowed)."""
+    clip = alg.clip_eps
+    if clip is not None and not 0.0 < clip < 1.0:
+        raise ConfigError(
+            f"algorithm.clip_eps={clip!r} is out of range; it must be in (0, 1): the ratio is "
+            "clipped to [1 - clip_eps, 1 + clip_eps], whose lower bound never binds from 1 on "
+            "(0.1 and 0.2 are the usual values)"
+        )
+
+
 def validate_common(alg: AlgorithmConfig) -> None:
     """The checks every algorithm shares: ranges, choices and the model section."""
     choice("algorithm.reward_clip", alg.reward_clip, REWARD_CLIPS)

@@ -16,19 +16,12 @@ from seedq.agents.config import (
     LOG_STD_KINDS,
     AlgorithmConfig,
     ModelConfig,
+    validate_clip_eps,
     validate_common,
     validate_lr_schedule,
     validate_minibatches,
 )
-from seedq.schema import (
-    SURROGATE_CLIP_WHY,
-    ConfigError,
-    check_positive,
-    choice,
-    in_open_unit_interval,
-    in_unit_interval,
-    setting,
-)
+from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 
 @dataclass
@@ -125,7 +118,7 @@ def validate(alg: PPOConfig, cfg: object) -> None:
         "algorithm",
         ["unroll_length", "epochs", "indicator_lr_scale"],
     )
-    in_open_unit_interval("algorithm.clip_eps", alg.clip_eps, SURROGATE_CLIP_WHY)
+    validate_clip_eps(alg)
     validate_minibatches(alg)
     check_positive(alg, "algorithm", ["value_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.gae_lambda", alg.gae_lambda)

@@ -18,19 +18,12 @@ from seedq.agents.config import (
     AlgorithmConfig,
     ModelConfig,
     splits_by_transition,
+    validate_clip_eps,
     validate_common,
     validate_lr_schedule,
     validate_minibatches,
 )
-from seedq.schema import (
-    SURROGATE_CLIP_WHY,
-    ConfigError,
-    check_positive,
-    choice,
-    in_open_unit_interval,
-    in_unit_interval,
-    setting,
-)
+from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
 
 OPTIMIZERS = ("adam", "rmsprop")
 # What the policy-gradient advantage bootstraps from (`vtrace_returns`'s pg_bootstrap).
@@ -161,10 +154,7 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
         ["unroll_length", "epochs", "train_queue_batches", "indicator_lr_scale"],
     )
     validate_minibatches(alg)
-    if alg.clip_eps is not None:
-        in_open_unit_interval(
-            "algorithm.clip_eps", alg.clip_eps, SURROGATE_CLIP_WHY + ", or null for none"
-        )
+    validate_clip_eps(alg)
     choice("algorithm.proximal_policy", alg.proximal_policy, PROXIMAL_POLICIES)
     if alg.proximal_policy == "batch_start" and alg.clip_eps is None:
         raise ConfigError(
