@@ -151,6 +151,16 @@ def test_two_anakin_ranks_end_with_bit_identical_weights(tmp_path):
     reports = rank_reports(tmp_path)
     assert reports[0]["digest"] == reports[1]["digest"]
     assert reports[0]["updates"] == reports[1]["updates"] >= 50
+    # Two ranks step blocks of 32 envs x 8 steps each: rounds of 512 env steps. The run stops
+    # after the round that reaches the budget (16,384), says so at the start, and both ranks
+    # stepped alike; before, each rank checked the budget against the other's count of the
+    # round before and both stepped one round more (16,896).
+    assert reports[0]["steps"] == reports[1]["steps"] == 8192
+    assert json.loads((tmp_path / "summary.json").read_text())["env_steps"] == 16384
+    assert (
+        "acts in whole blocks of 512 env steps (32 envs x unroll 8 x 2 learner ranks): the run "
+        "ends at 16384 env steps, past total_env_steps=16000" in result.stdout
+    )
 
 
 def quick_cartpole(*overrides: str) -> list[str]:

@@ -125,18 +125,21 @@ class AnakinRun(TrainingRun):
         # (it overshoots total_env_steps to the end of its first block).
         return 0, f"a block of {self.unroll_length} steps of each env ends"
 
-    def _warn_of_no_training(self, env_steps_done: int) -> None:
-        super()._warn_of_no_training(env_steps_done)
-        # One learner stops at the block that reaches the budget (ranks stop at agreed rows).
-        block = self.unroll_length * self.env.num_envs
+    def _announce_budget(self, env_steps_done: int) -> None:
+        super()._announce_budget(env_steps_done)
+        # The run stops after the round of blocks (one per rank) that reaches the budget.
+        ranks = 1 if self.dist.group is None else self.dist.group.world_size
+        block = self.unroll_length * self.env.num_envs * ranks
         left = self.cfg.total_env_steps - env_steps_done
-        if self.dist.group is None and left > 0 and left % block:
+        if self.dist.is_writer and left > 0 and left % block:
+            on_ranks = f" x {ranks} learner ranks" if ranks > 1 else ""
             log.info(
-                "arch=anakin acts in whole blocks of %d env steps (%d envs x unroll %d): the "
-                "run ends at %d env steps, past total_env_steps=%d",
+                "arch=anakin acts in whole blocks of %d env steps (%d envs x unroll %d%s): "
+                "the run ends at %d env steps, past total_env_steps=%d",
                 block,
                 self.env.num_envs,
                 self.unroll_length,
+                on_ranks,
                 env_steps_done + -(-left // block) * block,
                 self.cfg.total_env_steps,
             )

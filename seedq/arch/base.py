@@ -356,7 +356,7 @@ class TrainingRun:
             self.describe(),
             self.run_dir,
         )
-        self._warn_of_no_training(stats.env_steps)
+        self._announce_budget(stats.env_steps)
         # A resumed run's clock goes on from where it stopped.
         start = time.monotonic() - self.elapsed_before
         monitor = Monitor(self.monitor_config(), self.agent, stats, writer, start, curve=self.curve)
@@ -451,9 +451,10 @@ class TrainingRun:
         fill (the agent says; an architecture that always trains says 0)."""
         return self.agent.before_training()
 
-    def _warn_of_no_training(self, env_steps_done: int) -> None:
-        """A fresh run whose step budget ends before the agent's first update is told so at
-        its start, not by a finished run that learned nothing."""
+    def _announce_budget(self, env_steps_done: int) -> None:
+        """What the step budget allows, said at the start: a fresh run whose budget ends
+        before the agent's first update is warned, not left to finish having learned nothing
+        (an architecture adds where its budget really ends)."""
         steps, what = self._before_training()
         total = self.cfg.total_env_steps
         if self.dist.is_writer and env_steps_done == 0 and total < steps:

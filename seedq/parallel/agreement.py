@@ -128,8 +128,13 @@ class RankAgreement:
         return self.collective.env_steps
 
     def sync_env_steps(self) -> None:
-        """A round outside a training loop (Anakin's act-and-learn step), to sum env steps."""
+        """A round outside a training loop (Anakin's act-and-learn step), to sum env steps.
+        The sum is every rank's count after its step, so the step budget is checked against
+        it at once, not against the others' counts of the round before (which ran the ranks
+        one round of blocks past the budget)."""
         self.collective.next_turn(True, False)
+        self.others[COUNTERS.index("env_steps")] = self.collective.env_steps - self.local.env_steps
+        self._refresh()
 
     # ------------------------------------------------------------ the collectives
 
