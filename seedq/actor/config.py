@@ -58,7 +58,9 @@ class ActorConfig:
     max_rejoins: int = setting(
         10,
         "recoverable refusals (busy, stale_run, non_finite, ...) in a row an env batch answers "
-        "by resetting and rejoining with a new run id before its actor exits",
+        "by resetting and rejoining with a new run id before its actor exits; also the failures "
+        "of its envs (their reset or step raised) in a row, no episode finished between, that "
+        "it answers by building them again (arch=seed and sebulba)",
     )
 
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from seedq.core.stats import RunFault
 from seedq.envs import EnvBatch
 from seedq.envs.base import StepBatch, env_spec_of
 from seedq.messages import (
@@ -44,6 +46,7 @@ class ActorStats:
     env_steps: int = 0
     episodes: int = 0
     rejoins: int = 0  # recoverable refusals answered by a reset and a new run id
+    env_failures: int = 0  # env batches whose reset or step raised, rebuilt and rejoined
     # Seconds from sending each Step to holding its actions; recorded only when a list is given
     # (seedq-bench pipeline).
     latencies: list[float] | None = None
@@ -94,6 +97,67 @@ class Patience:
     max_rejoins: int = 10
 
 
+class EnvFailed(Exception):
+    """The env batch's own reset or step raised (a simulator's crash, a bug in the env); the
+    env's exception is the cause, ``episodes`` the episodes the batch finished before it."""
+
+    def __init__(self, episodes: int) -> None:
+        super().__init__(f"the envs raised after {episodes} finished episodes")
+        self.episodes = episodes
+
+
+class TooManyEnvFailures(RunFault):
+    """An env batch's envs raised more than ``max_rejoins`` times in a row."""
+
+
+class EnvFailures:
+    """One env batch's failures (:class:`EnvFailed`), each logged with the env's traceback.
+
+    A failure after which the rebuilt batch finishes no episode before it fails again continues
+    a row; more than ``limit`` in a row is an env that does not work (it fails at its reset, or
+    at the same point of every episode) and raises :class:`TooManyEnvFailures`, naming the
+    env's error. An env that crashes now and then, between finished episodes, is rebuilt each
+    time. ``who`` names the batch in messages.
+    """
+
+    def __init__(self, who: str, limit: int) -> None:
+        self.who = who
+        self.limit = limit
+        self.in_a_row = 0
+        self.total = 0
+
+    def note(self, failed: EnvFailed, num_envs: int) -> None:
+        cause = failed.__cause__
+        self.in_a_row = 1 if failed.episodes else self.in_a_row + 1
+        self.total += 1
+        what = f"{type(cause).__name__}: {cause}"
+        over = self.in_a_row > self.limit
+        log.warning(
+            "%s: its envs raised (%s) after %d finished episodes; %s (%d in a row, %d in all)",
+            self.who,
+            what,
+            failed.episodes,
+            "giving up" if over else f"closing them and starting over with {num_envs} new ones",
+            self.in_a_row,
+            self.total,
+            exc_info=cause,
+        )
+        if over:
+            raise TooManyEnvFailures(
+                f"{self.who}: its envs raised {self.in_a_row} times in a row without finishing "
+                f"an episode, more than actor.max_rejoins={self.limit}; the last: {what} (its "
+                "traceback is in the log above)"
+            ) from cause
+
+
+def close_quietly(env: EnvBatch, who: str) -> None:
+    """Close an env batch that may be broken: its error is logged, not raised."""
+    try:
+        env.close()
+    except Exception:  # a crashed simulator may fail to close too
+        log.warning("%s: closing its envs failed", who, exc_info=True)
+
+
 class Refused(Exception):
     """The learner answered a request with an Error."""
 
@@ -128,6 +192,7 @@ async def run_env_batch(
     stats: ActorStats | None = None,
     curve_client: dict | None = None,
     env_identity: str = "",
+    rebuild: Callable[[], EnvBatch] | None = None,
 ) -> None:
     """Step ``env`` in lockstep with the learner until ``stop`` is set.
 
@@ -137,38 +202,59 @@ async def run_env_batch(
     A recoverable refusal (:data:`RECOVERABLE_CODES`) resets the envs and rejoins with a new run
     id on a new connection, so no stale reply can reach the new run; more than
     ``patience.max_rejoins`` in a row, a fatal refusal, or losing the learner raise
-    :class:`ActorError`.
+    :class:`ActorError`. When the envs' own reset or step raises, ``rebuild`` (if given) builds
+    the batch again, the broken one is closed and the new one rejoins as a new run: the
+    episodes in flight are lost, not the process. More than ``patience.max_rejoins`` such
+    failures in a row, no episode finished between them, raise :class:`TooManyEnvFailures`
+    naming the env's error (:class:`EnvFailures`); without ``rebuild`` the env's exception is
+    raised as it came.
     """
     stats = stats or ActorStats()
     patience = patience or Patience()
     in_a_row = 0
     episode_seed = seed
-    while not stop.is_set():
-        link = _Link(ctx, endpoint, curve_client)
-        try:
-            await _join_and_step(
-                link, actor_id, env, episode_seed, stop, patience, stats, env_identity
-            )
-            return
-        except Refused as exc:
-            if exc.code == "taken_over":
-                # Another process joined with this actor id; rejoining would take it back and
-                # the two would stall each other in turn, so the learner's words end this one.
-                raise ActorError(exc.detail) from None
-            if exc.code not in RECOVERABLE_CODES:
-                raise ActorError(f"actor {actor_id}: the learner refused us ({exc})") from None
-            in_a_row = 0 if link.answered else in_a_row + 1
-            if in_a_row > patience.max_rejoins:
-                raise ActorError(
-                    f"actor {actor_id}: refused {in_a_row} times in a row without one step "
-                    f"taken, last ({exc}); see the learner's log for why"
-                ) from None
-            stats.rejoins += 1
-            what = str(exc) if isinstance(exc, Reconnected) else f"refused ({exc})"
-            log.warning("actor %d: %s; resetting its envs and rejoining", actor_id, what)
-            episode_seed += 1  # a fresh reset, not a replay of the episodes that failed
-        finally:
-            link.close()
+    failures = EnvFailures(f"actor {actor_id}", patience.max_rejoins)
+    current = env
+    try:
+        while not stop.is_set():
+            link = _Link(ctx, endpoint, curve_client)
+            try:
+                await _join_and_step(
+                    link, actor_id, current, episode_seed, stop, patience, stats, env_identity
+                )
+                return
+            except EnvFailed as failed:
+                if rebuild is None:
+                    raise failed.__cause__ from None  # type: ignore[misc]
+                failures.note(failed, current.num_envs)
+                stats.env_failures += 1
+                close_quietly(current, f"actor {actor_id}")
+                current = rebuild()
+                episode_seed += 1
+            except Refused as exc:
+                if exc.code == "taken_over":
+                    # Another process joined with this actor id; rejoining would take it back
+                    # and the two would stall each other in turn, so the learner's words end
+                    # this one.
+                    raise ActorError(exc.detail) from None
+                if exc.code not in RECOVERABLE_CODES:
+                    raise ActorError(f"actor {actor_id}: the learner refused us ({exc})") from None
+                in_a_row = 0 if link.answered else in_a_row + 1
+                if in_a_row > patience.max_rejoins:
+                    raise ActorError(
+                        f"actor {actor_id}: refused {in_a_row} times in a row without one step "
+                        f"taken, last ({exc}); see the learner's log for why"
+                    ) from None
+                stats.rejoins += 1
+                what = str(exc) if isinstance(exc, Reconnected) else f"refused ({exc})"
+                log.warning("actor %d: %s; resetting its envs and rejoining", actor_id, what)
+                episode_seed += 1  # a fresh reset, not a replay of the episodes that failed
+            finally:
+                link.close()
+    finally:
+        if current is not env:
+            # The batches this task built are its own to close; ``env`` is the caller's.
+            close_quietly(current, f"actor {actor_id}")
 
 
 # libzmq 4.3 reports how each ZeroMQ handshake ended; without that a link watches TCP only.
@@ -322,9 +408,13 @@ async def _join_and_step(
     sock = link.sock
     hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset, env=env_identity)
     await sock.send_multipart(encode(hello))
-    obs = env.reset(seed=seed)
+    try:
+        obs = env.reset(seed=seed)
+    except Exception as exc:
+        raise EnvFailed(0) from exc
     n = env.num_envs
     tracker = EpisodeTracker(n)
+    ended = 0
     step = Step.first(hello, obs)
     latencies = stats.latencies
     while not stop.is_set():
@@ -336,10 +426,14 @@ async def _join_and_step(
         link.answered = True
         if latencies is not None:
             latencies.append(time.perf_counter() - sent)
-        out = env.step(actions)
+        try:
+            out = env.step(actions)
+        except Exception as exc:
+            raise EnvFailed(ended) from exc
         returns, lengths = tracker.update(out.reward, out.episode_over)
         stats.env_steps += n
         stats.episodes += len(returns)
+        ended += len(returns)
         step = next_step(step, out, returns, lengths)
     await sock.send_multipart(encode(Bye(actor_id, run_id)))
 

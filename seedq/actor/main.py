@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import functools
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from seedq.actor.loop import (
     ActorError,
     ActorStats,
     Patience,
+    TooManyEnvFailures,
     install_event_loop_policy,
     run_env_batch,
 )
@@ -96,15 +98,19 @@ async def _run(
     # A sharded learner listens on several endpoints; actor a dials shard a % shards.
     endpoints = endpoint.split(",")
     try:
-        for actor_id in actor_ids:
-            envs.append(
-                make_env_batch(
-                    env_cfg,
-                    envs_per_batch,
-                    seed=seed + 1000 * actor_id,
-                    env_offset=actor_id * envs_per_batch,
-                )
+        # What each env batch is built by, again when its envs raise (run_env_batch's rebuild).
+        builders = [
+            functools.partial(
+                make_env_batch,
+                env_cfg,
+                envs_per_batch,
+                seed=seed + 1000 * actor_id,
+                env_offset=actor_id * envs_per_batch,
             )
+            for actor_id in actor_ids
+        ]
+        for build in builders:
+            envs.append(build())
         tasks = [
             asyncio.create_task(
                 run_env_batch(
@@ -118,9 +124,10 @@ async def _run(
                     curve_client=curve_client,
                     patience=patience,
                     env_identity=env_json(env_cfg.identity()),
+                    rebuild=build,
                 )
             )
-            for actor_id, env in zip(actor_ids, envs, strict=True)
+            for actor_id, env, build in zip(actor_ids, envs, builders, strict=True)
         ]
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         stop.set()
@@ -194,7 +201,13 @@ async def _report(actor_ids: str, stats: ActorStats) -> None:
     test, which checks it against the learner's count)."""
     while True:
         await asyncio.sleep(REPORT_EVERY_S)
-        log.info("actors %s: %d env steps, %d rejoins", actor_ids, stats.env_steps, stats.rejoins)
+        log.info(
+            "actors %s: %d env steps, %d rejoins, %d env failures",
+            actor_ids,
+            stats.env_steps,
+            stats.rejoins,
+            stats.env_failures,
+        )
 
 
 def exit_with_parent(parent_pid: int) -> bool:
@@ -330,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         asyncio.run(run())
-    except (ActorError, EnvError) as exc:
+    except (ActorError, EnvError, TooManyEnvFailures) as exc:
         log.error("%s", exc)
         return 1
     except zmq.ZMQError as exc:
@@ -338,11 +351,18 @@ def main(argv: list[str] | None = None) -> int:
             "actors %s: ZeroMQ failed (%s) with --endpoint %s", args.actor_ids, exc, args.endpoint
         )
         return 1
+    except Exception as exc:  # an env's own error (its step or reset raised), or a bug of ours
+        # The launcher drops an actor's stderr (it repeats the log), so the traceback goes to
+        # the log, and its last line says what failed: the run's error quotes the log's end.
+        log.error("actors %s failed; the traceback:", args.actor_ids, exc_info=True)
+        log.error("actors %s failed: %s: %s", args.actor_ids, type(exc).__name__, exc)
+        return 1
     log.info(
-        "actors %s stopped after %d env steps (%d rejoins)",
+        "actors %s stopped after %d env steps (%d rejoins, %d env failures)",
         args.actor_ids,
         stats.env_steps,
         stats.rejoins,
+        stats.env_failures,
     )
     if not args.parent_pid:
         return 0

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from seedq.actor.loop import EnvFailed, EnvFailures, close_quietly
 from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.core.stats import RunStats
@@ -153,13 +154,30 @@ class SebulbaRun(TrainingRun):
 
     def _start_roles(self) -> list[threading.Thread]:
         threads = [self._thread(TRAIN_THREAD, self.agent.train, self.training_env_steps)]
-        threads += [
-            self._thread(
-                f"actor-{i}", step_env_batch, env, slot, self.desk, self.stop, self.cfg.seed
-            )
-            for i, (env, slot) in enumerate(zip(self.envs, self.slots, strict=True))
-        ]
+        threads += [self._thread(f"actor-{i}", self._act, i) for i in range(self.threads_n)]
         return threads
+
+    def _act(self, i: int) -> None:
+        """Actor thread ``i``: step its env batch. When its envs raise, the batch is closed and
+        built again and starts over as a new run on the same rows (a SEED actor's rejoin): the
+        episodes in flight are lost, not the run, unless they raise more than
+        ``actor.max_rejoins`` times in a row without finishing an episode
+        (:class:`~seedq.actor.loop.EnvFailures`)."""
+        cfg, envs = self.cfg, self.envs_per_thread
+        failures = EnvFailures(f"actor thread {i}", cfg.actor.max_rejoins)
+        seed = cfg.seed
+        while True:
+            try:
+                step_env_batch(self.envs[i], self.slots[i], self.desk, self.stop, seed)
+                return
+            except EnvFailed as failed:
+                failures.note(failed, envs)
+                close_quietly(self.envs[i], f"actor thread {i}")
+                self.envs[i] = make_env_batch(cfg.env, envs, cfg.seed, i * envs)
+                slot = make_slot(i, self.envs[i], self.spec, i * envs)
+                self.desk.replace(self.slots[i], slot)
+                self.slots[i] = slot
+                seed += 1  # fresh episodes, not a replay of the ones that failed
 
     def _close_roles(self) -> None:
         self._close_envs()

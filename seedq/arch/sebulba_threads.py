@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seedq.actor.loop import EpisodeTracker, next_step
+from seedq.actor.loop import EnvFailed, EpisodeTracker, next_step
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.broker.router import BatchConsumer
 from seedq.core.stats import RunStats
@@ -91,6 +91,22 @@ class InferenceDesk:
             envs += n
         return taken
 
+    def replace(self, old: ActorSlot, new: ActorSlot) -> None:
+        """An actor thread starts over on new envs (its own raised): the learner drops the old
+        run's partial unrolls and state on its rows, as the broker does when a SEED actor
+        rejoins. Waits for the batch in progress, which may hold other threads' steps."""
+        with self._cv:
+            while self._busy:
+                self._cv.wait(_WAIT_S)
+            self._busy = True
+        try:
+            self.consumer.actor_left(old)
+            self.consumer.actor_started(new)
+        finally:
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+
     @staticmethod
     def _answer(request: _Request) -> np.ndarray:
         if request.failed is not None:
@@ -132,16 +148,25 @@ def step_env_batch(
     env: EnvBatch, slot: ActorSlot, desk: InferenceDesk, stop: threading.Event, seed: int
 ) -> None:
     """Thread body: step ``env`` with the desk's actions until ``stop`` (seedq.actor.loop's
-    ``run_env_batch`` with the socket replaced by :meth:`InferenceDesk.submit`)."""
+    ``run_env_batch`` with the socket replaced by :meth:`InferenceDesk.submit`); the envs' own
+    error in a reset or step is raised as :class:`~seedq.actor.loop.EnvFailed`."""
     hello = slot.hello
     n = env.num_envs
-    obs = env.reset(seed=seed)
+    try:
+        obs = env.reset(seed=seed)
+    except Exception as exc:
+        raise EnvFailed(0) from exc
     tracker = EpisodeTracker(n)
+    ended = 0
     step = Step.first(hello, obs)
     while not stop.is_set():
         actions = desk.submit(slot, step)
         if actions is None:
             return
-        out = env.step(actions)
+        try:
+            out = env.step(actions)
+        except Exception as exc:
+            raise EnvFailed(ended) from exc
         returns, lengths = tracker.update(out.reward, out.episode_over)
+        ended += len(returns)
         step = next_step(step, out, returns, lengths)

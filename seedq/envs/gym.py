@@ -15,6 +15,7 @@ gymnasium is imported when an env is built, not with this module.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import multiprocessing
 import re
@@ -104,9 +105,48 @@ def ram_id_hint(env_id: str) -> str:
     )
 
 
+def _import_env_module(env_id: str) -> str:
+    """gymnasium's ``module:EnvName-v0`` form: import ``module`` (which registers the env, as
+    ``gymnasium.make`` does for such an id) and return the id it registers."""
+    module, _, name = env_id.partition(":")
+    if not module or not name:
+        raise EnvError(
+            f"env.id={env_id!r}: an id with a ':' is gymnasium's module:EnvName-v0 form, the "
+            "module that registers the env, then its id"
+        )
+    where = (
+        "install it, or add its folder to PYTHONPATH, wherever the learner and actors run "
+        "(seedq-eval too)"
+    )
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module or module.startswith(f"{exc.name}."):
+            raise EnvError(
+                f"env.id={env_id!r} names the module {module!r} to import first, which is not "
+                f"importable here ({exc}): {where}"
+            ) from exc
+        raise EnvError(f"importing {module!r} for env.id={env_id!r} failed: {exc!r}") from exc
+    except Exception as exc:  # the user's module: whatever its import raises
+        raise EnvError(f"importing {module!r} for env.id={env_id!r} failed: {exc!r}") from exc
+    return name
+
+
 def gym_spec(env_id: str) -> Any:
-    """The registered spec of ``env_id``, or an EnvError naming it."""
+    """The registered spec of ``env_id`` (``module:EnvName-v0`` imports ``module`` first), or
+    an EnvError naming it."""
     gym = import_gymnasium()
+    if ":" in env_id:
+        name = _import_env_module(env_id)
+        try:
+            return gym.spec(name)
+        except gym.error.Error as exc:
+            module = env_id.partition(":")[0]
+            raise EnvError(
+                f"env.id={env_id!r}: the module {module!r} imported, but no env {name!r} is "
+                f"registered ({exc}); it must call gymnasium.register({name!r}, ...) when "
+                "imported"
+            ) from exc
     if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         # Atari ids only exist once ale_py has registered them.
         try:

@@ -1,0 +1,158 @@
+"""An env whose own reset or step raises: a simulator that crashes now and then costs its env
+batch's episodes in flight (the batch is built again and rejoins as a new run), through an actor
+process and through Sebulba's threads alike, and no unroll spans the rebuild; one that never
+works ends the run with the env's error. Also gymnasium's ``module:EnvName-v0`` ids, which
+import the module that registers the env (``tests/flaky_envs.py`` here)."""
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fault_helpers import CONF_DIR, make_run
+from hydra import compose, initialize_config_dir
+
+from seedq.actor.loop import EnvFailed, EnvFailures, TooManyEnvFailures
+from seedq.arch.sebulba import SebulbaRun
+from seedq.cli import to_config
+from seedq.core.stats import RunFault
+from seedq.envs import EnvError
+from seedq.envs.gym import gym_spec
+
+TESTS = str(Path(__file__).parent)
+FLAKY = ["env=gym", "env.id=flaky_envs:Flaky-v0", "log_interval_s=0.5", "max_minutes=3"]
+# Each env crashes at its 45th step since it was built: four 10-step episodes end before.
+NOW_AND_THEN = [*FLAKY, "+env.kwargs.fail_every=45"]
+NEVER_WORKS = [*FLAKY, "+env.kwargs.fail_reset=true", "actor.max_rejoins=2"]
+SEBULBA = ["arch=sebulba", "arch.sebulba.threads=2", "arch.sebulba.envs_per_thread=4"]
+
+
+@pytest.fixture(autouse=True)
+def actors_import_flaky_envs(monkeypatch):
+    """The actor processes import ``flaky_envs`` too: put this folder on their path."""
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", TESTS if not path else f"{TESTS}{os.pathsep}{path}")
+
+
+def failure(episodes: int, message: str = "boom") -> EnvFailed:
+    try:
+        try:
+            raise RuntimeError(message)
+        except RuntimeError as exc:
+            raise EnvFailed(episodes) from exc
+    except EnvFailed as failed:
+        return failed
+
+
+def test_failures_count_in_a_row_until_the_env_finishes_an_episode(caplog):
+    failures = EnvFailures("actor 3", limit=2)
+    failures.note(failure(0), 4)
+    failures.note(failure(0), 4)
+    failures.note(failure(5), 4)  # five episodes finished since the last: a new row
+    failures.note(failure(0), 4)
+    assert (failures.in_a_row, failures.total) == (2, 4)
+    with pytest.raises(TooManyEnvFailures) as raised:
+        failures.note(failure(0, "the last"), 4)
+    assert str(raised.value).startswith(
+        "actor 3: its envs raised 3 times in a row without finishing an episode, more than "
+        "actor.max_rejoins=2; the last: RuntimeError: the last"
+    )
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 5 and all(r.exc_info for r in warnings)
+    assert "starting over with 4 new ones (1 in a row, 3 in all)" in warnings[2].getMessage()
+    assert "giving up (3 in a row, 5 in all)" in warnings[4].getMessage()
+
+
+def test_a_module_env_id_imports_the_module_that_registers_it():
+    assert gym_spec("flaky_envs:Flaky-v0").id == "Flaky-v0"
+
+
+@pytest.mark.parametrize(
+    ("module_text", "env_id", "says"),
+    [
+        (None, "no_such_envs_pkg:Thing-v0", "names the module 'no_such_envs_pkg' to import first"),
+        ("raise ValueError('half-written')", "broken_envs:Thing-v0", "ValueError('half-written')"),
+        ("import no_such_dependency_pkg", "needs_dep_envs:Thing-v0", "no_such_dependency_pkg"),
+        ("", "silent_envs:Thing-v0", "no env 'Thing-v0' is registered"),
+        (None, ":Thing-v0", "gymnasium's module:EnvName-v0 form"),
+    ],
+)
+def test_a_module_env_id_that_cannot_work_says_why(
+    tmp_path, monkeypatch, module_text, env_id, says
+):
+    if module_text is not None:
+        (tmp_path / f"{env_id.partition(':')[0]}.py").write_text(module_text + "\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EnvError, match=f"env.id='{env_id}'") as raised:
+        gym_spec(env_id)
+    assert says in str(raised.value)
+
+
+def capture_batches(run) -> list:
+    batches, lock = [], threading.Lock()
+
+    def capture(batch):
+        with lock:
+            batches.append(batch)
+        return {}
+
+    run.agent.learner.train_batch = capture
+    return batches
+
+
+def assert_no_column_spans_a_rebuild(batches) -> None:
+    """Observation 1 counts each env's steps since it was built: +1 from row to row in every
+    unroll column, unless the column holds steps of two builds of the env."""
+    columns = 0
+    for batch in batches:
+        lived = batch.obs[..., 1]
+        steps = np.diff(lived, axis=0)
+        assert (steps == 1).all(), lived.T
+        columns += lived.shape[1]
+    assert columns > 0
+
+
+def sebulba_run(tmp_path, *overrides: str) -> SebulbaRun:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"run_dir={tmp_path}", *overrides])
+    return SebulbaRun(to_config(cfg), str(tmp_path))
+
+
+def test_an_actor_whose_envs_crash_now_and_then_rebuilds_them_and_goes_on(tmp_path):
+    run = make_run(tmp_path, *NOW_AND_THEN, "actor.num_actors=1", "total_env_steps=3000")
+    batches = capture_batches(run)
+    summary = run.run()
+    assert summary.stop_reason == "total_env_steps"
+    assert summary.episodes > 0
+    log = (tmp_path / "actor_0.log").read_text()
+    assert log.count("its envs raised (RuntimeError: flaky env: crashed at its step 45)") >= 2
+    assert "Traceback" in log  # the env's own, with each failure
+    faults = (tmp_path / "faults.json").read_text()
+    assert '"actor_restarts": 0' in faults
+    assert_no_column_spans_a_rebuild(batches)
+
+
+def test_sebulba_threads_whose_envs_crash_now_and_then_rebuild_them_and_go_on(tmp_path, caplog):
+    run = sebulba_run(tmp_path, *NOW_AND_THEN, *SEBULBA, "total_env_steps=3000")
+    batches = capture_batches(run)
+    summary = run.run()
+    assert summary.stop_reason == "total_env_steps"
+    raised = [r for r in caplog.records if "its envs raised" in r.getMessage()]
+    assert {r.getMessage().split(":")[0] for r in raised} == {"actor thread 0", "actor thread 1"}
+    assert_no_column_spans_a_rebuild(batches)
+
+
+def test_an_env_that_never_works_ends_the_run_with_its_error(tmp_path):
+    run = make_run(tmp_path, *NEVER_WORKS, "actor.num_actors=1", "actor.max_restarts=0")
+    with pytest.raises(RunFault) as raised:
+        run.run()
+    message = str(raised.value)
+    assert "its envs raised 3 times in a row without finishing an episode" in message, message
+    assert "RuntimeError: flaky env: its reset always fails" in message
+
+
+def test_a_sebulba_env_that_never_works_ends_the_run_with_its_error(tmp_path):
+    run = sebulba_run(tmp_path, *NEVER_WORKS, *SEBULBA)
+    with pytest.raises(TooManyEnvFailures, match="flaky env: its reset always fails"):
+        run.run()
