@@ -4,6 +4,7 @@ process and through Sebulba's threads alike, and no unroll spans the rebuild; on
 works ends the run with the env's error. Also gymnasium's ``module:EnvName-v0`` ids, which
 import the module that registers the env (``tests/flaky_envs.py`` here)."""
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -119,7 +120,8 @@ def sebulba_run(tmp_path, *overrides: str) -> SebulbaRun:
     return SebulbaRun(to_config(cfg), str(tmp_path))
 
 
-def test_an_actor_whose_envs_crash_now_and_then_rebuilds_them_and_goes_on(tmp_path):
+def test_an_actor_whose_envs_crash_now_and_then_rebuilds_them_and_goes_on(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="seedq.broker")
     run = make_run(tmp_path, *NOW_AND_THEN, "actor.num_actors=1", "total_env_steps=3000")
     batches = capture_batches(run)
     summary = run.run()
@@ -131,6 +133,9 @@ def test_an_actor_whose_envs_crash_now_and_then_rebuilds_them_and_goes_on(tmp_pa
     faults = (tmp_path / "faults.json").read_text()
     assert '"actor_restarts": 0' in faults
     assert_no_column_spans_a_rebuild(batches)
+    # The failed run said Bye: the learner freed it, and the rebuilt batch joined afresh, not as
+    # a second connection taking the actor id over.
+    assert "actor 0 left" in caplog.text and "took the id over" not in caplog.text
 
 
 def test_sebulba_threads_whose_envs_crash_now_and_then_rebuild_them_and_go_on(tmp_path, caplog):

@@ -411,6 +411,7 @@ async def _join_and_step(
     try:
         obs = env.reset(seed=seed)
     except Exception as exc:
+        await _leave(sock, actor_id, run_id)
         raise EnvFailed(0) from exc
     n = env.num_envs
     tracker = EpisodeTracker(n)
@@ -429,12 +430,19 @@ async def _join_and_step(
         try:
             out = env.step(actions)
         except Exception as exc:
+            await _leave(sock, actor_id, run_id)
             raise EnvFailed(ended) from exc
         returns, lengths = tracker.update(out.reward, out.episode_over)
         stats.env_steps += n
         stats.episodes += len(returns)
         ended += len(returns)
         step = next_step(step, out, returns, lengths)
+    await sock.send_multipart(encode(Bye(actor_id, run_id)))
+
+
+async def _leave(sock: zmq.asyncio.Socket, actor_id: int, run_id: str) -> None:
+    """Say Bye for a run whose envs failed: the learner frees it at once, so the rebuilt batch
+    joins as a new run, not as a second connection taking the actor id over."""
     await sock.send_multipart(encode(Bye(actor_id, run_id)))
 
 
