@@ -12,7 +12,10 @@ sample from their Gaussian (``mode=greedy``: its mean, squashed into the bounds 
 for gymnasium envs (MuJoCo offscreen through EGL, see ``seedq.envs.mujoco``), the agent's own
 view for Atari (84x84), MinAtar and Procgen. ``env.<key>=value`` changes the env for the
 evaluation, e.g. ``env.rewards=scoring`` so a football agent trained with checkpoint rewards
-is scored on goals alone (its mean return is then the scoring rate).
+is scored on goals alone (its mean return is then the scoring rate); ``env.kwargs.NAME=value``
+(or ``+env.kwargs.NAME=value``, as training's command line adds it) changes one of
+``gymnasium.make``'s arguments and keeps the others. An env whose reset or step raises ends
+the evaluation with its traceback and the episode it was in, exit status 1, and no returns.
 
 Football with ``env.controlled_players=P`` plays one game whose ``P`` players each act through
 their own copy of the policy (as each is its own env in training), and an episode's return is
@@ -23,13 +26,15 @@ training reports per env.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -185,7 +190,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     )
     try:
         for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
+            with _env_call(episode, episodes):
+                obs, _ = env.reset(seed=seed + episode)
             policy.reset()
             frames = [_render(env)] if video else []
             total, done = 0.0, False
@@ -193,7 +199,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
                 action = policy(transform(batch_singles(env.observation_space, [obs]))[0])
                 if joint is not None:
                     action = joint(np.asarray([action]))[0]
-                obs, reward, terminated, truncated, _ = env.step(action)
+                with _env_call(episode, episodes):
+                    obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated
                 if video:
@@ -201,6 +208,23 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             yield total, frames
     finally:
         env.close()
+
+
+class EnvCrashed(EnvError):
+    """The env's own reset or step raised during an evaluation; the env's error is the cause."""
+
+
+@contextlib.contextmanager
+def _env_call(episode: int, episodes: int) -> Iterator[None]:
+    """An env's reset or step: its error (a simulator's crash, a bug in the env) becomes an
+    :class:`EnvCrashed` naming the episode, whose returns so far would be biased."""
+    try:
+        yield
+    except Exception as exc:
+        raise EnvCrashed(
+            f"the env raised in episode {episode + 1} of {episodes} ({type(exc).__name__}: "
+            f"{exc}); no returns are reported (its traceback is above)"
+        ) from exc
 
 
 def _render(env: Any) -> np.ndarray:
@@ -237,15 +261,17 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
     agent_view = _AGENT_VIEWS.get(env_cfg.kind, _agent_view)
     env = make_env_batch(env_cfg, rows, seed=seed)
     try:
-        obs = env.reset(seed=seed)
-        for _ in range(episodes):
+        with _env_call(0, episodes):
+            obs = env.reset(seed=seed)
+        for episode in range(episodes):
             for row_policy in policies:
                 row_policy.reset()
             frames = [agent_view(obs[0])] if video else []
             totals, done = np.zeros(rows), False
             while not done:
                 actions = [row_policy(row) for row_policy, row in zip(policies, obs, strict=True)]
-                step = env.step(np.array(actions, dtype=np.int64))
+                with _env_call(episode, episodes):
+                    step = env.step(np.array(actions, dtype=np.int64))
                 totals += step.reward
                 # The rows of one env end together.
                 done = bool(step.episode_over[0])
@@ -322,7 +348,7 @@ def evaluate(
         common = {f.name for f in dataclasses.fields(EnvConfig)}
         trained = {k: v for k, v in trained.items() if k in common}
     try:
-        env_cfg = env_config({**trained, **(env_overrides or {})})
+        env_cfg = env_config(merged_env(trained, env_overrides or {}))
     except ConfigError as exc:
         allowed = sorted(trained)
         raise EnvError(f"{exc}; keys are env.<one of {allowed}>") from None
@@ -394,6 +420,23 @@ ARGUMENTS = {
 }
 
 
+def merged_env(trained: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``env`` section ``trained`` with ``overrides`` applied: a dotted key
+    (``kwargs.render_mode``) changes one entry of a mapping and keeps its others, a plain key
+    replaces its value (``kwargs={...}`` the whole mapping)."""
+    env = dict(trained)
+    for key, value in overrides.items():
+        head, dot, rest = key.partition(".")
+        if not dot:
+            env[key] = value
+            continue
+        inner = env.get(head)
+        if inner is not None and not isinstance(inner, Mapping):
+            raise ConfigError(f"env.{head} is {inner!r}, not a mapping: env.{key} cannot set it")
+        env[head] = merged_env(inner or {}, {rest: value})
+    return env
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args: dict[str, Any] = {}
     env_overrides: dict[str, Any] = {}
@@ -403,6 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     for item in argv:
         key, sep, value = item.partition("=")
+        if key.startswith("+env."):
+            key = key[1:]  # Hydra's "add a key" of the training command line, as it was written
         if sep and key.startswith("env.") and len(key) > 4:
             env_overrides[key[4:]] = yaml.safe_load(value) if value else value
             continue
@@ -428,6 +473,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         checkpoint, _ = read_checkpoint(args.pop("checkpoint"), EVALUATE)
         returns, videos = evaluate(str(checkpoint), env_overrides=env_overrides, **args)
+    except EnvCrashed as exc:
+        assert exc.__cause__ is not None
+        traceback.print_exception(exc.__cause__)
+        print(f"seedq-eval: {exc}", file=sys.stderr)
+        return 1
     except (CheckpointError, EnvError, ValueError) as exc:
         print(f"seedq-eval: {exc}", file=sys.stderr)
         return 2

@@ -20,6 +20,9 @@ from seedq.cli import to_config
 from seedq.core.stats import RunFault
 from seedq.envs import EnvError
 from seedq.envs.gym import gym_spec
+from seedq.evaluate import main as evaluate_main
+from seedq.evaluate import merged_env
+from seedq.schema import ConfigError
 
 TESTS = str(Path(__file__).parent)
 FLAKY = ["env=gym", "env.id=flaky_envs:Flaky-v0", "log_interval_s=0.5", "max_minutes=3"]
@@ -161,3 +164,34 @@ def test_a_sebulba_env_that_never_works_ends_the_run_with_its_error(tmp_path):
     run = sebulba_run(tmp_path, *NEVER_WORKS, *SEBULBA)
     with pytest.raises(TooManyEnvFailures, match="flaky env: its reset always fails"):
         run.run()
+
+
+def test_seedq_eval_env_keys_change_one_kwarg_and_keep_the_others():
+    trained = {"kind": "gym", "id": "flaky_envs:Flaky-v0", "kwargs": {"a": 1, "b": 2}}
+    assert merged_env(trained, {"kwargs.b": 3, "max_episode_steps": 7}) == {
+        **trained,
+        "kwargs": {"a": 1, "b": 3},
+        "max_episode_steps": 7,
+    }
+    assert merged_env(trained, {"kwargs": {"c": 4}})["kwargs"] == {"c": 4}
+    assert merged_env({"kind": "gym"}, {"kwargs.c": 4})["kwargs"] == {"c": 4}
+    with pytest.raises(ConfigError, match="env.id is 'flaky_envs:Flaky-v0', not a mapping"):
+        merged_env(trained, {"id.x": 1})
+
+
+def test_seedq_eval_of_an_env_that_crashes_names_the_episode_and_reports_no_returns(
+    tmp_path, capsys
+):
+    run = make_run(tmp_path, *FLAKY, "actor.num_actors=1", "total_env_steps=2000")
+    assert run.run().stop_reason == "total_env_steps"
+    # The env's kwargs as training's command line writes them (+env.kwargs.NAME) or as keys.
+    assert evaluate_main([str(tmp_path), "episodes=2", "env.kwargs.episode_length=20"]) == 0
+    assert "2 episodes: return mean 20.00" in capsys.readouterr().out
+    assert evaluate_main([str(tmp_path), "episodes=3", "+env.kwargs.fail_every=15"]) == 1
+    out, err = capsys.readouterr()
+    assert "episodes: return" not in out
+    assert "RuntimeError: flaky env: crashed at its step 15" in err  # the env's traceback
+    assert err.rstrip().endswith(
+        "seedq-eval: the env raised in episode 2 of 3 (RuntimeError: flaky env: crashed at its "
+        "step 15); no returns are reported (its traceback is above)"
+    )
