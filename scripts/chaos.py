@@ -11,7 +11,8 @@ lost (an upper bound: messages refused or in flight at a kill, times the envs pe
 The task must take long enough for the faults to land (a kill every 5 s; three fuzz bursts 3 s
 apart): by default V-trace on MinAtar Space Invaders to a return of 20, a minute or two here;
 CartPole is solved in seconds now. The NaN fault runs the fake env (``env.nan_every``): no real
-env has a NaN switch.
+env has a NaN switch; so does the env crash (``env.crash_every``: each env batch raises at its
+200th step since it was built, is built again by its actor and rejoins).
 
 ``learner-kills``: ``seedq-train supervise=true`` on a longer task (``--learner-task``: MinAtar
 Space Invaders to a return of 50 by default, several minutes here) with its learner killed
@@ -50,7 +51,7 @@ from seedq.config import register_configs
 
 CONF = str(Path(seedq.__file__).parent / "conf")
 TARGETS = ("target_return", "total_env_steps")  # the budgets that mean "reached"
-FAULTS = "actor-kill,actor-stop,fuzz,nan,full-disk,learner-resume,learner-kills"
+FAULTS = "actor-kill,actor-stop,fuzz,nan,env-crash,full-disk,learner-resume,learner-kills"
 register_configs()
 
 
@@ -327,7 +328,7 @@ def main() -> None:
         if "env=fake" in overrides:  # the task's env keys are not the fake env's
             merged = {k: o for k, o in merged.items() if not k.startswith("env.") or o in overrides}
         faults = in_process(row, run_dir, list(merged.values()), inject)
-        count(row, faults)
+        count(row, faults, run_dir)
         rows.append(row)
 
     only = set(args.only.split(",")) - {""}
@@ -339,19 +340,19 @@ def main() -> None:
         return not only or fault in only
 
     if wanted("actor-kill"):
-        scenario("actor kill -9", fast_restart, kill_actors(args.kill_every_s), lambda r, f: None)
+        scenario("actor kill -9", fast_restart, kill_actors(args.kill_every_s), lambda *_: None)
     if wanted("actor-stop"):
         stop = stop_actor(4.0)
-        scenario("actor SIGSTOP", ["broker.silent_timeout_s=2"], stop, lambda r, f: None)
+        scenario("actor SIGSTOP", ["broker.silent_timeout_s=2"], stop, lambda *_: None)
 
-    def count_fuzz(row: Row, faults: dict) -> None:
+    def count_fuzz(row: Row, faults: dict, run_dir: str) -> None:
         row.steps_lost = 0  # fuzz costs only the fuzzer's own messages and rejoins
         print(f"fuzz: {faults['bad_messages']} messages refused", file=sys.stderr)
 
     if wanted("fuzz"):
         scenario("fuzz burst", [], fuzz(3, args.fuzz_size), count_fuzz)
 
-    def count_nan(row: Row, faults: dict) -> None:
+    def count_nan(row: Row, faults: dict, run_dir: str) -> None:
         row.injections = row.recovered = faults["non_finite_messages"]
         row.steps_lost = faults["non_finite_messages"] * 64  # the fake env's envs per batch
 
@@ -361,6 +362,19 @@ def main() -> None:
     fake += ["stop_at_return=null", "actor.envs_per_batch=64", "broker.max_batch=256"]
     if wanted("nan"):
         scenario("NaN env (fake)", fake, nothing, count_nan)
+
+    def count_crashes(row: Row, faults: dict, run_dir: str) -> None:
+        # The actors log each failure of their envs, and whether they started over.
+        logs = "".join(p.read_text() for p in Path(run_dir).glob("actor_*.log"))
+        row.injections = logs.count("its envs raised")
+        row.recovered = logs.count("starting over with")
+        row.steps_lost = row.injections * 64  # the crashed step of each of its 64 envs
+        if faults["actor_restarts"]:
+            print(f"env crash: {faults['actor_restarts']} actor restarts", file=sys.stderr)
+
+    crash = [o.replace("env.nan_every=50", "env.crash_every=200") for o in fake]
+    if wanted("env-crash"):
+        scenario("env crash (fake)", crash, nothing, count_crashes)
     if wanted("full-disk"):
         rows.extend(full_disk(base, common))
     if wanted("learner-resume"):

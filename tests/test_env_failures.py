@@ -195,3 +195,28 @@ def test_seedq_eval_of_an_env_that_crashes_names_the_episode_and_reports_no_retu
         "seedq-eval: the env raised in episode 2 of 3 (RuntimeError: flaky env: crashed at its "
         "step 15); no returns are reported (its traceback is above)"
     )
+
+
+def test_fake_envs_that_crash_lose_no_order_through_actor_broker_and_learner(tmp_path):
+    """``env.crash_every``: each batch raises at its 25th step since it was built, after two
+    10-12 step episodes. Every unroll column holds one build's steps: the episode counter
+    (observation 2) never goes back, and the step counter (1) goes up by one or starts over
+    at an episode's end."""
+    run = make_run(
+        tmp_path,
+        "env=fake",
+        "env.crash_every=25",
+        "actor.num_actors=1",
+        "actor.envs_per_batch=4",
+        "total_env_steps=4000",
+        "log_interval_s=0.5",
+    )
+    batches = capture_batches(run)
+    assert run.run().stop_reason == "total_env_steps"
+    assert (tmp_path / "actor_0.log").read_text().count("crashed at step 25 of its batch") >= 4
+    assert batches
+    for batch in batches:
+        t, episode = batch.obs[..., 1], batch.obs[..., 2]
+        assert (np.diff(episode, axis=0) >= 0).all(), episode.T
+        stepped = np.diff(t, axis=0)
+        assert ((stepped == 1) | ((t[1:] == 0) & (np.diff(episode, axis=0) == 1))).all(), t.T

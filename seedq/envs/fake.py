@@ -43,11 +43,17 @@ class FakeConfig(EnvConfig):
         "Every nan_every-th step of a batch gives env 0 a NaN reward and, for float "
         "observations, a NaN observation (fault-injection tests; 0: never).",
     )
+    crash_every: int = setting(
+        0,
+        "The crash_every-th step of a batch since it was built, and every one after as many, "
+        "raises RuntimeError: a simulator that crashes (fault-injection tests; 0: never).",
+    )
 
     def check(self) -> None:
         super().check()
         check_positive(self, "env", ["num_actions", "episode_length"])
         positive("env.nan_every", self.nan_every, zero_ok=True)
+        positive("env.crash_every", self.crash_every, zero_ok=True)
 
 
 class FakeEnvBatch(BatchBase):
@@ -80,6 +86,7 @@ class FakeEnvBatch(BatchBase):
         env_offset: int = 0,
         nan_every: int = 0,
         continuous_actions: bool = False,
+        crash_every: int = 0,
     ) -> None:
         obs_shape = tuple(int(d) for d in obs_shape)
         try:
@@ -110,6 +117,7 @@ class FakeEnvBatch(BatchBase):
         self._episode = np.zeros(num_envs, dtype=np.int64)
         self._no_done = np.zeros(num_envs, dtype=bool)
         self._nan_every = int(nan_every)
+        self._crash_every = int(crash_every)
         self._steps = 0
 
     def _encode(
@@ -137,6 +145,11 @@ class FakeEnvBatch(BatchBase):
 
     def step(self, actions: np.ndarray) -> StepBatch:
         actions = self._check_actions(actions)
+        if self._crash_every and (self._steps + 1) % self._crash_every == 0:
+            self._steps += 1
+            raise RuntimeError(
+                f"fake env: crashed at step {self._steps} of its batch (env.crash_every)"
+            )
         if actions.ndim == 2:
             actions = actions[:, 0]  # the first value stands for the vector in the obs
         self._t += 1
@@ -170,7 +183,8 @@ class FakeEnvBatch(BatchBase):
 
 def make_fake(cfg: FakeConfig, num_envs: int, seed: int, env_offset: int) -> FakeEnvBatch:
     """The registry's factory: ``obs_shape``, ``obs_dtype``, ``num_actions``, ``episode_length``,
-    ``truncate_episodes`` and ``nan_every`` of ``cfg`` (``seed`` is unused: nothing is random)."""
+    ``truncate_episodes``, ``nan_every`` and ``crash_every`` of ``cfg`` (``seed`` is unused:
+    nothing is random)."""
     return FakeEnvBatch(
         num_envs,
         tuple(cfg.obs_shape),
@@ -181,4 +195,5 @@ def make_fake(cfg: FakeConfig, num_envs: int, seed: int, env_offset: int) -> Fak
         env_offset,
         cfg.nan_every,
         cfg.continuous_actions,
+        cfg.crash_every,
     )
