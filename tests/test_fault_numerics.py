@@ -14,7 +14,7 @@ from seedq.core.stats import NonFiniteTraining
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 
 
-def test_an_env_emitting_nan_costs_one_message_per_nan_and_the_run_goes_on(tmp_path):
+def test_an_env_emitting_nan_costs_one_message_per_nan_and_the_run_goes_on(tmp_path, caplog):
     run = make_run(
         tmp_path, *FAKE, "env.nan_every=40", "total_env_steps=8000", "actor.num_actors=1"
     )
@@ -24,6 +24,10 @@ def test_an_env_emitting_nan_costs_one_message_per_nan_and_the_run_goes_on(tmp_p
     assert (summary.stop_reason, faults["actor_restarts"]) == ("total_env_steps", 0)
     # A refusal sent as the run stops may never be read by the actor.
     assert rejoins >= 3 and rejoins <= faults["non_finite_messages"] <= rejoins + 2
+    # Each refused run said Bye before its batch rejoined: no second connection took an actor
+    # id over (nor did the Byes count as bad messages).
+    assert "took the id over" not in caplog.text
+    assert faults["bad_messages"] == faults["non_finite_messages"]
 
 
 def _nan_loss_every(period: int, monkeypatch) -> None:

@@ -88,6 +88,12 @@ RECOVERABLE_CODES = frozenset(
 )
 
 
+# Refusals of a step that leave its run joined at the learner: the actor says Bye before it
+# rejoins, so the learner frees that run at once instead of seeing a second connection take
+# the actor id over (and warning of it). After the others the learner holds no such run.
+STILL_JOINED_CODES = frozenset(["non_finite", "bad_seq", "busy"])
+
+
 @dataclass
 class Patience:
     """How long an env batch waits for the learner and how often it rejoins (``actor`` config)."""
@@ -421,7 +427,12 @@ async def _join_and_step(
     while not stop.is_set():
         sent = time.perf_counter() if latencies is not None else 0.0
         await sock.send_multipart(encode(step), copy=False)
-        actions = await _receive_actions(link, actor_id, step.seq, spec, n, patience, stop)
+        try:
+            actions = await _receive_actions(link, actor_id, step.seq, spec, n, patience, stop)
+        except Refused as exc:
+            if exc.code in STILL_JOINED_CODES:
+                await _leave(sock, actor_id, run_id)
+            raise
         if actions is None:
             break
         link.answered = True
@@ -441,8 +452,9 @@ async def _join_and_step(
 
 
 async def _leave(sock: zmq.asyncio.Socket, actor_id: int, run_id: str) -> None:
-    """Say Bye for a run whose envs failed: the learner frees it at once, so the rebuilt batch
-    joins as a new run, not as a second connection taking the actor id over."""
+    """Say Bye for a run whose envs failed or whose step was refused: the learner frees it at
+    once, so the batch rejoins as a new run, not as a second connection taking the actor id
+    over."""
     await sock.send_multipart(encode(Bye(actor_id, run_id)))
 
 
