@@ -92,6 +92,10 @@ RECOVERABLE_CODES = frozenset(
 # rejoins, so the learner frees that run at once instead of seeing a second connection take
 # the actor id over (and warning of it). After the others the learner holds no such run.
 STILL_JOINED_CODES = frozenset(["non_finite", "bad_seq", "busy"])
+# Of those, the refusals that answered the one step in flight: nothing of the old run can still
+# come back, so the batch rejoins on the same connection, its Bye and Hello in order (on a new
+# one the learner may read the Hello first and see the id taken over).
+ANSWERED_CODES = frozenset(["non_finite", "bad_seq"])
 
 
 @dataclass
@@ -206,7 +210,8 @@ async def run_env_batch(
     identity), sent in the Hello so that a learner of other envs refuses them.
 
     A recoverable refusal (:data:`RECOVERABLE_CODES`) resets the envs and rejoins with a new run
-    id on a new connection, so no stale reply can reach the new run; more than
+    id on a new connection, so no stale reply can reach the new run (on the same one, after a
+    Bye, where none can: :data:`ANSWERED_CODES`, and after the envs failed); more than
     ``patience.max_rejoins`` in a row, a fatal refusal, or losing the learner raise
     :class:`ActorError`. When the envs' own reset or step raises, ``rebuild`` (if given) builds
     the batch again, the broken one is closed and the new one rejoins as a new run: the
@@ -221,9 +226,12 @@ async def run_env_batch(
     episode_seed = seed
     failures = EnvFailures(f"actor {actor_id}", patience.max_rejoins)
     current = env
+    link: _Link | None = None
     try:
         while not stop.is_set():
-            link = _Link(ctx, endpoint, curve_client)
+            link = link or _Link(ctx, endpoint, curve_client)
+            link.answered = False
+            keep = False  # rejoin on this connection: no reply of the old run can still come
             try:
                 await _join_and_step(
                     link, actor_id, current, episode_seed, stop, patience, stats, env_identity
@@ -237,6 +245,7 @@ async def run_env_batch(
                 close_quietly(current, f"actor {actor_id}")
                 current = rebuild()
                 episode_seed += 1
+                keep = True
             except Refused as exc:
                 if exc.code == "taken_over":
                     # Another process joined with this actor id; rejoining would take it back
@@ -255,9 +264,14 @@ async def run_env_batch(
                 what = str(exc) if isinstance(exc, Reconnected) else f"refused ({exc})"
                 log.warning("actor %d: %s; resetting its envs and rejoining", actor_id, what)
                 episode_seed += 1  # a fresh reset, not a replay of the episodes that failed
+                keep = exc.code in ANSWERED_CODES
             finally:
-                link.close()
+                if not keep:
+                    link.close()
+                    link = None
     finally:
+        if link is not None:
+            link.close()
         if current is not env:
             # The batches this task built are its own to close; ``env`` is the caller's.
             close_quietly(current, f"actor {actor_id}")
@@ -454,8 +468,12 @@ async def _join_and_step(
 async def _leave(sock: zmq.asyncio.Socket, actor_id: int, run_id: str) -> None:
     """Say Bye for a run whose envs failed or whose step was refused: the learner frees it at
     once, so the batch rejoins as a new run, not as a second connection taking the actor id
-    over."""
-    await sock.send_multipart(encode(Bye(actor_id, run_id)))
+    over. Never waits: a Bye that cannot be queued is left out (the learner's takeover of the
+    id, or its eviction of a silent actor, frees the run instead)."""
+    try:
+        await sock.send_multipart(encode(Bye(actor_id, run_id)), flags=zmq.NOBLOCK)
+    except zmq.Again:
+        pass
 
 
 def next_step(step: Step, out: StepBatch, returns: list, lengths: list) -> Step:
