@@ -92,10 +92,11 @@ RECOVERABLE_CODES = frozenset(
 # rejoins, so the learner frees that run at once instead of seeing a second connection take
 # the actor id over (and warning of it). After the others the learner holds no such run.
 STILL_JOINED_CODES = frozenset(["non_finite", "bad_seq", "busy"])
-# Of those, the refusals that answered the one step in flight: nothing of the old run can still
-# come back, so the batch rejoins on the same connection, its Bye and Hello in order (on a new
-# one the learner may read the Hello first and see the id taken over).
-ANSWERED_CODES = frozenset(["non_finite", "bad_seq"])
+# Of those, the refusal that answered the one step in flight of a run in lockstep: nothing of
+# the old run can still come back, so the batch rejoins on the same connection, its Bye and
+# Hello in order (on a new one the learner may read the Hello first and see the id taken
+# over). bad_seq and busy mean lockstep was lost: a reply may still come, so a new connection.
+ANSWERED_CODES = frozenset(["non_finite"])
 
 
 @dataclass
