@@ -27,6 +27,19 @@ def make_run(tmp_path, *overrides: str) -> SeedRun:
     return SeedRun(to_config(cfg), str(tmp_path))
 
 
+def capture_batches(run) -> list:
+    """The training batches ``run`` will take, in order, instead of training on them."""
+    batches, lock = [], threading.Lock()
+
+    def capture(batch):
+        with lock:
+            batches.append(batch)
+        return {}
+
+    run.agent.learner.train_batch = capture
+    return batches
+
+
 def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> None:
     """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

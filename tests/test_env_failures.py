@@ -6,12 +6,11 @@ import the module that registers the env (``tests/flaky_envs.py`` here)."""
 
 import logging
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fault_helpers import CONF_DIR, make_run
+from fault_helpers import CONF_DIR, capture_batches, make_run
 from hydra import compose, initialize_config_dir
 
 from seedq.actor.loop import EnvFailed, EnvFailures, TooManyEnvFailures
@@ -91,18 +90,6 @@ def test_a_module_env_id_that_cannot_work_says_why(
     with pytest.raises(EnvError, match=f"env.id='{env_id}'") as raised:
         gym_spec(env_id)
     assert says in str(raised.value)
-
-
-def capture_batches(run) -> list:
-    batches, lock = [], threading.Lock()
-
-    def capture(batch):
-        with lock:
-            batches.append(batch)
-        return {}
-
-    run.agent.learner.train_batch = capture
-    return batches
 
 
 def assert_no_column_spans_a_rebuild(batches) -> None:

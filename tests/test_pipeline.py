@@ -8,11 +8,11 @@ their observation show.
 """
 
 import collections
-import threading
 
 import numpy as np
 import pytest
 import torch
+from fault_helpers import capture_batches
 
 from seedq.actor.config import ActorConfig
 from seedq.agents.vtrace.agent import VTraceAgent
@@ -70,19 +70,11 @@ def run_pipeline(
         log_interval_s=0.2,
         max_minutes=2,
     )
-    batches = []
-    lock = threading.Lock()
-
-    def capture(batch):
-        with lock:
-            batches.append(batch)
-        return {}
-
     with pytest.MonkeyPatch.context() as patch:
         # The agent builds the network the run acts with: give it the test's.
         patch.setattr(VTraceAgent, "build_model", classmethod(lambda cls, *a, **k: StepValueNet(3)))
         run = SeedRun(cfg, str(tmp_path))
-    run.agent.learner.train_batch = capture
+    batches = capture_batches(run)
     summary = run.run()
     return summary, batches
 

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from fault_helpers import capture_batches
 
 from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.vtrace.agent import VTraceAgent
@@ -88,14 +89,7 @@ def make_run(cfg, tmp_path, resume=None):
 
 def run_capturing(cfg, tmp_path):
     run = make_run(cfg, tmp_path)
-    batches, lock = [], threading.Lock()
-
-    def capture(batch):
-        with lock:
-            batches.append(batch)
-        return {}
-
-    run.agent.learner.train_batch = capture
+    batches = capture_batches(run)
     return run, run.run(), batches
 
 
