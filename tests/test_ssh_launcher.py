@@ -28,6 +28,7 @@ from ssh_hosts import (
 )
 
 from seedq.envs import EnvConfig
+from seedq.envs.gym import GymConfig
 from seedq.launch.config import LauncherConfig
 from seedq.launch.remote_actor import remote_script
 from seedq.launch.ssh import (
@@ -273,6 +274,30 @@ def test_host_check_reports_a_missing_seedq(tmp_path, hosts):
     bare.chmod(0o755)
     with pytest.raises(HostCheckError, match=r"seedq-a: check failed .*\n.*No module named"):
         launcher.check_hosts(EnvConfig(), str(bare))
+
+
+@needs_sshd
+def test_host_check_names_an_env_module_a_host_cannot_import(tmp_path, hosts):
+    """``env.id=module:EnvName-v0``: the module must be importable on every actor host;
+    ``launcher.env`` gives the hosts its folder (here only seedq's tree, not ``tests/``)."""
+    cfg = LauncherConfig(
+        name="ssh",
+        hosts=hosts["entries"][:1],
+        ssh_args=["-F", str(hosts["config"])],
+        workdir="/",
+        env={"PYTHONPATH": TREE},
+    )
+    launcher = SshLauncher(cfg, str(tmp_path), 1)
+    env = GymConfig(id="flaky_envs:Flaky-v0")
+    with pytest.raises(
+        HostCheckError,
+        match=r"cannot build the env on this host: env.id='flaky_envs:Flaky-v0' names the module "
+        r"'flaky_envs' to import first",
+    ):
+        launcher.check_hosts(env, sys.executable)
+    # With the module's folder on the host's path the same check passes.
+    cfg.env = {"PYTHONPATH": f"{TREE}:{Path(__file__).parent}"}
+    SshLauncher(cfg, str(tmp_path), 1).check_hosts(env, sys.executable)
 
 
 def test_ssh_uri_entries_resolve_to_user_host_and_port():

@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import seedq
-    from seedq.envs import env_config, make_env_batch
+    from seedq.envs import EnvError, env_config, make_env_batch
     from seedq.messages import PROTOCOL_VERSION
+    from seedq.schema import ConfigError
 
     if PROTOCOL_VERSION != args.protocol:
         print(
@@ -31,7 +32,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    env = make_env_batch(env_config(json.loads(args.env_config)), 1, seed=0)
+    try:
+        env = make_env_batch(env_config(json.loads(args.env_config)), 1, seed=0)
+    except (EnvError, ConfigError) as exc:
+        # Said as it would be at the learner (a package or ROM missing here, an env module
+        # this host cannot import): one line, no traceback.
+        print(f"cannot build the env on this host: {exc}", file=sys.stderr)
+        return 1
     env.close()
     print(
         json.dumps(
