@@ -4,6 +4,7 @@ process and through Sebulba's threads alike, and no unroll spans the rebuild; on
 works ends the run with the env's error. Also gymnasium's ``module:EnvName-v0`` ids, which
 import the module that registers the env (``tests/flaky_envs.py`` here)."""
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -21,6 +22,7 @@ from seedq.envs import EnvError
 from seedq.envs.gym import gym_spec
 from seedq.evaluate import main as evaluate_main
 from seedq.evaluate import merged_env
+from seedq.learner.checkpoint import find_checkpoint
 from seedq.schema import ConfigError
 
 TESTS = str(Path(__file__).parent)
@@ -207,3 +209,47 @@ def test_fake_envs_that_crash_lose_no_order_through_actor_broker_and_learner(tmp
         assert (np.diff(episode, axis=0) >= 0).all(), episode.T
         stepped = np.diff(t, axis=0)
         assert ((stepped == 1) | ((t[1:] == 0) & (np.diff(episode, axis=0) == 1))).all(), t.T
+
+
+def test_an_actor_whose_env_hangs_exits_and_is_restarted(tmp_path):
+    """Each env hangs at its 45th step since it was built: the actor process stops stepping
+    (every batch waits on it), its watchdog logs where it is stuck and exits after
+    actor.env_timeout_s, and the launcher restarts it: a restart per hang, not the run."""
+    run = make_run(
+        tmp_path,
+        *FLAKY,
+        "+env.kwargs.hang_every=45",
+        "actor.num_actors=1",
+        "actor.env_timeout_s=1",
+        "actor.restart_backoff_s=0.1",
+        "total_env_steps=4000",
+    )
+    summary = run.run()
+    assert summary.stop_reason == "total_env_steps"
+    faults = json.loads((tmp_path / "faults.json").read_text())
+    assert faults["actor_restarts"] >= 1
+    log = (tmp_path / "actor_0.log").read_text()
+    assert "its envs' step has run for 1 s, more than actor.env_timeout_s=1: the env hangs" in log
+    assert "time.sleep(3600)" in log  # where it was stuck
+
+
+def test_an_actor_whose_env_hangs_for_good_ends_the_run_naming_the_timeout(tmp_path):
+    run = make_run(
+        tmp_path,
+        *FLAKY,
+        "+env.kwargs.hang_every=45",
+        "actor.num_actors=1",
+        "actor.env_timeout_s=1",
+        "actor.max_restarts=0",
+    )
+    with pytest.raises(RunFault, match=r"more than actor.env_timeout_s=1: the env hangs"):
+        run.run()
+
+
+def test_a_sebulba_env_that_hangs_stops_the_run_naming_the_thread_and_the_timeout(tmp_path):
+    run = sebulba_run(
+        tmp_path, *FLAKY, *SEBULBA, "+env.kwargs.hang_every=45", "actor.env_timeout_s=1"
+    )
+    with pytest.raises(RunFault, match=r"actor thread \d: its envs' step has run for 1 s, more "):
+        run.run()
+    assert find_checkpoint(str(tmp_path)) is not None  # the run stopped with one

@@ -62,6 +62,13 @@ class ActorConfig:
         "of its envs (their reset or step raised) in a row, no episode finished between, that "
         "it answers by building them again (arch=seed and sebulba)",
     )
+    env_timeout_s: float = setting(
+        300.0,
+        "an actor process whose envs' reset or step runs longer than this (a hung simulator) "
+        "logs where it is stuck and exits, for the launcher to restart it as a crash; "
+        "arch=sebulba, which cannot stop a thread, stops the run with a checkpoint instead; "
+        "0: never",
+    )
 
 
 def validate_actor(actor: ActorConfig) -> None:
@@ -70,5 +77,8 @@ def validate_actor(actor: ActorConfig) -> None:
     check_positive(actor, "actor", ["num_actors", "max_envs"], zero_ok=True)
     check_positive(actor, "actor", ["reply_timeout_s", "learner_lost_s", "restart_window_s"])
     check_positive(
-        actor, "actor", ["max_restarts", "restart_backoff_s", "max_rejoins"], zero_ok=True
+        actor,
+        "actor",
+        ["max_restarts", "restart_backoff_s", "max_rejoins", "env_timeout_s"],
+        zero_ok=True,
     )

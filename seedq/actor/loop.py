@@ -47,6 +47,9 @@ class ActorStats:
     episodes: int = 0
     rejoins: int = 0  # recoverable refusals answered by a reset and a new run id
     env_failures: int = 0  # env batches whose reset or step raised, rebuilt and rejoined
+    # The env call in progress: (actor id, "reset" or "step", its start on the monotonic
+    # clock), None between calls; the actor process's watchdog reads it (actor.env_timeout_s).
+    env_call: tuple[int, str, float] | None = None
     # Seconds from sending each Step to holding its actions; recorded only when a list is given
     # (seedq-bench pipeline).
     latencies: list[float] | None = None
@@ -106,6 +109,7 @@ class Patience:
     reply_timeout_s: float = 600.0
     learner_lost_s: float = 5.0
     max_rejoins: int = 10
+    env_timeout_s: float = 300.0
 
 
 class EnvFailed(Exception):
@@ -430,10 +434,13 @@ async def _join_and_step(
     hello = Hello(actor_id, run_id, env.num_envs, spec, first_env=env.env_offset, env=env_identity)
     await sock.send_multipart(encode(hello))
     try:
+        stats.env_call = (actor_id, "reset", time.monotonic())
         obs = env.reset(seed=seed)
     except Exception as exc:
         await _leave(sock, actor_id, run_id)
         raise EnvFailed(0) from exc
+    finally:
+        stats.env_call = None
     n = env.num_envs
     tracker = EpisodeTracker(n)
     ended = 0
@@ -454,10 +461,13 @@ async def _join_and_step(
         if latencies is not None:
             latencies.append(time.perf_counter() - sent)
         try:
+            stats.env_call = (actor_id, "step", time.monotonic())
             out = env.step(actions)
         except Exception as exc:
             await _leave(sock, actor_id, run_id)
             raise EnvFailed(ended) from exc
+        finally:
+            stats.env_call = None
         returns, lengths = tracker.update(out.reward, out.episode_over)
         stats.env_steps += n
         stats.episodes += len(returns)

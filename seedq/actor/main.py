@@ -8,11 +8,13 @@ import ctypes
 import functools
 import json
 import logging
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -193,6 +195,8 @@ REPORT_EVERY_S = 10.0
 # getppid() shows (the other threads of a killed learner are still exiting), so the actor waits
 # up to PARENT_EXIT_WAIT_S for that.
 PARENT_DEATH_SIGNAL = signal.SIGUSR2
+# How often, at most, the watchdog looks at the env call in progress (actor.env_timeout_s).
+WATCH_EVERY_S = 1.0
 PARENT_EXIT_WAIT_S = 5.0
 
 
@@ -208,6 +212,34 @@ async def _report(actor_ids: str, stats: ActorStats) -> None:
             stats.rejoins,
             stats.env_failures,
         )
+
+
+def watch_env_calls(stats: ActorStats, timeout_s: float, loop_thread: int) -> None:
+    """Thread body: once an env call (a batch's reset or step) has run for ``timeout_s``, log
+    where the loop thread is stuck and end the process, exit status 1: a crash, which the
+    launcher restarts. A hung simulator cannot be interrupted, and the process steps nothing
+    else while it hangs (the learner evicts its batches after broker.silent_timeout_s)."""
+    while True:
+        time.sleep(min(WATCH_EVERY_S, timeout_s / 4))
+        call = stats.env_call
+        if call is None or time.monotonic() - call[2] < timeout_s:
+            continue
+        actor_id, what, began = call
+        frame = sys._current_frames().get(loop_thread)
+        where = "".join(traceback.format_stack(frame)).rstrip() if frame else "(not found)"
+        log.error("actor %d: where its envs' %s is stuck:\n%s", actor_id, what, where)
+        log.error(
+            "actor %d: its envs' %s has run for %.0f s, more than actor.env_timeout_s=%g: the "
+            "env hangs; exiting for the launcher to restart this actor process",
+            actor_id,
+            what,
+            time.monotonic() - began,
+            timeout_s,
+        )
+        for child in multiprocessing.active_children():  # async env workers, stuck or not
+            child.kill()
+        logging.shutdown()
+        os._exit(1)
 
 
 def exit_with_parent(parent_pid: int) -> bool:
@@ -273,12 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-timeout-s", type=float, default=Patience.reply_timeout_s)
     parser.add_argument("--learner-lost-s", type=float, default=Patience.learner_lost_s)
     parser.add_argument("--max-rejoins", type=int, default=Patience.max_rejoins)
+    parser.add_argument("--env-timeout-s", type=float, default=Patience.env_timeout_s)
     args = parser.parse_args(argv)
     setup_logging(args.log_file, role="actor")
     if args.parent_pid and not exit_with_parent(args.parent_pid):
         log.error("the learner (pid %d) that started this actor is gone; exiting", args.parent_pid)
         return 1
-    patience = Patience(args.reply_timeout_s, args.learner_lost_s, args.max_rejoins)
+    patience = Patience(
+        args.reply_timeout_s, args.learner_lost_s, args.max_rejoins, args.env_timeout_s
+    )
     raise_open_file_limit()
     try:
         check_endpoints(args.endpoint)
@@ -341,6 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         signals.add(sig)
         stop.set()
 
+    if patience.env_timeout_s > 0:
+        threading.Thread(
+            target=watch_env_calls,
+            args=(stats, patience.env_timeout_s, threading.get_ident()),
+            name="env-watch",
+            daemon=True,
+        ).start()
     try:
         asyncio.run(run())
     except (ActorError, EnvError, TooManyEnvFailures) as exc:
@@ -424,6 +466,8 @@ def actor_command(
         str(patience.learner_lost_s),
         "--max-rejoins",
         str(patience.max_rejoins),
+        "--env-timeout-s",
+        str(patience.env_timeout_s),
     ]
 
 

@@ -480,8 +480,11 @@ class TrainingRun:
         try:
             self._stop_roles()
         finally:
+            # Ten seconds for all of them: a thread stuck for good (a hung env) is left to the
+            # process's exit, and several such threads do not add up.
+            deadline = time.monotonic() + 10
             for thread in threads:
-                thread.join(timeout=10)
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
             self._before_row()
             self.dist.sum_counters(self.fault_counts(), final=True)
             monitor.tick(final=True)

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from seedq.actor.loop import EnvFailed, EnvFailures, close_quietly
+from seedq.actor.loop import ActorStats, EnvFailed, EnvFailures, close_quietly
 from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
-from seedq.core.stats import RunStats
+from seedq.core.stats import RunFault, RunStats
 from seedq.envs import EnvBatch, env_spec, make_env_batch, rows_per_env
 from seedq.launch.sizing import sized
 from seedq.learner.device import prepare_learner_process
@@ -112,6 +114,10 @@ def build_env_batches(make: Callable[[int], EnvBatch], count: int) -> list[EnvBa
     raise exc
 
 
+class EnvHung(RunFault):
+    """An actor thread's env call ran past ``actor.env_timeout_s``."""
+
+
 class SebulbaRun(TrainingRun):
     """Everything one Sebulba run owns; ``run()`` blocks until a stop condition."""
 
@@ -145,6 +151,9 @@ class SebulbaRun(TrainingRun):
             make_slot(i, env, self.spec, i * self.envs_per_thread)
             for i, env in enumerate(self.envs)
         ]
+        # Each actor thread notes its env call in progress here (the hung-env check).
+        self.thread_stats = [ActorStats() for _ in range(self.threads_n)]
+        self.actor_threads: list[threading.Thread] = []
         for slot in self.slots:
             self.consumer.actor_started(slot)
 
@@ -154,8 +163,29 @@ class SebulbaRun(TrainingRun):
 
     def _start_roles(self) -> list[threading.Thread]:
         threads = [self._thread(TRAIN_THREAD, self.agent.train, self.training_env_steps)]
-        threads += [self._thread(f"actor-{i}", self._act, i) for i in range(self.threads_n)]
-        return threads
+        self.actor_threads = [
+            self._thread(f"actor-{i}", self._act, i) for i in range(self.threads_n)
+        ]
+        return threads + self.actor_threads
+
+    def _check_roles(self) -> None:
+        """An env call (a batch's reset or step) past ``actor.env_timeout_s`` is a hung env.
+        A thread cannot be stopped, so the run stops with a checkpoint, naming the env and
+        where it is stuck; ``resume=auto`` (or ``supervise=true``) goes on with new envs."""
+        timeout = self.cfg.actor.env_timeout_s
+        for i, stats in enumerate(self.thread_stats):
+            call = stats.env_call
+            if not timeout or call is None or time.monotonic() - call[2] < timeout:
+                continue
+            frame = sys._current_frames().get(self.actor_threads[i].ident or -1)
+            where = "".join(traceback.format_stack(frame)).rstrip() if frame else "(not found)"
+            log.error("actor thread %d: where its envs' %s is stuck:\n%s", i, call[1], where)
+            raise EnvHung(
+                f"actor thread {i}: its envs' {call[1]} has run for "
+                f"{time.monotonic() - call[2]:.0f} s, more than actor.env_timeout_s={timeout:g}: "
+                "the env hangs, and a thread cannot be stopped; resume the run (resume=auto, or "
+                "supervise=true) to go on with new envs"
+            )
 
     def _act(self, i: int) -> None:
         """Actor thread ``i``: step its env batch. When its envs raise, the batch is closed and
@@ -168,7 +198,9 @@ class SebulbaRun(TrainingRun):
         seed = cfg.seed
         while True:
             try:
-                step_env_batch(self.envs[i], self.slots[i], self.desk, self.stop, seed)
+                step_env_batch(
+                    self.envs[i], self.slots[i], self.desk, self.stop, seed, self.thread_stats[i]
+                )
                 return
             except EnvFailed as failed:
                 failures.note(failed, envs)

@@ -16,12 +16,13 @@ each observation, so an env may reuse its buffers on the next step.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from seedq.actor.loop import EnvFailed, EpisodeTracker, next_step
+from seedq.actor.loop import ActorStats, EnvFailed, EpisodeTracker, next_step
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.broker.router import BatchConsumer
 from seedq.core.stats import RunStats
@@ -145,17 +146,27 @@ def make_slot(actor_id: int, env: EnvBatch, spec: EnvSpec, first_row: int) -> Ac
 
 
 def step_env_batch(
-    env: EnvBatch, slot: ActorSlot, desk: InferenceDesk, stop: threading.Event, seed: int
+    env: EnvBatch,
+    slot: ActorSlot,
+    desk: InferenceDesk,
+    stop: threading.Event,
+    seed: int,
+    stats: ActorStats | None = None,
 ) -> None:
     """Thread body: step ``env`` with the desk's actions until ``stop`` (seedq.actor.loop's
     ``run_env_batch`` with the socket replaced by :meth:`InferenceDesk.submit`); the envs' own
-    error in a reset or step is raised as :class:`~seedq.actor.loop.EnvFailed`."""
+    error in a reset or step is raised as :class:`~seedq.actor.loop.EnvFailed`. ``stats``:
+    where the env call in progress is noted (``env_call``), for the run's hung-env check."""
     hello = slot.hello
     n = env.num_envs
+    stats = stats or ActorStats()
     try:
+        stats.env_call = (hello.actor_id, "reset", time.monotonic())
         obs = env.reset(seed=seed)
     except Exception as exc:
         raise EnvFailed(0) from exc
+    finally:
+        stats.env_call = None
     tracker = EpisodeTracker(n)
     ended = 0
     step = Step.first(hello, obs)
@@ -164,9 +175,12 @@ def step_env_batch(
         if actions is None:
             return
         try:
+            stats.env_call = (hello.actor_id, "step", time.monotonic())
             out = env.step(actions)
         except Exception as exc:
             raise EnvFailed(ended) from exc
+        finally:
+            stats.env_call = None
         returns, lengths = tracker.update(out.reward, out.episode_over)
         ended += len(returns)
         step = next_step(step, out, returns, lengths)

@@ -149,7 +149,10 @@ class SeedRun(TrainingRun):
                 cfg.actor.max_restarts, cfg.actor.restart_window_s, cfg.actor.restart_backoff_s
             ),
             patience=Patience(
-                cfg.actor.reply_timeout_s, cfg.actor.learner_lost_s, cfg.actor.max_rejoins
+                cfg.actor.reply_timeout_s,
+                cfg.actor.learner_lost_s,
+                cfg.actor.max_rejoins,
+                cfg.actor.env_timeout_s,
             ),
         )
 
