@@ -12,7 +12,9 @@ The task must take long enough for the faults to land (a kill every 5 s; three f
 apart): by default V-trace on MinAtar Space Invaders to a return of 20, a minute or two here;
 CartPole is solved in seconds now. The NaN fault runs the fake env (``env.nan_every``): no real
 env has a NaN switch; so does the env crash (``env.crash_every``: each env batch raises at its
-200th step since it was built, is built again by its actor and rejoins).
+200th step since it was built, is built again by its actor and rejoins) and the env hang
+(``env.hang_every``: at its 400th step a batch sleeps for an hour; its actor process exits after
+``actor.env_timeout_s=2`` and is restarted).
 
 ``learner-kills``: ``seedq-train supervise=true`` on a longer task (``--learner-task``: MinAtar
 Space Invaders to a return of 50 by default, several minutes here) with its learner killed
@@ -51,7 +53,7 @@ from seedq.config import register_configs
 
 CONF = str(Path(seedq.__file__).parent / "conf")
 TARGETS = ("target_return", "total_env_steps")  # the budgets that mean "reached"
-FAULTS = "actor-kill,actor-stop,fuzz,nan,env-crash,full-disk,learner-resume,learner-kills"
+FAULTS = "actor-kill,actor-stop,fuzz,nan,env-crash,env-hang,full-disk,learner-resume,learner-kills"
 register_configs()
 
 
@@ -375,6 +377,18 @@ def main() -> None:
     crash = [o.replace("env.nan_every=50", "env.crash_every=200") for o in fake]
     if wanted("env-crash"):
         scenario("env crash (fake)", crash, nothing, count_crashes)
+
+    def count_hangs(row: Row, faults: dict, run_dir: str) -> None:
+        # Each hang ends its actor process (after actor.env_timeout_s), which is restarted.
+        logs = "".join(p.read_text() for p in Path(run_dir).glob("actor_*.log"))
+        row.injections = logs.count("the env hangs; exiting")
+        row.recovered = faults["actor_restarts"]
+        row.steps_lost = row.injections * 2 * 64  # both batches' steps in flight at the exit
+
+    hang = [o.replace("env.nan_every=50", "env.hang_every=400") for o in fake]
+    hang += ["actor.env_timeout_s=2", *fast_restart]
+    if wanted("env-hang"):
+        scenario("env hang (fake)", hang, nothing, count_hangs)
     if wanted("full-disk"):
         rows.extend(full_disk(base, common))
     if wanted("learner-resume"):

@@ -6,6 +6,7 @@ order, paired with the right action; nothing is random and nothing needs install
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,12 +49,18 @@ class FakeConfig(EnvConfig):
         "The crash_every-th step of a batch since it was built, and every one after as many, "
         "raises RuntimeError: a simulator that crashes (fault-injection tests; 0: never).",
     )
+    hang_every: int = setting(
+        0,
+        "The hang_every-th step of a batch since it was built, and every one after as many, "
+        "sleeps for an hour: a simulator that hangs (fault-injection tests; 0: never).",
+    )
 
     def check(self) -> None:
         super().check()
         check_positive(self, "env", ["num_actions", "episode_length"])
         positive("env.nan_every", self.nan_every, zero_ok=True)
         positive("env.crash_every", self.crash_every, zero_ok=True)
+        positive("env.hang_every", self.hang_every, zero_ok=True)
 
 
 class FakeEnvBatch(BatchBase):
@@ -87,6 +94,7 @@ class FakeEnvBatch(BatchBase):
         nan_every: int = 0,
         continuous_actions: bool = False,
         crash_every: int = 0,
+        hang_every: int = 0,
     ) -> None:
         obs_shape = tuple(int(d) for d in obs_shape)
         try:
@@ -118,6 +126,7 @@ class FakeEnvBatch(BatchBase):
         self._no_done = np.zeros(num_envs, dtype=bool)
         self._nan_every = int(nan_every)
         self._crash_every = int(crash_every)
+        self._hang_every = int(hang_every)
         self._steps = 0
 
     def _encode(
@@ -150,6 +159,8 @@ class FakeEnvBatch(BatchBase):
             raise RuntimeError(
                 f"fake env: crashed at step {self._steps} of its batch (env.crash_every)"
             )
+        if self._hang_every and (self._steps + 1) % self._hang_every == 0:
+            time.sleep(3600)
         if actions.ndim == 2:
             actions = actions[:, 0]  # the first value stands for the vector in the obs
         self._t += 1
@@ -183,8 +194,8 @@ class FakeEnvBatch(BatchBase):
 
 def make_fake(cfg: FakeConfig, num_envs: int, seed: int, env_offset: int) -> FakeEnvBatch:
     """The registry's factory: ``obs_shape``, ``obs_dtype``, ``num_actions``, ``episode_length``,
-    ``truncate_episodes``, ``nan_every`` and ``crash_every`` of ``cfg`` (``seed`` is unused:
-    nothing is random)."""
+    ``truncate_episodes``, ``nan_every``, ``crash_every`` and ``hang_every`` of ``cfg``
+    (``seed`` is unused: nothing is random)."""
     return FakeEnvBatch(
         num_envs,
         tuple(cfg.obs_shape),
@@ -196,4 +207,5 @@ def make_fake(cfg: FakeConfig, num_envs: int, seed: int, env_offset: int) -> Fak
         cfg.nan_every,
         cfg.continuous_actions,
         cfg.crash_every,
+        cfg.hang_every,
     )
