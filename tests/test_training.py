@@ -225,8 +225,17 @@ def test_smoke_r2d2_runs_on_atari_frames_with_the_paper_layout(tmp_path):
 
 
 @pytest.mark.slow
-def test_cartpole_r2d2_reaches_475(tmp_path):
-    summary = train(tmp_path, "algorithm=r2d2", "max_minutes=10", "stop_at_return=475")
+def test_cartpole_r2d2_reaches_475_within_4m_env_steps(tmp_path):
+    # A frame budget, not a wall-clock one: R2D2's rate limiter ties env steps to updates, so
+    # on a shared box the run is slower but learns the same per env step (seeds 0-2 reached
+    # 475 at 1.2-2.9 M; docs/results.md). max_minutes only bounds a run that stopped learning.
+    summary = train(
+        tmp_path,
+        "algorithm=r2d2",
+        "total_env_steps=4000000",
+        "max_minutes=30",
+        "stop_at_return=475",
+    )
     assert summary.time_to_target_s is not None, summary
 
 

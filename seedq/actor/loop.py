@@ -248,7 +248,11 @@ async def run_env_batch(
                 failures.note(failed, current.num_envs)
                 stats.env_failures += 1
                 close_quietly(current, f"actor {actor_id}")
-                current = rebuild()
+                stats.env_call = (actor_id, "rebuild", time.monotonic())
+                try:
+                    current = rebuild()
+                finally:
+                    stats.env_call = None
                 episode_seed += 1
                 keep = True
             except Refused as exc:
