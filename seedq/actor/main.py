@@ -195,9 +195,9 @@ REPORT_EVERY_S = 10.0
 # getppid() shows (the other threads of a killed learner are still exiting), so the actor waits
 # up to PARENT_EXIT_WAIT_S for that.
 PARENT_DEATH_SIGNAL = signal.SIGUSR2
+PARENT_EXIT_WAIT_S = 5.0
 # How often, at most, the watchdog looks at the env call in progress (actor.env_timeout_s).
 WATCH_EVERY_S = 1.0
-PARENT_EXIT_WAIT_S = 5.0
 
 
 async def _report(actor_ids: str, stats: ActorStats) -> None:
