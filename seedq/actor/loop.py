@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -163,6 +165,22 @@ class EnvFailures:
                 f"an episode, more than actor.max_rejoins={self.limit}; the last: {what} (its "
                 "traceback is in the log above)"
             ) from cause
+
+
+def hung_env_call(stats: ActorStats, timeout_s: float, thread: int | None, who: str) -> str:
+    """ "" while the env call ``stats`` notes (``env_call``) is younger than ``timeout_s``;
+    else the stack where ``thread`` is stuck goes to the log and the reason comes back, one
+    line naming ``who`` (the actor process's watchdog and Sebulba's run loop end on it)."""
+    call = stats.env_call
+    if not timeout_s or call is None or time.monotonic() - call[2] < timeout_s:
+        return ""
+    frame = sys._current_frames().get(thread or -1)
+    where = "".join(traceback.format_stack(frame)).rstrip() if frame else "(not found)"
+    log.error("%s: where its envs' %s is stuck:\n%s", who, call[1], where)
+    return (
+        f"{who}: its envs' {call[1]} has run for {time.monotonic() - call[2]:.0f} s, more than "
+        f"actor.env_timeout_s={timeout_s:g}: the env hangs"
+    )
 
 
 def close_quietly(env: EnvBatch, who: str) -> None:

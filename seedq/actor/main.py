@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from seedq.actor.loop import (
     ActorStats,
     Patience,
     TooManyEnvFailures,
+    hung_env_call,
     install_event_loop_policy,
     run_env_batch,
 )
@@ -222,24 +222,13 @@ def watch_env_calls(stats: ActorStats, timeout_s: float, loop_thread: int) -> No
     while True:
         time.sleep(min(WATCH_EVERY_S, timeout_s / 4))
         call = stats.env_call
-        if call is None or time.monotonic() - call[2] < timeout_s:
-            continue
-        actor_id, what, began = call
-        frame = sys._current_frames().get(loop_thread)
-        where = "".join(traceback.format_stack(frame)).rstrip() if frame else "(not found)"
-        log.error("actor %d: where its envs' %s is stuck:\n%s", actor_id, what, where)
-        log.error(
-            "actor %d: its envs' %s has run for %.0f s, more than actor.env_timeout_s=%g: the "
-            "env hangs; exiting for the launcher to restart this actor process",
-            actor_id,
-            what,
-            time.monotonic() - began,
-            timeout_s,
-        )
-        for child in multiprocessing.active_children():  # async env workers, stuck or not
-            child.kill()
-        logging.shutdown()
-        os._exit(1)
+        who = f"actor {call[0]}" if call else ""
+        if why := hung_env_call(stats, timeout_s, loop_thread, who):
+            log.error("%s; exiting for the launcher to restart this actor process", why)
+            for child in multiprocessing.active_children():  # async env workers, stuck or not
+                child.kill()
+            logging.shutdown()
+            os._exit(1)
 
 
 def exit_with_parent(parent_pid: int) -> bool:

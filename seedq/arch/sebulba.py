@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from seedq.actor.loop import ActorStats, EnvFailed, EnvFailures, close_quietly
+from seedq.actor.loop import ActorStats, EnvFailed, EnvFailures, close_quietly, hung_env_call
 from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.core.stats import RunFault, RunStats
@@ -172,20 +170,15 @@ class SebulbaRun(TrainingRun):
         """An env call (a batch's reset or step) past ``actor.env_timeout_s`` is a hung env.
         A thread cannot be stopped, so the run stops with a checkpoint, naming the env and
         where it is stuck; ``resume=auto`` (or ``supervise=true``) goes on with new envs."""
-        timeout = self.cfg.actor.env_timeout_s
         for i, stats in enumerate(self.thread_stats):
-            call = stats.env_call
-            if not timeout or call is None or time.monotonic() - call[2] < timeout:
-                continue
-            frame = sys._current_frames().get(self.actor_threads[i].ident or -1)
-            where = "".join(traceback.format_stack(frame)).rstrip() if frame else "(not found)"
-            log.error("actor thread %d: where its envs' %s is stuck:\n%s", i, call[1], where)
-            raise EnvHung(
-                f"actor thread {i}: its envs' {call[1]} has run for "
-                f"{time.monotonic() - call[2]:.0f} s, more than actor.env_timeout_s={timeout:g}: "
-                "the env hangs, and a thread cannot be stopped; resume the run (resume=auto, or "
-                "supervise=true) to go on with new envs"
-            )
+            thread = self.actor_threads[i].ident
+            if why := hung_env_call(
+                stats, self.cfg.actor.env_timeout_s, thread, f"actor thread {i}"
+            ):
+                raise EnvHung(
+                    f"{why}, and a thread cannot be stopped; resume the run (resume=auto, or "
+                    "supervise=true) to go on with new envs"
+                )
 
     def _act(self, i: int) -> None:
         """Actor thread ``i``: step its env batch. When its envs raise, the batch is closed and
