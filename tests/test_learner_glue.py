@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from test_vtrace import _lambda_pg_reference, _recursive_reference
 
 from seedq.actor.config import ActorConfig
-from seedq.agents.common.normalize import RewardScaler
+from seedq.agents.common.normalize import RewardScaler, obs_norms, update_obs_norm
 from seedq.agents.common.onpolicy import LossMeans
 from seedq.agents.common.replay import SampledSequences
 from seedq.agents.common.update import Placement, clip_grad_norm
@@ -628,6 +628,83 @@ def test_r2d2_train_step_returns_the_priorities_of_its_td_errors():
     np.testing.assert_allclose(
         priorities, sequence_priorities(td, cfg.priority_eta).numpy(), rtol=1e-5
     )
+
+
+def r2d2_normalising_learner():
+    """An R2D2 learner whose network normalises its vector observations (obs_norm)."""
+    from seedq.agents.r2d2.learner import R2D2Learner
+
+    cfg = r2d2_config()
+    cfg.model.obs_norm = True
+    network = build_q_network((OBS,), ACTIONS, cfg.model, channels_last=False)
+    return R2D2Learner(network, cfg, Placement(CPU, threading.Lock()))
+
+
+def test_r2d2_merges_the_sampled_observations_into_its_statistics_after_an_update():
+    """Before 2026-12-07 the statistics never moved: frames reached the network as pixels / 255
+    whatever frame_norm said (pixel Catch stayed at random play, tests/test_pixel_learning.py)."""
+    learner, sample = r2d2_normalising_learner(), r2d2_sample()
+    (norm,) = obs_norms(learner.model)
+    learner.train_step(sample)
+    rows = sample.data["obs"].reshape(-1, OBS).astype(np.float64)
+    assert int(norm.count) == BATCH * ROWS
+    np.testing.assert_allclose(norm.mean.numpy(), rows.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(norm.var.numpy(), rows.var(0), rtol=1e-4)
+
+
+def test_a_skipped_r2d2_update_leaves_the_observation_statistics_alone():
+    learner, sample = r2d2_normalising_learner(), r2d2_sample()
+    sample.data["obs"][0, BURN_IN + 1] = np.nan  # the loss is not finite: the update is skipped
+    assert learner.train_step(sample) is None
+    assert int(obs_norms(learner.model)[0].count) == 0
+
+
+def test_r2d2_merges_the_frames_a_normaliser_keeps_of_a_large_batch_picked_on_the_host():
+    """A batch of frames gives the statistics the normaliser's own thinning of its time-major
+    rows gives, from the 64 frames picked before any upload."""
+    from seedq.agents.r2d2.learner import R2D2Learner
+
+    cfg = r2d2_config()
+    shape = (1, 64, 64)  # 4,096 elements: a frame to the normaliser
+    network = build_q_network(shape, ACTIONS, cfg.model, channels_last=False)
+    reference = copy.deepcopy(network)
+    learner = R2D2Learner(network, cfg, Placement(CPU, threading.Lock()))
+    frames = np.random.default_rng(0).integers(0, 256, size=(5, 31, *shape), dtype=np.uint8)
+    learner._merge_obs(frames)
+    update_obs_norm(reference, np.ascontiguousarray(frames.swapaxes(0, 1)), threading.Lock())
+    merged, expected = obs_norms(network)[0], obs_norms(reference)[0]
+    assert (int(merged.count), int(expected.count)) == (52, 52)  # 155 rows, every third
+    torch.testing.assert_close(merged.mean, expected.mean)
+    torch.testing.assert_close(merged.var, expected.var)
+
+
+def test_an_r2d2_checkpoint_trained_without_statistics_keeps_its_inputs_as_they_were(caplog):
+    trained = r2d2_normalising_learner()
+    trained.step.apply(trained.td_errors(r2d2_sample().data)[0].pow(2).mean())  # no merge
+    state = {"model": trained.model.state_dict(), **trained.state_dict()}
+
+    resumed = r2d2_normalising_learner()
+    resumed.model.load_state_dict(state["model"])
+    resumed.load_state_dict(state)
+    resumed.train_step(r2d2_sample())
+
+    assert (resumed.merges_obs, int(obs_norms(resumed.model)[0].count)) == (False, 0)
+    assert "trained without observation statistics" in caplog.text
+
+    # A checkpoint of a run that kept them goes on keeping them.
+    fresh = r2d2_normalising_learner()
+    fresh.model.load_state_dict(resumed.model.state_dict() | obs_norm_state(trained, 7))
+    fresh.load_state_dict(state)
+    assert fresh.merges_obs
+
+
+def obs_norm_state(learner, count: int) -> dict[str, torch.Tensor]:
+    """The model's normaliser buffers as a checkpoint holds them after ``count`` rows."""
+    return {
+        name: torch.full_like(value, count) if name.endswith("count") else value
+        for name, value in learner.model.state_dict().items()
+        if "obs_norm" in name
+    }
 
 
 def r2d2_agent(cfg: R2D2Config) -> R2D2Agent:

@@ -4,7 +4,9 @@
 These caught the defect behind seedq's slow Atari learning (docs/results.md, "Why Pong did
 not learn"): frames reached the network unnormalised, so a few changing pixels had to be found
 among many static ones; V-trace stayed at Catch's random return (-0.6) for 150 k env steps.
-With per-pixel normalisation it reaches 0.8 within about 50 k.
+With per-pixel normalisation it reaches 0.8 within about 50 k. R2D2's learner kept its network's
+frame statistics at their start (pixels / 255) until 2026-12-07, the same defect: its case here
+stayed at random play for 300 k env steps.
 """
 
 import threading
@@ -37,7 +39,14 @@ RANDOM_CATCH_RETURN = -0.6
 # PPO pauses acting through each update: 512 transitions a batch (not 2,048) keep a CI box's
 # pauses short, and 2 epochs (not 4) halve them: 0.8 at ~20 k env steps in 30 s on a quiet
 # 2-core box, where 4 epochs took ~16 k steps and 43 s (2026-12-01).
-SETTINGS = {"vtrace": [], "ppo": ["algorithm.batch_size=16", "algorithm.epochs=2"]}
+# R2D2 with its CartPole defaults: 0.9 at ~47 k env steps and 121 updates (31 s on a quiet
+# 2-core box); before its learner moved the frame statistics it stayed at random play for
+# 300 k steps and 912 updates (2026-12-07).
+SETTINGS = {
+    "vtrace": [],
+    "ppo": ["algorithm.batch_size=16", "algorithm.epochs=2"],
+    "r2d2": [],
+}
 
 
 @pytest.mark.parametrize("algorithm", list(SETTINGS))
