@@ -40,8 +40,14 @@ STEPS = {"vtrace": 3000, "ppo": 3000, "r2d2": 3000, "sac": 1500}
 RANK_EXTRA = {"sac": ["algorithm.replay_slack_batches=8"]}
 # The on-policy algorithms run with PopArt's value head: each rank's batch has its own targets;
 # every rank merges all ranks' into the moments and rewrites the head alike, so the buffers and
-# the head must stay the same everywhere (their Atari presets use it).
-POPART = {"vtrace": ["algorithm.value_norm=true"], "ppo": ["algorithm.value_norm=true"]}
+# the head must stay the same everywhere (their Atari presets use it). R2D2 normalises its
+# observations: every rank merges all ranks' sampled rows after each update, so the
+# normaliser's buffers must stay the same everywhere too (frames are normalised by default).
+POPART = {
+    "vtrace": ["algorithm.value_norm=true"],
+    "ppo": ["algorithm.value_norm=true"],
+    "r2d2": ["algorithm.model.obs_norm=true"],
+}
 DIGEST = re.compile(
     r"learner rank (\d+) of (\d+): (\d+) updates, (\d+) env steps counted here, "
     r"weights digest (\w+)"
