@@ -19,6 +19,7 @@ from test_training import train
 from seedq.actor.config import ActorConfig
 from seedq.agents.common.models import RecurrentBody
 from seedq.agents.common.normalize import update_obs_norm
+from seedq.agents.registry import AGENTS
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.arch.seed import SeedRun
 from seedq.broker.config import BrokerConfig
@@ -47,6 +48,12 @@ SETTINGS = {
     "ppo": ["algorithm.batch_size=16", "algorithm.epochs=2"],
     "r2d2": [],
 }
+
+
+def test_every_discrete_action_algorithm_has_a_pixel_catch_case():
+    # Catch's actions are discrete; SAC takes continuous ones only. An algorithm whose learner
+    # forgets the frame statistics learns pixels as slowly as R2D2 did: give it a case above.
+    assert set(SETTINGS) | {"sac"} == set(AGENTS)
 
 
 @pytest.mark.parametrize("algorithm", list(SETTINGS))
