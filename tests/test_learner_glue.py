@@ -819,3 +819,12 @@ def test_loss_means_are_each_terms_mean_over_the_updates_and_hold_no_graph():
 
     assert means.means() == [9.0, 3.0]
     assert len(means) == 3 and not any(t.requires_grad for t in means._terms)
+
+
+def test_a_replay_agents_progress_line_says_training_starts_only_before_its_first_update():
+    """The last line of an R2D2 run that ended between updates said "training starts at 500"
+    after 6 updates (2026-12-07)."""
+    agent = r2d2_agent(r2d2_config())
+    row = {"loss/td": None, "replay/size": 1424, "train/updates": 0}
+    assert agent.progress(row) == "replay 1424 (training starts at 200)"
+    assert agent.progress(row | {"train/updates": 6}) == "replay 1424 | no update this interval"

@@ -99,6 +99,8 @@ class R2D2Agent(ReplayAgent):
 
     def progress(self, row: dict[str, Any]) -> str:
         if row.get("loss/td") is None:
+            if row.get("train/updates"):
+                return f"replay {row['replay/size']} | no update this interval"
             return f"replay {row['replay/size']} (training starts at {self.alg.replay_min_size})"
         evals = row["eval/return_mean"]
         return (

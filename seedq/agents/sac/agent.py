@@ -72,6 +72,8 @@ class SACAgent(ReplayAgent):
 
     def progress(self, row: dict[str, Any]) -> str:
         if row.get("loss/critic") is None:
+            if row.get("train/updates"):
+                return f"replay {row['replay/size']} | no update this interval"
             return f"replay {row['replay/size']} (training starts at {self.alg.learning_starts})"
         return (
             f"loss critic {row['loss/critic']:.3g} actor {row['loss/actor']:.3g} | alpha "
