@@ -19,6 +19,8 @@ import copy
 import logging
 import os
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -60,6 +62,32 @@ LEGACY_VALUES: dict[str, Any] = {
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written; the previous one is intact."""
+
+
+class NonFiniteState(CheckpointWriteError):
+    """A state holding NaN or inf is not written: it would rotate good checkpoints out."""
+
+
+def first_non_finite(value: Any, name: str = "") -> str | None:
+    """The dotted name of the first floating-point tensor in ``value`` (nested dicts, lists and
+    tuples of a checkpoint's state) holding a NaN or an inf; None when every one is finite.
+    Nothing a run keeps is legitimately non-finite: the learner skips an update whose loss or
+    gradient is not finite, so such a tensor is damage."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() or value.is_complex():
+            return None if bool(torch.isfinite(value).all()) else name
+        return None
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = first_non_finite(item, f"{name}.{key}" if name else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 TEMP_PREFIX = ".writing-"
@@ -171,6 +199,12 @@ def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
     takes the new one's place, so the run's newest state is always on disk."""
     folder = Path(run_dir) / DIR_NAME
     path = folder / f"{PREFIX}{int(state['env_steps']):012d}.pt"
+    bad = first_non_finite(state)
+    if bad is not None:
+        raise NonFiniteState(
+            f"not writing {path}: {bad} holds NaN or inf, and the checkpoints before it are "
+            "kept rather than rotated out"
+        )
     remove_stale_temp_files(folder)
     _write_atomically(path, lambda f: torch.save({"format": FORMAT, **state}, f))
     older = [p for p in list_checkpoints(folder) if p.name < path.name]
@@ -320,7 +354,15 @@ def missing_keys(state: dict[str, Any]) -> list[str]:
 
 def load_checkpoint(path: Path, purpose: str = RESUME) -> dict[str, Any]:
     """Read a checkpoint (tensors and plain data only: no code is unpickled); a file without
-    the keys every checkpoint holds is not one (:func:`missing_keys`)."""
+    the keys every checkpoint holds is not one (:func:`missing_keys`). A file whose bytes fail
+    their checksums, or whose tensors hold NaN or inf, is damaged: torch reads either without
+    a word, and a run resumed from it would train on (and checkpoint) garbage."""
+    member = failed_checksum(path)
+    if member is not None:
+        raise CheckpointError(
+            f"{path} cannot be read (its part {member} fails its checksum); it is damaged"
+            f"{older_ones(Path(path), purpose)}"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to read means the same to the user
@@ -343,6 +385,12 @@ def load_checkpoint(path: Path, purpose: str = RESUME) -> dict[str, Any]:
             f"{path} is not a seedq checkpoint (it has no {', '.join(missing)})"
             f"{older_ones(Path(path), purpose)}"
         )
+    bad = first_non_finite(state)
+    if bad is not None:
+        raise CheckpointError(
+            f"{path} cannot be used: {bad} holds NaN or inf, so it is damaged"
+            f"{older_ones(Path(path), purpose)}"
+        )
     config = state.get("config")
     if isinstance(config, dict) and isinstance(config.get("env"), dict):
         # Checkpoints written before each env family had its own config hold every family's
@@ -353,6 +401,19 @@ def load_checkpoint(path: Path, purpose: str = RESUME) -> dict[str, Any]:
             # Not a CheckpointError: an older checkpoint of the run would be refused alike.
             raise ConfigError(f"{path} cannot be used: {exc}") from None
     return state
+
+
+def failed_checksum(path: Path) -> str | None:
+    """The first part of a checkpoint's zip archive whose bytes do not match their CRC-32;
+    None when all do, or when the file is no zip archive (``torch.load`` then says what it
+    is)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except zlib.error:
+        return "(a compressed part)"
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
+        return None
 
 
 def _section(config: dict, dotted: str) -> Any:
