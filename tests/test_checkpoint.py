@@ -215,6 +215,27 @@ def finished_run(tmp_path_factory):
     return run_dir
 
 
+def test_a_resume_with_another_optimizer_keeps_the_weights_and_starts_it_afresh(
+    tmp_path, finished_run
+):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    before = load_checkpoint(find_checkpoint(str(run_dir)))
+    result = run_cli(
+        f"resume={run_dir}",
+        "algorithm.optimizer=rmsprop",
+        f"total_env_steps={before['env_steps'] + 30_000}",
+        f"hydra.run.dir={tmp_path / 'again'}",
+    )
+    after = load_checkpoint(find_checkpoint(str(run_dir)))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "trained with Adam and this run uses RMSprop" in result.stdout
+    assert after["updates"] > before["updates"]
+    # RMSprop's own state, none of Adam's moments.
+    moments = next(iter(after["optimizer"]["state"].values()))
+    assert "square_avg" in moments and "exp_avg" not in moments
+
+
 def test_resume_with_another_env_is_refused(tmp_path, finished_run):
     run_dir = finished_run
     result = run_cli(

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from seedq.agents.common import update
-from seedq.agents.common.update import make_adam, optimizer_step
+from seedq.agents.common.update import (
+    load_optimizer_state,
+    make_adam,
+    optimizer_kind,
+    optimizer_step,
+)
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -198,3 +203,18 @@ def test_a_step_that_cannot_skip_on_the_device_checks_on_the_host():
     assert not step.defers
     assert step.apply_deferred(model(torch.full((2, 5), float("inf"))).sum()).isnan()
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_an_optimizer_state_of_another_kind_is_not_loaded():
+    weights = torch.nn.Linear(3, 2)
+    adam = make_adam(list(weights.parameters()), lr=1e-3, eps=1e-8)
+    weights(torch.ones(1, 3)).sum().backward()
+    adam.step()
+    rmsprop = torch.optim.RMSprop(weights.parameters(), lr=1e-3)
+    assert optimizer_kind(adam.state_dict()) == "Adam"
+    assert not load_optimizer_state(rmsprop, adam.state_dict())
+    rmsprop.step()  # its own groups and state: steps as a fresh RMSprop does
+    assert "square_avg" in next(iter(rmsprop.state.values()))
+    again = make_adam(list(weights.parameters()), lr=1e-3, eps=1e-8)
+    assert load_optimizer_state(again, adam.state_dict())
+    assert float(next(iter(again.state.values()))["step"]) == 1

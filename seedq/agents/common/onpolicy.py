@@ -26,7 +26,7 @@ from seedq.agents.common.base import AgentBase
 from seedq.agents.common.batches import BatchAssembler
 from seedq.agents.common.normalize import RewardScaler, popart_of
 from seedq.agents.common.targets import clip_rewards, transition_rewards
-from seedq.agents.common.update import GradientStep, linear_lr
+from seedq.agents.common.update import GradientStep, linear_lr, load_optimizer_state
 from seedq.core.agent import RunContext
 from seedq.core.stats import TrainStats
 from seedq.core.unroll import Unroll
@@ -166,7 +166,7 @@ class OnPolicyLearner(ABC):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         if self.reward_scaler is not None and "reward_scaler" in state:
             self.reward_scaler.load_state_dict(state["reward_scaler"])
 

@@ -15,6 +15,7 @@ pass (``Placement.collective``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterable
@@ -27,6 +28,8 @@ from torch.optim import optimizer as torch_optimizer
 
 from seedq.core.collective import LearnerCollective
 from seedq.core.tensors import amp_autocast, to_device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,35 @@ def make_adam(
     tensors = [p for group in params for p in group["params"]] if grouped else params
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in tensors)
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused)
+
+
+# A key of each optimizer's param groups that the other optimizers' groups lack: which one
+# wrote a saved state (algorithm.optimizer may change between a run and its resume).
+OPTIMIZER_MARKS = {"betas": "Adam", "alpha": "RMSprop"}
+
+
+def optimizer_kind(saved: dict[str, Any]) -> str | None:
+    """The class of the optimizer that wrote ``saved`` (a state dict); None if unknown."""
+    groups = saved.get("param_groups") or [{}]
+    return next((kind for key, kind in OPTIMIZER_MARKS.items() if key in groups[0]), None)
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> bool:
+    """Load ``saved`` into ``optimizer`` when the same kind of optimizer wrote it. Another
+    kind's state does not fit (its moments and its groups' settings are other ones): the
+    optimizer starts afresh, with a warning, and the weights resume as they are. Whether it
+    was loaded."""
+    there, here = optimizer_kind(saved), type(optimizer).__name__
+    if there is not None and there != here:
+        log.warning(
+            "the checkpoint was trained with %s and this run uses %s (algorithm.optimizer): "
+            "the weights resume, the optimizer starts afresh without the checkpoint's moments",
+            there,
+            here,
+        )
+        return False
+    optimizer.load_state_dict(saved)
+    return True
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor | None = None) -> None:

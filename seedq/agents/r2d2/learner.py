@@ -11,7 +11,7 @@ import torch
 
 from seedq.agents.common.normalize import FRAME_ELEMENTS, FRAME_ROWS, obs_norms, update_obs_norm
 from seedq.agents.common.replay import SampledSequences
-from seedq.agents.common.update import GradientStep, Placement
+from seedq.agents.common.update import GradientStep, Placement, load_optimizer_state
 from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
 from seedq.agents.r2d2.sequences import trained_transitions
@@ -119,7 +119,7 @@ class R2D2Learner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The optimizer and target network of a checkpoint (the model is loaded first)."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.target.load_state_dict(state["target"])
         untouched = any(float(norm.count) == 0 for norm in obs_norms(self.model))
         if self.merges_obs and untouched and state["optimizer"].get("state"):

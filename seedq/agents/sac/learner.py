@@ -25,7 +25,7 @@ import torch
 
 from seedq.agents.common.replay import SampledSequences
 from seedq.agents.common.targets import transition_rewards
-from seedq.agents.common.update import GradientStep, Placement, make_adam
+from seedq.agents.common.update import GradientStep, Placement, load_optimizer_state, make_adam
 from seedq.agents.sac.config import SACConfig
 from seedq.agents.sac.loss import actor_loss, critic_loss, soft_q_target, temperature_loss
 from seedq.agents.sac.network import SACNet
@@ -173,4 +173,4 @@ class SACLearner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.target_critics.load_state_dict(state["target_critics"])
         for name, opt in self.optimizers.items():
-            opt.load_state_dict(state[f"optimizer/{name}"])
+            load_optimizer_state(opt, state[f"optimizer/{name}"])
