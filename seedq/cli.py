@@ -31,7 +31,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
 from seedq.envs.section import foreign_key
-from seedq.exit_status import EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED, STOP_SIGNALS
+from seedq.exit_status import (
+    EXIT_REFUSED,
+    EXIT_RUN_FAILED,
+    EXIT_STOPPED,
+    STOP_SIGNALS,
+    StoppedWhileStarting,
+    exit_while_starting,
+    stop_while_starting,
+)
 from seedq.launch.sizing import size_config, size_run
 from seedq.learner.errors import CheckpointError
 from seedq.learner.run_lock import LOCK_NAME
@@ -868,7 +876,7 @@ class Command:
 
 COMMAND = Command()
 HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
-EXIT_INTERRUPTED = 130  # a shell's for SIGINT: Ctrl-C before any run started
+
 # What Hydra puts in a run dir before the command is judged; nothing else is ever removed.
 HYDRA_FILES = (".hydra", "cli.log", LOCK_NAME)
 RUNS_ROOT = "runs"  # where hydra.run.dir (conf/config.yaml) puts a run with no run_dir
@@ -942,15 +950,17 @@ def train_main() -> None:
         sys.exit(EXIT_REFUSED)
     multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
+    stop_while_starting()
     try:
         _train()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Ctrl-C before the run took over the signal (imports, config, start-up): one line,
         # not an import's traceback. A started run saves a checkpoint and exits 75 itself.
-        if COMMAND.started:
+        if COMMAND.started and not isinstance(exc, StoppedWhileStarting):
             raise
-        print("seedq-train: interrupted while starting; no run started", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        # StoppedWhileStarting: raised only while no run (nor a supervisor or a ranks'
+        # launcher) held the signals, so nothing trained yet.
+        exit_while_starting("seedq-train", exc)
     except SystemExit as exc:
         if multirun and COMMAND.job_codes:
             # Hydra reports the first failed job once all have run: the sweep's status is

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +19,7 @@ EXIT_STOPPED = 75
 # A learner rank's own exit when another rank stopped answering (a collective failed or timed
 # out): the run's failure is the other rank's, which the launcher names.
 EXIT_RANK_LOST = 4
+EXIT_INTERRUPTED = 130  # a shell's for SIGINT: Ctrl-C before any run started
 
 # Ctrl-C; SIGTERM from a scheduler, a supervisor or `kill`; SIGUSR1 from Slurm's
 # --signal=B:USR1@90 before a time limit. Each stops the run with a checkpoint first (a
@@ -34,3 +37,41 @@ def stop_signals_to(handler: Callable[[int, Any], None]) -> Iterator[None]:
     finally:
         for sig, earlier in previous.items():
             signal.signal(sig, earlier)
+
+
+class StoppedWhileStarting(KeyboardInterrupt):
+    """SIGTERM or SIGUSR1 before a run took the stop signals over (imports, config, checks,
+    the run's start-up): the command ends as Ctrl-C does there, in one line, but with exit
+    status 75, so a scheduler that requeues a stopped job (``scripts/slurm/requeue.sbatch``)
+    or a supervisor starts it again, as it would a run stopped later. Nothing was trained."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _stopped_while_starting(signum: int, frame: Any) -> None:
+    raise StoppedWhileStarting(signal.Signals(signum).name)
+
+
+def stop_while_starting() -> None:
+    """Until a run takes them over, SIGTERM and SIGUSR1 raise :class:`StoppedWhileStarting`
+    (their default action killed the command with 143 or 138, without a word)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            if sig != signal.SIGINT:
+                signal.signal(sig, _stopped_while_starting)
+
+
+def exit_while_starting(command: str, exc: KeyboardInterrupt) -> None:
+    """End ``command``, stopped while it started: one line, 75 after a stop signal (the same
+    command starts it again), 130 after Ctrl-C."""
+    if isinstance(exc, StoppedWhileStarting):
+        print(
+            f"{command}: stopped by {exc.name} while starting; no run started (exit status "
+            f"{EXIT_STOPPED}: the same command starts it again)",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_STOPPED)
+    print(f"{command}: interrupted while starting; no run started", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)

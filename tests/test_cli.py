@@ -357,6 +357,34 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(monkeypatch, capsys):
     assert capsys.readouterr().err == "seedq-train: interrupted while starting; no run started\n"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_stop_signal_while_starting_is_one_line_and_exit_75(monkeypatch, capsys, sig):
+    # Before the run took the signals over, SIGTERM or SIGUSR1 (a scheduler's, Slurm's
+    # --signal=B:USR1) killed the command with 143 or 138 and no word, so a requeue script
+    # that requeues on 75 dropped the job.
+    import seedq.cli as cli
+
+    def starting() -> None:
+        os.kill(os.getpid(), sig)
+        time.sleep(10)  # the handler raises in here
+        raise AssertionError("the signal did not stop the start")
+
+    monkeypatch.setattr(cli, "_train", starting)
+    monkeypatch.setattr(sys, "argv", ["seedq-train", "seed=1"])
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.train_main()
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert exit_.value.code == 75
+    assert capsys.readouterr().err == (
+        f"seedq-train: stopped by {sig.name} while starting; no run started (exit status 75: "
+        "the same command starts it again)\n"
+    )
+
+
 def fake_sweep(tmp_path, values: str) -> subprocess.CompletedProcess:
     """A two-job sweep over ``values`` of fake-env runs, job N in ``tmp_path/N``."""
     return run_cli(
