@@ -15,3 +15,7 @@ def main() -> None:
     except KeyboardInterrupt as exc:
         exit_while_starting("seedq-train", exc)
     train_main()
+
+
+if __name__ == "__main__":
+    main()

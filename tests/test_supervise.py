@@ -71,7 +71,7 @@ def test_the_learner_command_fixes_the_run_dir_and_resumes_automatically():
     )
     assert command[1:] == [
         "-m",
-        "seedq.cli",
+        "seedq.train_entry",
         "env=gym",
         "run_dir=/runs/a",
         "hydra.run.dir=/runs/a",

@@ -88,7 +88,7 @@ def learner_command(task: list[str], hydra: list[str], run_dir: str) -> list[str
     return [
         sys.executable,
         "-m",
-        "seedq.cli",
+        "seedq.train_entry",  # takes the stop signals before its imports
         *kept,
         f"run_dir={run_dir}",
         f"hydra.run.dir={run_dir}",
