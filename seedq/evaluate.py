@@ -34,7 +34,7 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -55,20 +55,35 @@ from seedq.envs import (
 )
 from seedq.envs.base import env_spec_of
 from seedq.envs.config import MAX_SEED
-from seedq.envs.gym import batch_singles, joint_actions, obs_transform
+from seedq.envs.gym import (
+    batch_singles,
+    continuous_actions,
+    env_actions,
+    joint_actions,
+    obs_transform,
+    single_action_space,
+)
 from seedq.learner.checkpoint import CheckpointError, read_checkpoint
-from seedq.messages import EnvSpec
+from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
 from seedq.schema import ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
 
 MODES = ("sample", "greedy")
+# Env kinds seedq-eval plays through seedq's own env batch (the training preprocessing, or no
+# gymnasium id); the others are gymnasium ids it makes with gymnasium.make.
+BATCH_KINDS = ("atari", "football", "minatar", "procgen", "catch")
 # What seedq-eval does with a checkpoint, in the advice to take an older one.
 EVALUATE = "evaluate"
 
 
 class Policy:
-    """A trained seedq policy for one env: call it on each observation, ``reset()`` between
-    episodes. It keeps the LSTM state itself and acts with its algorithm's own selector."""
+    """A trained seedq policy for one env: call it on each observation for the env's action,
+    ``reset()`` between episodes. It keeps the LSTM state itself and acts with its algorithm's
+    own selector.
+
+    ``action_space``: the env's, which calling the policy maps its actions into; None: the
+    trained env's, read from the checkpoint on the first call (:func:`trained_action_space`).
+    """
 
     def __init__(
         self,
@@ -78,6 +93,7 @@ class Policy:
         mode: str = "sample",
         epsilon: float | None = None,
         seed: int = 0,
+        action_space: Any = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not allowed; choose one of {list(MODES)}")
@@ -100,6 +116,8 @@ class Policy:
         self.obs_shape: tuple[int, ...] | None = None  # set by load_policy
         self.spec: EnvSpec | None = None  # set by load_policy
         self.path: Path | None = None  # the checkpoint file, set by load_policy
+        self.action_space = action_space
+        self._to_env: Callable[[np.ndarray], np.ndarray] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -107,9 +125,40 @@ class Policy:
         self._state = self.model.initial_state(1, "cpu")
         self._new_episode = True
 
+    def __call__(self, obs: np.ndarray) -> Any:
+        """The env's action for ``obs``: :meth:`act`'s, mapped into ``self.action_space`` as
+        training's env batch maps it (``seedq.envs.gym.env_actions``): an int of a Discrete
+        (its ``start`` added), the entries of a MultiDiscrete or MultiBinary, a Box's vector
+        clipped to its bounds in its dtype."""
+        if self._to_env is None:
+            if self.action_space is None:
+                self.action_space = trained_action_space(self.config, self.spec)
+            env_id = self.config.get("env", {}).get("id", "the env")
+            self._check_action_space(env_id)
+            self._to_env = env_actions(env_id, self.action_space)
+        action = self._to_env(np.asarray([self.act(obs)]))[0]
+        return action.item() if action.ndim == 0 else action
+
+    def _check_action_space(self, env_id: str) -> None:
+        """A ValueError unless ``self.action_space`` takes the actions the policy was trained
+        on (a continuous policy's vector, mapped as a Discrete's index, went out as garbage)."""
+        space = self.action_space
+        if self.spec is None:
+            return
+        continuous = continuous_actions(space)
+        n = int(space.shape[0]) if continuous else joint_actions(env_id, space)[0]
+        kind = CONTINUOUS if continuous else DISCRETE
+        if (kind, n) != (self.spec.action_kind, self.spec.num_actions):
+            raise ValueError(
+                f"action_space={space} takes {n} {kind} actions; the policy was trained on "
+                f"{self.spec.num_actions} {self.spec.action_kind} ones"
+            )
+
     @torch.no_grad()
-    def __call__(self, obs: np.ndarray) -> int | np.ndarray:
-        """The action for ``obs``: an int, or a float32 vector for continuous actions.
+    def act(self, obs: np.ndarray) -> int | np.ndarray:
+        """The network's action for ``obs``: an index into its discrete actions, or the float32
+        vector it chose, unclipped; what seedq's env batches take. Calling the policy maps it
+        into the env's action space.
 
         ``obs`` is laid out as training's env batch delivered it (``self.obs_shape``);
         ``seedq.envs.gym.obs_transform`` turns a gymnasium env's raw ones into that layout."""
@@ -130,11 +179,45 @@ class Policy:
         return action.numpy() if action.is_floating_point() else int(action)
 
 
+def trained_action_space(config: Mapping[str, Any], spec: EnvSpec | None) -> Any:
+    """The action space of the env a checkpoint trained on: a gymnasium id's own, built once as
+    training built it (``env.kwargs`` applied), so a Discrete's ``start`` and a MultiDiscrete's
+    entries are known; for seedq's own env batches, which take the policy's index, and the fake
+    env, what ``spec`` records."""
+    from gymnasium import spaces
+
+    env = config.get("env") or {}
+    if env.get("kind") not in (*BATCH_KINDS, "fake", None):
+        try:
+            return single_action_space(env["id"], env.get("kwargs"))
+        except EnvError as exc:
+            raise EnvError(
+                f"the policy maps its actions into env.id={env['id']!r}'s action space, which "
+                f"cannot be read here ({exc}); give load_policy action_space=env.action_space, "
+                "or act with policy.act(obs), the network's action"
+            ) from exc
+    if spec is None:
+        raise ValueError(
+            "the policy has no env spec to map its actions with: give it "
+            "action_space=env.action_space, or act with policy.act(obs)"
+        )
+    if spec.continuous:
+        low, high = (np.array(bound, np.float32) for bound in (spec.action_low, spec.action_high))
+        return spaces.Box(low, high, dtype=np.float32)
+    return spaces.Discrete(spec.num_actions)
+
+
 def load_policy(
-    path: str, *, mode: str = "sample", epsilon: float | None = None, seed: int = 0
+    path: str,
+    *,
+    mode: str = "sample",
+    epsilon: float | None = None,
+    seed: int = 0,
+    action_space: Any = None,
 ) -> Policy:
     """The policy of a checkpoint file or of a run directory's newest checkpoint that reads
-    (CPU)."""
+    (CPU). ``action_space``: the env's the policy acts in, if not the trained env's (read from
+    the checkpoint's config when first needed)."""
     read, state = read_checkpoint(path, EVALUATE)
     config = state["config"]
     if "spec" not in state:
@@ -156,7 +239,7 @@ def load_policy(
             f"{read}: its weights do not fit the network its config builds ({detail[:400]}); "
             "it is damaged or not a seedq checkpoint"
         ) from None
-    policy = Policy(model, config, mode=mode, epsilon=epsilon, seed=seed)
+    policy = Policy(model, config, mode=mode, epsilon=epsilon, seed=seed, action_space=action_space)
     policy.obs_shape = tuple(spec["obs_shape"])
     policy.spec = EnvSpec.from_dict(spec)
     policy.path = read  # the checkpoint file it came from
@@ -176,18 +259,12 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     # Rendering classic-control envs goes through pygame; no display is needed.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = gym.make(env_cfg.id, **kwargs)
-    if isinstance(env.action_space, gym.spaces.Box):
-        env = gym.wrappers.ClipAction(env)  # as training's env backend clips
     # The observations as training's env batch delivers them: one-hots of Discrete states,
     # channels-first images, float32 vectors.
     transform, _, _ = obs_transform(env_cfg.id, env.observation_space)
-    # The policy's index of a discrete action as the env takes it (a Discrete's start, a
-    # MultiDiscrete's entries), as training's env batch maps it.
-    joint = (
-        None
-        if isinstance(env.action_space, gym.spaces.Box)
-        else joint_actions(env_cfg.id, env.action_space)[1]
-    )
+    # The policy's actions as the env takes them (a Discrete's start, a MultiDiscrete's
+    # entries, a Box's bounds), as training's env batch maps them.
+    to_env = env_actions(env_cfg.id, env.action_space)
     try:
         for episode in range(episodes):
             with _env_call(episode, episodes):
@@ -196,9 +273,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             frames = [_render(env)] if video else []
             total, done = 0.0, False
             while not done:
-                action = policy(transform(batch_singles(env.observation_space, [obs]))[0])
-                if joint is not None:
-                    action = joint(np.asarray([action]))[0]
+                row = transform(batch_singles(env.observation_space, [obs]))[0]
+                action = to_env(np.asarray([policy.act(row)]))[0]
                 with _env_call(episode, episodes):
                     obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
@@ -269,7 +345,9 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
             frames = [agent_view(obs[0])] if video else []
             totals, done = np.zeros(rows), False
             while not done:
-                actions = [row_policy(row) for row_policy, row in zip(policies, obs, strict=True)]
+                actions = [
+                    row_policy.act(row) for row_policy, row in zip(policies, obs, strict=True)
+                ]
                 with _env_call(episode, episodes):
                     step = env.step(np.array(actions, dtype=np.int64))
                 totals += step.reward
@@ -378,9 +456,7 @@ def evaluate(
             "video=true is not available for env=football: gfootball renders through OpenGL, "
             "which seedq does not set up; evaluate without video"
         )
-    # These play through seedq's own env batch (the training preprocessing, or no gymnasium id).
-    batch_kinds = ("atari", "football", "minatar", "procgen", "catch")
-    run = _env_batch_episodes if env_cfg.kind in batch_kinds else _gym_episodes
+    run = _env_batch_episodes if env_cfg.kind in BATCH_KINDS else _gym_episodes
     returns, videos = [], []
     folder = path.parent.parent / "videos"
     if video:

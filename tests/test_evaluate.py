@@ -104,7 +104,7 @@ class RecordingPolicy:
     def reset(self) -> None:
         pass
 
-    def __call__(self, obs):
+    def act(self, obs):
         self.seen.append((obs.shape, obs.dtype.name, obs.sum()))
         return 0
 

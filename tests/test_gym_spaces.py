@@ -212,7 +212,7 @@ def test_seedq_eval_builds_the_env_with_its_runs_kwargs(monkeypatch) -> None:
         def reset(self) -> None:
             pass
 
-        def __call__(self, obs: np.ndarray) -> int:
+        def act(self, obs: np.ndarray) -> int:
             assert obs.shape == (16,)
             return 2
 
@@ -344,8 +344,34 @@ def test_seedq_eval_maps_the_policys_index_as_training_does(monkeypatch) -> None
         def reset(self) -> None:
             pass
 
-        def __call__(self, obs: np.ndarray) -> int:
+        def act(self, obs: np.ndarray) -> int:
             return 7
 
     cfg = GymConfig(id="CartPole-v1")
     assert [total for total, _ in evaluate._gym_episodes(Index7(), cfg, 1, 0, False)] == [4.0]
+
+
+def test_seedq_eval_clips_box_actions_to_the_bounds_as_training_does(monkeypatch) -> None:
+    from seedq import evaluate
+
+    space = spaces.Box(-1.0, 1.0, (2,), np.float64)
+    monkeypatch.setattr(
+        gym, "make", lambda env_id, **kwargs: gym.wrappers.TimeLimit(_EchoAction(space, [1, -1]), 4)
+    )
+    monkeypatch.setattr(
+        evaluate,
+        "make_env_batch",
+        lambda *a, **k: GymVectorBatch(
+            "CartPole-v1", 1, seed=0, make_one=_make_echo, make_kwargs={"action_space": space}
+        ),
+    )
+
+    class OutOfBounds:  # an unsquashed Gaussian's sample: (1, -1) once clipped, the paying one
+        def reset(self) -> None:
+            pass
+
+        def act(self, obs: np.ndarray) -> np.ndarray:
+            return np.array([5.0, -5.0], np.float32)
+
+    cfg = GymConfig(id="Pendulum-v1")
+    assert [total for total, _ in evaluate._gym_episodes(OutOfBounds(), cfg, 1, 0, False)] == [4.0]

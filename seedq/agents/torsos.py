@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from seedq.schema import ConfigError
+
 # The Nature CNN's convs need frames of at least 36x36; torso=auto picks the minatar torso for
 # smaller ones.
 NATURE_MIN_SIZE = 36
@@ -54,9 +56,11 @@ def auto_torso(obs_shape: tuple[int, ...]) -> str:
     if len(obs_shape) == 1:
         return "mlp"
     if len(obs_shape) != 3:
-        raise ValueError(
-            f"observation shape {tuple(obs_shape)} is not supported: expected 1-D feature "
-            "vectors (D,) or 3-D frames (C, H, W)"
+        # A ConfigError, not a traceback: seedq-train refuses the run with this one line.
+        raise ConfigError(
+            f"observation shape {tuple(obs_shape)} is not supported: the torsos take 1-D "
+            "feature vectors (D,) or 3-D frames (C, H, W); have the env deliver one of those "
+            "(env=gym flattens other Box shapes and folds frame stacks into channels)"
         )
     return "minatar" if min(obs_shape[1:]) < NATURE_MIN_SIZE else "nature"
 

@@ -7,7 +7,7 @@
 * ``gym``: any gymnasium id with a ``Discrete`` or 1-D ``Box`` action space, in a
   ``SyncVectorEnv`` or ``AsyncVectorEnv`` with ``AutoresetMode.SAME_STEP``
   (``info["final_obs"]`` is an object array of per-env observations, ``info["_final_obs"]``
-  its mask). Box actions are clipped to the space's bounds (``BatchBase._check_continuous``).
+  its mask). Box actions are clipped to the space's bounds (:func:`env_actions`).
 
 gymnasium is imported when an env is built, not with this module.
 """
@@ -182,14 +182,34 @@ def _make_single_env(env_id: str, max_episode_steps: int | None, **kwargs: Any) 
     return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
 
 
+def single_action_space(env_id: str, make_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """The action space of ``env_id`` made with gymnasium.make's ``make_kwargs``
+    (``env.kwargs``): one env built, read and closed."""
+    gym = import_gymnasium()
+    make_kwargs = dict(make_kwargs or {})
+    try:
+        env = _make_single_env(env_id, None, **make_kwargs)
+    except EnvError:
+        raise
+    except Exception as exc:  # the env's constructor: whatever it raises
+        with_kwargs = f" with env.kwargs={make_kwargs}" if make_kwargs else ""
+        kind = "" if isinstance(exc, gym.error.Error) else f"{type(exc).__name__}: "
+        raise EnvError(f"cannot build gymnasium env {env_id!r}{with_kwargs}: {kind}{exc}") from exc
+    try:
+        return env.action_space
+    finally:
+        env.close()
+
+
 def obs_transform(
     env_id: str, space: gymnasium.Space
 ) -> tuple[Callable[[np.ndarray], np.ndarray], tuple[int, ...], np.dtype]:
     """How to turn a batch of raw observations ``[B, *raw]`` into seedq's layout.
 
-    Returns ``(fn, obs_shape, obs_dtype)``. Images (uint8 ``[H, W, C]`` with ``C <= 4``, or
-    ``[H, W]``) become channels-first ``[C, H, W]``; float64 vectors become float32 (models run
-    in float32 and the wire is half the size); Discrete observations become bool one-hots.
+    Returns ``(fn, obs_shape, obs_dtype)``. A Box goes as :func:`box_layout` says: vectors as
+    they are, frames channels-first ``[C, H, W]``, a stack of frames folded into channels, any
+    other shape flattened; float observations of any width become float32 (the models run in
+    float32, and float64's wire is twice the size). Discrete observations become bool one-hots.
 
     Bool, not float: a one-hot is an indicator, and the models read bool observations as 0/1
     without running normalisation (``seedq.agents.common.normalize.RunningNorm``), which would
@@ -199,27 +219,108 @@ def obs_transform(
     from gymnasium import spaces
 
     if isinstance(space, spaces.Discrete):
-        eye = np.eye(int(space.n), dtype=np.bool_)
-        start = int(space.start)
-        return (lambda x: eye[np.asarray(x, dtype=np.int64) - start]), (int(space.n),), eye.dtype
+        n, start = int(space.n), int(space.start)
+        return (lambda x: one_hots(x, n, start, np.bool_)), (n,), np.dtype(np.bool_)
     if isinstance(space, spaces.Tuple | spaces.Dict | spaces.MultiBinary | spaces.MultiDiscrete):
         return flat_transform(env_id, space)
     if not isinstance(space, spaces.Box):
         raise EnvError(f"{env_id} has {space}; seedq takes {OBS_SPACES} observation spaces")
-    shape, dtype = tuple(space.shape), np.dtype(space.dtype)
-    if dtype == np.uint8 and len(shape) == 3 and shape[-1] <= 4 < shape[0]:
-        # HWC image (gymnasium's convention): a transposed copy, contiguous for the wire.
+    return _box_transform(tuple(space.shape), np.dtype(space.dtype))
+
+
+def one_hots(x: Any, n: int, start: int, dtype: Any) -> np.ndarray:
+    """``[B, n]`` one-hots of a batch of ``Discrete(n, start)`` values ``x``.
+
+    Set by index, O(B * n): indexing ``np.eye(n)`` would first build n * n entries (37 GiB
+    for a ``Discrete(200000)``)."""
+    x = np.asarray(x, dtype=np.int64).reshape(-1)
+    out = np.zeros((len(x), n), dtype=dtype)
+    out[np.arange(len(x)), x - start] = 1
+    return out
+
+
+# How obs_transform lays out a Box, by box_layout's name, as the env's start-up line says it.
+BOX_LAYOUTS = {
+    "vector": "a vector",
+    "flat": "flattened into a vector",
+    "HW": "a grey frame (H, W), given one channel",
+    "CHW": "channels-first frames (C, H, W)",
+    "HWC": "channels-last frames (H, W, C), made channels-first",
+    "KCHW": "a stack of channels-first frames (K, C, H, W), folded into K*C channels",
+    "KHWC": "a stack of channels-last frames (K, H, W, C), folded into K*C channels",
+}
+
+
+def _frames_last(shape: tuple[int, ...]) -> bool:
+    # (H, W, C) when the last side is smaller than both others: gymnasium's image convention
+    # (48x48x3, 40x40x6, 210x160x3). Anything else is taken as (C, H, W), as it always was:
+    # (3, 40, 40), (4, 84, 84), and the ambiguous (10, 10, 10).
+    return shape[2] < min(shape[:2])
+
+
+def box_layout(shape: tuple[int, ...], dtype: np.dtype) -> str:
+    """The :data:`BOX_LAYOUTS` name of a Box of ``shape`` and ``dtype``.
+
+    1-D: a vector. 2-D uint8: a grey frame. 3-D: frames, channels-last when the last side is
+    smaller than both others, whatever the dtype, else channels-first. 4-D: a stack of such
+    frames (gymnasium's FrameStackObservation). Any other Box (a scalar, a 2-D float matrix,
+    5-D) is flattened, in C order as ``gymnasium.spaces.flatten`` lays it out.
+    """
+    if len(shape) == 1:
+        return "vector"
+    if len(shape) == 2 and dtype == np.uint8:
+        return "HW"
+    if len(shape) == 3:
+        return "HWC" if _frames_last(shape) else "CHW"
+    if len(shape) == 4:
+        return "KHWC" if _frames_last(shape[1:]) else "KCHW"
+    return "flat"
+
+
+def obs_layout(space: Any) -> str:
+    """How :func:`obs_transform` lays ``space`` out, in words (the env's start-up line)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return "a one-hot"
+    if isinstance(space, spaces.Box):
+        return BOX_LAYOUTS[box_layout(tuple(space.shape), np.dtype(space.dtype))]
+    return "flattened into a vector"
+
+
+def _box_transform(
+    shape: tuple[int, ...], dtype: np.dtype
+) -> tuple[Callable[[np.ndarray], np.ndarray], tuple[int, ...], np.dtype]:
+    """:func:`obs_transform` of a Box of ``shape`` and ``dtype``, as :func:`box_layout` says."""
+    out = np.dtype(np.float32) if dtype.kind == "f" else dtype
+    layout = box_layout(shape, dtype)
+    if layout == "vector" or layout == "CHW":
+        return (lambda x: np.asarray(x, dtype=out)), shape, out
+    if layout == "HW":
+        return (lambda x: np.asarray(x, dtype=out)[:, None]), (1, *shape), out
+    if layout == "HWC":
+        h, w, c = shape
+        # A transposed copy, contiguous for the wire.
         return (
-            lambda x: np.ascontiguousarray(np.asarray(x).transpose(0, 3, 1, 2)),
-            (shape[2], shape[0], shape[1]),
-            dtype,
+            lambda x: np.ascontiguousarray(np.asarray(x).transpose(0, 3, 1, 2), dtype=out),
+            (c, h, w),
+            out,
         )
-    if dtype == np.uint8 and len(shape) == 2:
-        return (lambda x: np.asarray(x)[:, None]), (1, *shape), dtype
-    if dtype == np.float64:
-        return (lambda x: np.asarray(x, dtype=np.float32)), shape, np.dtype(np.float32)
-    # Already in a usable layout (vectors, or images that are channels-first already).
-    return np.asarray, shape, dtype
+    if layout == "KCHW":
+        k, c, h, w = shape
+        return (lambda x: np.asarray(x, dtype=out).reshape(-1, k * c, h, w)), (k * c, h, w), out
+    if layout == "KHWC":
+        k, h, w, c = shape
+        # Frame-major channels (the oldest frame's C first), as env=atari stacks its frames.
+        return (
+            lambda x: np.ascontiguousarray(
+                np.asarray(x).transpose(0, 1, 4, 2, 3), dtype=out
+            ).reshape(-1, k * c, h, w),
+            (k * c, h, w),
+            out,
+        )
+    width = int(np.prod(shape))
+    return (lambda x: np.asarray(x, dtype=out).reshape(-1, width)), (width,), out
 
 
 # Observation spaces seedq reads, as its errors name them.
@@ -235,8 +336,7 @@ def _flat_parts(env_id: str, space: Any) -> tuple[Callable[[Any], np.ndarray], i
 
     if isinstance(space, spaces.Discrete):
         n, start = int(space.n), int(space.start)
-        eye = np.eye(n, dtype=np.float32)
-        return (lambda x: eye[np.asarray(x, dtype=np.int64).reshape(-1) - start]), n, True
+        return (lambda x: one_hots(x, n, start, np.float32)), n, True
     if isinstance(space, spaces.MultiBinary):
         width = int(np.prod(space.shape))
         return (lambda x: np.asarray(x, dtype=np.float32).reshape(len(x), -1)), width, True
@@ -334,6 +434,24 @@ def joint_actions(env_id: str, space: Any) -> tuple[int, Callable[[np.ndarray], 
     return n, entries
 
 
+def continuous_actions(space: Any) -> bool:
+    """Whether seedq's policies act in ``space`` with float vectors (a 1-D Box), not indices."""
+    from gymnasium import spaces
+
+    return isinstance(space, spaces.Box) and len(space.shape) == 1
+
+
+def env_actions(env_id: str, space: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """How a batch of the policy's actions becomes a batch of ``space``'s, as training steps
+    them (and ``seedq-eval`` and ``seedq.load_policy``'s policies act): a 1-D Box's float
+    vectors ``[B, D]`` clipped to its bounds and cast to its dtype, a discrete space's indices
+    ``[B]`` through :func:`joint_actions`."""
+    if not continuous_actions(space):
+        return joint_actions(env_id, space)[1]
+    low, high, dtype = space.low, space.high, np.dtype(space.dtype)
+    return lambda actions: np.clip(actions, low, high).astype(dtype, copy=False)
+
+
 def _async_context() -> str | None:
     # The actor process runs ZeroMQ and possibly other actor threads; forking it can copy held
     # locks into the env workers. forkserver forks from a clean, single-threaded server.
@@ -358,7 +476,6 @@ class GymVectorBatch(BatchBase):
         so async workers, which are fresh processes, can import it); ``make_kwargs``:
         gymnasium.make's keyword arguments (``env.kwargs``)."""
         gym = import_gymnasium()
-        from gymnasium import spaces
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
         gym_spec(env_id)  # fail fast, in this process, on an unknown id
@@ -401,29 +518,30 @@ class GymVectorBatch(BatchBase):
             ) from exc
         self._env = env
         action_space = env.single_action_space
-        continuous = isinstance(action_space, spaces.Box) and len(action_space.shape) == 1
+        obs_space = env.single_observation_space
+        continuous = continuous_actions(action_space)
         try:
-            joint = None if continuous else joint_actions(env_id, action_space)
-            transform, obs_shape, obs_dtype = obs_transform(env_id, env.single_observation_space)
+            to_env = env_actions(env_id, action_space)  # refuses the spaces seedq cannot act in
+            transform, obs_shape, obs_dtype = obs_transform(env_id, obs_space)
         except EnvError:
             env.close()
             raise
-        width = int(action_space.shape[0]) if continuous else joint[0]
+        width = int(action_space.shape[0]) if continuous else joint_actions(env_id, action_space)[0]
         super().__init__(num_envs, obs_shape, obs_dtype, width, seed, env_offset)
         self._transform = transform
-        self._single_space = env.single_observation_space
+        self._env_actions = to_env
+        self._single_space = obs_space
         if continuous:
             self._set_continuous(action_space.low, action_space.high)
-            self._action_dtype = np.dtype(action_space.dtype)
-        else:
-            self._env_actions = joint[1]
         logger.info(
-            "gym env %s: %d envs, %s, obs %s %s, %d %s actions",
+            "gym env %s: %d envs, %s, obs %s -> %s %s (%s), %d %s actions",
             env_id,
             num_envs,
             vectorization,
+            obs_space,
             obs_shape,
             obs_dtype,
+            obs_layout(obs_space),
             self.num_actions,
             self.action_kind,
         )
@@ -446,11 +564,7 @@ class GymVectorBatch(BatchBase):
         return self._transform(obs)
 
     def step(self, actions: np.ndarray) -> StepBatch:
-        actions = self._check_actions(actions)
-        if self.action_kind == "continuous":
-            actions = actions.astype(self._action_dtype, copy=False)
-        else:
-            actions = self._env_actions(actions)
+        actions = self._env_actions(self._check_actions(actions))
         obs, reward, terminated, truncated, info = self._env.step(actions)
         terminated, truncated = split_done(terminated, truncated)
         if truncated.any():

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from seedq.agents.torsos import ACTIVATIONS, TorsoSettings
+from seedq.schema import ConfigError
 
 
 def orthogonal_(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
@@ -25,16 +26,20 @@ def orthogonal_(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
 
 
 def _frames_to_float(x: Tensor) -> Tensor:
-    """Pixel frames to floats: uint8 ``[0, 255]`` -> ``[0, 1]``; float frames pass unchanged.
+    """Pixel frames to float32: uint8 ``[0, 255]`` -> ``[0, 1]``; other dtypes cast.
 
     Frames travel as uint8 (4x smaller messages and buffers); scaling here keeps that true all
     the way to the first conv.
     """
     if x.dtype == torch.uint8:
         return x.float().div_(255.0)
-    if not x.is_floating_point():
-        return x.float()
-    return x
+    return _to_float32(x)
+
+
+def _to_float32(x: Tensor) -> Tensor:
+    # The weights are float32: a float16 or float64 input fails in the first layer ("mat1 and
+    # mat2 must have the same dtype"); autocast, where it is on, casts from float32 itself.
+    return x if x.dtype == torch.float32 else x.float()
 
 
 class MLPTorso(nn.Module):
@@ -69,10 +74,8 @@ class MLPTorso(nn.Module):
         return cls(obs_shape[0], settings.hidden_sizes, settings.activation)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``[N, D]`` (any numeric dtype) -> ``[N, out_size]``."""
-        if not x.is_floating_point():
-            x = x.float()
-        return self.net(x)
+        """``[N, D]`` (any numeric dtype) -> ``[N, out_size]``, float32."""
+        return self.net(_to_float32(x))
 
 
 class _ConvTorso(nn.Module):
@@ -100,8 +103,11 @@ class _ConvTorso(nn.Module):
             try:
                 conv_out = self.convs(torch.zeros(1, *self.obs_shape))
             except RuntimeError as exc:
-                raise ValueError(
-                    f"observation shape {self.obs_shape} is too small for the {name!r} torso"
+                # A ConfigError: seedq-train refuses the run with this one line.
+                raise ConfigError(
+                    f"observation shape {self.obs_shape} is too small for the {name!r} torso; "
+                    "choose another with algorithm.model.torso=..., or have the env deliver "
+                    "larger frames"
                 ) from exc
         self.relu_before_fc = relu_before_fc
         self.fc = nn.Linear(conv_out[0].numel(), fc_size)
