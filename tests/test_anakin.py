@@ -60,6 +60,10 @@ def test_anakin_picks_the_tensor_env_of_the_env_groups_id():
         (["algorithm=r2d2"], "algorithm=r2d2 cannot: it learns from a prioritised replay"),
         (["arch.anakin.num_envs=100", "arch.anakin.minibatches=3"], "not a multiple"),
         (["algorithm.model.use_lstm=true"], "use_lstm"),
+        (
+            ["env=gym", "env.id=MountainCar-v0", "+env.kwargs.goal_velocity=0.5"],
+            r"takes no gymnasium make\(\) arguments: env.kwargs=\{'goal_velocity': 0.5\}",
+        ),
     ],
 )
 def test_combinations_anakin_cannot_run_are_refused_naming_what_can(overrides, says):

@@ -113,6 +113,13 @@ def validate_arch(cfg: Any) -> None:
             "(env=cartpole, or env=gym env.id=<one of them>); use arch=seed or arch=sebulba "
             "for other envs"
         )
+    kwargs = getattr(cfg.env, "kwargs", None)
+    if kwargs:
+        raise ConfigError(
+            f"arch=anakin runs its own tensor version of {cfg.env.id}, which takes no "
+            f"gymnasium make() arguments: env.kwargs={dict(kwargs)} would be ignored; drop "
+            "them, or use arch=seed or arch=sebulba to run the gymnasium env with them"
+        )
 
 
 def check_agent_fits(cfg: Any) -> None:
