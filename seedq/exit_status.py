@@ -19,6 +19,10 @@ EXIT_STOPPED = 75
 # A learner rank's own exit when another rank stopped answering (a collective failed or timed
 # out): the run's failure is the other rank's, which the launcher names.
 EXIT_RANK_LOST = 4
+# An actor process's exit when another process joined the learner with its actor ids (the
+# learner lets the newcomer have them): not a crash, and not restarted, since a restart would
+# take the ids back and the two would take turns ending each other.
+EXIT_ACTOR_TAKEN_OVER = 5
 EXIT_INTERRUPTED = 130  # a shell's for SIGINT: Ctrl-C before any run started
 
 # Ctrl-C; SIGTERM from a scheduler, a supervisor or `kill`; SIGUSR1 from Slurm's

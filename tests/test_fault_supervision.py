@@ -9,6 +9,7 @@ from fault_helpers import wait_for
 
 from seedq.bench.fuzz import fuzz_messages
 from seedq.envs import FakeConfig
+from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.launch.actors import ActorFailure, ActorPool, RestartPolicy, SpawnRefused
 
 
@@ -110,3 +111,33 @@ def test_when_every_place_is_given_up_the_run_fails(tmp_path):
     with pytest.raises(ActorFailure, match="no actor is left"):
         wait_for(lambda: actors.check() and False, 60, "the failure")
     actors.stop()
+
+
+def test_an_actor_whose_ids_another_process_took_over_is_not_restarted(tmp_path, caplog):
+    """Exit status 5 (another process joined with its actor ids) is no crash: restarting it
+    would take the ids back and the two would take turns until max_restarts ended the run."""
+    started: list[int] = []
+
+    def spawn(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
+        started.append(index)
+        code = (
+            f"raise SystemExit({EXIT_ACTOR_TAKEN_OVER})"
+            if index == 0
+            else "import time; time.sleep(600)"
+        )
+        return subprocess.Popen([sys.executable, "-c", code])
+
+    actors = pool(tmp_path, spawn, RestartPolicy(0, 60.0, backoff_s=0.05))
+    actors.num_actors = 2
+    actors.start()
+
+    def dropped() -> bool:
+        actors.check()  # max_restarts=0: a crash would raise ActorFailure here
+        return any(a.dropped for a in actors._procs)
+
+    with caplog.at_level("WARNING"):
+        wait_for(dropped, 60, "actor 0 dropped")
+    alive = actors.pids
+    actors.stop()
+    assert (started, len(alive), actors.restarts) == ([0, 1], 1, 0)
+    assert "another process joined the learner with its actor ids" in caplog.text

@@ -43,6 +43,11 @@ class ActorError(RuntimeError):
     """The learner refused us or went away; the message says what to do."""
 
 
+class ActorTakenOver(ActorError):
+    """Another process joined the learner with this actor's ids, and the learner gave them to
+    it."""
+
+
 @dataclass
 class ActorStats:
     env_steps: int = 0
@@ -278,7 +283,7 @@ async def run_env_batch(
                     # Another process joined with this actor id; rejoining would take it back
                     # and the two would stall each other in turn, so the learner's words end
                     # this one.
-                    raise ActorError(exc.detail) from None
+                    raise ActorTakenOver(exc.detail) from None
                 if exc.code not in RECOVERABLE_CODES:
                     raise ActorError(f"actor {actor_id}: the learner refused us ({exc})") from None
                 in_a_row = 0 if link.answered else in_a_row + 1

@@ -23,6 +23,7 @@ import zmq.asyncio
 from seedq.actor.loop import (
     ActorError,
     ActorStats,
+    ActorTakenOver,
     Patience,
     TooManyEnvFailures,
     hung_env_call,
@@ -30,6 +31,7 @@ from seedq.actor.loop import (
     run_env_batch,
 )
 from seedq.envs import EnvConfig, EnvError, env_config, make_env_batch
+from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
 from seedq.messages import env_json
@@ -374,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         ).start()
     try:
         asyncio.run(run())
+    except ActorTakenOver as exc:
+        log.error("%s", exc)
+        return EXIT_ACTOR_TAKEN_OVER
     except (ActorError, EnvError, TooManyEnvFailures) as exc:
         log.error("%s", exc)
         return 1

@@ -23,6 +23,7 @@ from seedq.actor.loop import Patience
 from seedq.actor.main import actor_command, run_actor_thread
 from seedq.core.stats import RunFault
 from seedq.envs import EnvConfig
+from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +187,27 @@ class ActorPool:
                     self._respawn(actor)
                 continue
             code = actor.proc.poll()
-            if code is not None:
+            if code == EXIT_ACTOR_TAKEN_OVER:
+                self._taken_over(actor)
+            elif code is not None:
                 self._crashed(actor, code, now)
+
+    def _taken_over(self, actor: ActorProcess) -> None:
+        # Not a crash: another process (started by hand, or by another launcher) joined the
+        # learner with these actor ids and steps them now. Restarting ours would take them back
+        # and end that one, and the two would take turns.
+        actor.dropped = True
+        ids = self.actor_ids(actor.index)
+        left = sum(not a.dropped for a in self._procs)
+        log.warning(
+            "actor process %d (actor ids %d..%d) ended: another process joined the learner with "
+            "its actor ids and steps them now; it is not restarted (%d left). Give each actor "
+            "process its own --actor-ids",
+            actor.index,
+            ids[0],
+            ids[-1],
+            left,
+        )
 
     def _crashed(self, actor: ActorProcess, code: int, now: float) -> None:
         actor.last_code = code
