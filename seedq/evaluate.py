@@ -7,7 +7,8 @@ path given alone is taken as it (``seedq-eval RUN_DIR episodes=5``, as ``seedq-p
 run directories). V-trace
 policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
 epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it); PPO and SAC policies
-sample from their Gaussian (``mode=greedy``: its mean, squashed into the bounds for SAC). With
+sample from their Gaussian (``mode=greedy``: its mean, mapped into the Box's bounds as in
+training). With
 ``video=true`` each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen
 for gymnasium envs (MuJoCo offscreen through EGL, see ``seedq.envs.mujoco``), the agent's own
 view for Atari (84x84), MinAtar and Procgen. ``env.<key>=value`` changes the env for the

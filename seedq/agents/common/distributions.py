@@ -6,13 +6,17 @@ behaviour policy's log-probabilities from the unroll alone (PPO's old log-probs,
 importance weights, SAC's replayed actions).
 
 * :class:`Categorical`: ``P = A`` logits; actions are integer indices.
-* :class:`Gaussian`: ``P = 2 D`` (mean, log-std) of a diagonal Gaussian over ``D`` values.
-  Without squashing the sample is sent as is and the env clips it to its bounds (the stored,
-  unclipped sample keeps its exact log-probability). With ``squash`` the sample ``u`` goes
-  through ``tanh`` and is rescaled to ``[low, high]``:
-  ``a = low + (tanh(u) + 1) (high - low) / 2``, so
-  ``log p(a) = log N(u) - sum log(1 - tanh(u)^2) - sum log((high - low) / 2)``
-  (Haarnoja et al. 2018, "Soft Actor-Critic", appendix C).
+* :class:`Gaussian`: ``P = 2 D`` (mean, log-std) of a diagonal Gaussian over ``D`` values
+  ``u``, each expressed relative to its dimension's bounds: ``a = centre + half_range * u``
+  with ``centre = (high + low) / 2`` and ``half_range = (high - low) / 2``, so the policy's
+  unit range covers ``[low, high]`` whatever the env's units (a Box of ``[10, 20]`` is not
+  explored around 0, where every sample would clip to 10). The env clips ``a`` to its bounds;
+  the stored, unclipped action keeps its exact log-probability,
+  ``log p(a) = log N(u) - sum log(half_range)``. With ``squash`` ``u`` goes through ``tanh``
+  first: ``a = centre + half_range * tanh(u)``, so
+  ``log p(a) = log N(u) - sum log(1 - tanh(u)^2) - sum log(half_range)``
+  (Haarnoja et al. 2018, "Soft Actor-Critic", appendix C). A dimension with an infinite bound
+  is not mapped; one of zero width is the constant ``low``.
 """
 
 from __future__ import annotations
@@ -67,11 +71,24 @@ class Categorical:
         return -(probs * torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))).sum(-1)
 
 
-class Gaussian:
-    """Diagonal Gaussian over ``D`` values, optionally tanh-squashed into ``[low, high]``.
+def unit_to_bounds(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
+    """``(centre [D], half_range [D])`` of the map ``a = centre + half_range * x`` that takes
+    ``x`` in ``[-1, 1]`` to ``[low, high]``; a dimension with an infinite bound keeps ``a = x``
+    (centre 0, half-range 1). Halving first: ``high - low`` overflows for float32-max bounds."""
+    finite = low.isfinite() & high.isfinite()
+    centre = torch.where(finite, high / 2 + low / 2, torch.zeros_like(low))
+    half_range = torch.where(finite, high / 2 - low / 2, torch.ones_like(low))
+    return centre, half_range
 
-    params ``[..., 2 D]``: mean then log-std (clamped to ``[LOG_STD_MIN, LOG_STD_MAX]``);
-    actions float ``[..., D]``.
+
+class Gaussian:
+    """Diagonal Gaussian over ``D`` values ``u``, mapped into the env's bounds ``[low, high]``.
+
+    params ``[..., 2 D]``: mean then log-std (clamped to ``[LOG_STD_MIN, LOG_STD_MAX]``) of
+    ``u``; actions float ``[..., D]`` in env units, ``a = centre + half_range * f(u)``
+    (:func:`unit_to_bounds`) with ``f = tanh`` (``squash``) or the identity. A dimension with an
+    infinite bound sends ``u`` as is; one of zero width (``low == high``) sends its bound, a
+    constant that adds nothing to log-probabilities or entropy. Without bounds: ``a = u``.
     """
 
     def __init__(
@@ -88,19 +105,67 @@ class Gaussian:
         if squash:
             if low is None or high is None or not (low.isfinite().all() and high.isfinite().all()):
                 raise ValueError("a squashed Gaussian needs finite action bounds low and high")
-            self.center = (high + low) / 2
-            self.half_range = (high - low) / 2
-            self.log_half_range = float(torch.log(self.half_range).sum())
+        if low is None or high is None:
+            low, high = torch.full((dim,), -math.inf), torch.full((dim,), math.inf)
+        self.center, self.half_range = unit_to_bounds(low, high)
+        constant = self.half_range == 0
+        # A zero-width dimension's log(half_range) is -inf: it is left out of the sums (mask of
+        # the dimensions that vary) and inverted with a stand-in scale of 1, which keeps u finite.
+        self.varies = None if not constant.any() else ~constant
+        self._scale = torch.where(constant, torch.ones_like(self.half_range), self.half_range)
+        self.log_half_range = float(torch.log(self._scale).sum())
+        self._on_device: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
+
+    @property
+    def maps_to_bounds(self) -> bool:
+        """Whether an unsquashed sample is mapped at all (False: sent in the env's units)."""
+        return bool((self.center != 0).any() or (self.half_range != 1).any())
+
+    def in_env_units(self) -> None:
+        """Send unsquashed samples as they are, the env clipping them: how every continuous
+        policy without ``squash`` acted before 2026-12-07, kept for checkpoints trained so
+        (:class:`~seedq.agents.common.policy_head.PolicyHead` reads which). A squashed sample
+        was always mapped into the bounds: unchanged."""
+        if self.squash:
+            return
+        self.center = torch.zeros_like(self.center)
+        self.half_range = torch.ones_like(self.half_range)
+        self._scale = torch.ones_like(self._scale)
+        self.varies = None
+        self.log_half_range = 0.0
+        self._on_device.clear()
 
     def _split(self, params: Tensor) -> tuple[Tensor, Tensor]:
         mean, log_std = params.split(self.dim, dim=-1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
+    def _bounds(self, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """``(centre, half_range, scale)`` on ``device``, copied there once (inference and the
+        learner map every batch; a host-to-device copy each time would cost a sync)."""
+        if device not in self._on_device:
+            host = (self.center, self.half_range, self._scale)
+            center, half, scale = (t.to(device) for t in host)
+            self._on_device[device] = (center, half, scale)
+        return self._on_device[device]
+
     def _to_env(self, u: Tensor) -> Tensor:
+        center, half, _ = self._bounds(u.device)
+        return center + (torch.tanh(u) if self.squash else u) * half
+
+    def _to_u(self, actions: Tensor) -> Tensor:
+        """The inverse of :meth:`_to_env` (0 in a zero-width dimension)."""
+        center, _, scale = self._bounds(actions.device)
+        unit = (actions - center) / scale
         if not self.squash:
-            return u
-        center, half = self.center.to(u.device), self.half_range.to(u.device)
-        return center + torch.tanh(u) * half
+            return unit
+        # float32 tanh saturates at |u| ~ 9; clamping keeps atanh finite for stored actions.
+        return torch.atanh(unit.clamp(-1 + 1e-6, 1 - 1e-6))
+
+    def _sum_varying(self, terms: Tensor) -> Tensor:
+        """``[..., D]`` -> ``[...]``, summed over the dimensions that are not constant."""
+        if self.varies is not None:
+            terms = torch.where(self.varies.to(terms.device), terms, torch.zeros_like(terms))
+        return terms.sum(-1)
 
     def sample(self, params: Tensor, generator: torch.Generator | None = None) -> Tensor:
         mean, log_std = self._split(params)
@@ -118,28 +183,24 @@ class Gaussian:
 
     def _log_prob_u(self, mean: Tensor, log_std: Tensor, u: Tensor) -> Tensor:
         z = (u - mean) * torch.exp(-log_std)
-        log_p = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
+        terms = -0.5 * z.pow(2) - log_std - _HALF_LOG_2PI
         if self.squash:
             # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for large |u|.
-            log_p = log_p - (2 * (math.log(2.0) - u - F.softplus(-2 * u))).sum(-1)
-            log_p = log_p - self.log_half_range
-        return log_p
+            terms = terms - 2 * (math.log(2.0) - u - F.softplus(-2 * u))
+        # The affine part's Jacobian: a constant, which cancels in PPO's ratio.
+        return self._sum_varying(terms) - self.log_half_range
 
     def log_prob(self, params: Tensor, actions: Tensor) -> Tensor:
-        """``[...]`` log pi(a) of env-unit actions ``[..., D]`` (squashed ones inverted)."""
+        """``[...]`` log pi(a) of env-unit actions ``[..., D]`` (mapped back to ``u``)."""
         mean, log_std = self._split(params)
-        u = actions
-        if self.squash:
-            unit = (actions - self.center.to(actions.device)) / self.half_range.to(actions.device)
-            # float32 tanh saturates at |u| ~ 9; clamping keeps atanh finite for stored actions.
-            u = torch.atanh(unit.clamp(-1 + 1e-6, 1 - 1e-6))
-        return self._log_prob_u(mean, log_std, u)
+        return self._log_prob_u(mean, log_std, self._to_u(actions))
 
     def entropy(self, params: Tensor) -> Tensor:
-        """Entropy of the Gaussian before squashing (the squashed one has no closed form; its
-        log-det term is bounded by the rescale, so this is the usual entropy bonus)."""
+        """Entropy of ``u``, before the map: the affine map would add the constant
+        ``log_half_range``; the squashed one has no closed form, its log-det bounded by that.
+        Either way this is the usual entropy bonus."""
         _, log_std = self._split(params)
-        return (log_std + 0.5 + _HALF_LOG_2PI).sum(-1)
+        return self._sum_varying(log_std + 0.5 + _HALF_LOG_2PI)
 
 
 def distribution_for(spec: EnvSpec, *, squash: bool = False) -> ActionDistribution:

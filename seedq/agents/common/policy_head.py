@@ -11,16 +11,24 @@ selector needs no spec of its own, and ``seedq-eval`` acts exactly as training d
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from seedq.agents.common.distributions import ActionDistribution, distribution_for
+from seedq.agents.common.distributions import ActionDistribution, Gaussian, distribution_for
 from seedq.agents.common.torsos import orthogonal_
 from seedq.agents.config import LOG_STD_KINDS, POLICY_INIT_GAIN
 from seedq.core.agent import Selection
 from seedq.messages import EnvSpec
+
+log = logging.getLogger(__name__)
+
+# The buffer that says in which units a continuous policy's Gaussian acts: 1, in units of the
+# Box's bounds (a = centre + half_range * u, since 2026-12-07); 0, in the env's own units (u sent
+# as is). A checkpoint written before the buffer existed lacks it and was trained the old way.
+UNITS_BUFFER = "acts_in_bound_units"
 
 
 class PolicyHead(nn.Module):
@@ -44,6 +52,8 @@ class PolicyHead(nn.Module):
         # A small gain (0.01 by default): a near-uniform (or near-zero-mean) initial policy.
         self.out = nn.Linear(in_features, spec.num_actions)
         orthogonal_(self.out, init_gain)
+        if self.continuous:
+            self.register_buffer(UNITS_BUFFER, torch.ones(()))
         self.log_std_param: nn.Parameter | None = None
         self.log_std_layer: nn.Linear | None = None
         if self.continuous and log_std == "state_independent":
@@ -52,6 +62,26 @@ class PolicyHead(nn.Module):
             self.log_std_layer = nn.Linear(in_features, spec.num_actions)
             orthogonal_(self.log_std_layer, 0.01)
             nn.init.constant_(self.log_std_layer.bias, init_log_std)
+
+    def _load_from_state_dict(  # noqa: ANN001, PLR0913 - nn.Module's signature
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ) -> None:
+        key = prefix + UNITS_BUFFER
+        if self.continuous and key not in state_dict and prefix + "out.weight" in state_dict:
+            state_dict[key] = torch.zeros(())  # load_state_dict's own copy of the dict
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
+        units = getattr(self, UNITS_BUFFER, None)
+        dist = self.distribution
+        if units is not None and float(units) == 0 and isinstance(dist, Gaussian):
+            if dist.maps_to_bounds and not dist.squash:
+                log.warning(
+                    "this checkpoint's policy was trained before 2026-12-07, when its Gaussian "
+                    "acted in the env's units (clipped to the Box): it goes on acting so; a new "
+                    "run's acts in units of the Box's bounds (centre + half-range x sample)"
+                )
+            dist.in_env_units()
 
     def forward(self, features: Tensor) -> Tensor:
         out = self.out(features)

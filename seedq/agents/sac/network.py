@@ -114,8 +114,8 @@ class SACNet(nn.Module):
 
 
 def check_spec(spec: EnvSpec) -> None:
-    """Refuse what SAC cannot act in (discrete actions, unbounded ones, non-vector obs) as a
-    config error: the run stops before it starts, naming the alternative."""
+    """Refuse what SAC cannot act in (discrete actions, unbounded or fixed ones, non-vector
+    obs) as a config error: the run stops before it starts, naming the alternative."""
     if not spec.continuous:
         raise ConfigError(
             f"algorithm=sac needs continuous (Box) actions; this env has {spec.num_actions} "
@@ -126,6 +126,16 @@ def check_spec(spec: EnvSpec) -> None:
         raise ConfigError(
             "algorithm=sac squashes actions into the env's bounds; this env's Box has infinite "
             f"bounds (low {spec.action_low}, high {spec.action_high}): use algorithm=ppo"
+        )
+    pairs = zip(spec.action_low, spec.action_high, strict=True)
+    fixed = [i for i, (lo, hi) in enumerate(pairs) if lo == hi]
+    if fixed:
+        # Its critics and target entropy see every dimension in [-1, 1]; a fixed one has no
+        # such range (log(half_range) = -inf made every log-prob inf or NaN).
+        raise ConfigError(
+            "algorithm=sac squashes actions into the env's bounds; this env's Box has zero width "
+            f"(low == high) in action dimension(s) {fixed}: use algorithm=ppo, which holds them "
+            "at their bound"
         )
     if len(spec.obs_shape) != 1:
         raise ConfigError(
