@@ -20,6 +20,19 @@ learns standardised targets and the network maps its outputs back to return unit
 moments are buffers of the network, updated by the learner before each batch's updates, with
 the head's weights rewritten so that no value changes.
 
+Faults. The statistics never forget, and a finite value passes every NaN/inf check: one
+observation of 1e30 from a faulty peer, merged as it is, left the mean at 1e26 and the variance
+at 1e56 for good, every real observation normalised to ~0, and CartPole at return ~22 after 1 M
+steps. So float values are screened before they are merged (:func:`outlier_bounds`,
+:func:`screen_outliers`): one further than ``OUTLIER_STDS`` standard deviations from the mean
+is clamped to that bound, one ``OUTLIER_STDS`` times further still is taken for the mean
+itself; until the statistics hold ``OUTLIER_WARMUP_ROWS`` rows, the batch's own median and
+robust std stand in for them. Data from a real env never comes near the bound, so a normal
+run's statistics are those of the plain merge, bit for bit; frames and integer observations
+are left alone (uint8 pixels are bounded by their dtype). Screened values are counted and
+reported by a warning. What this does not catch: values inside the bound (a peer that lies
+plausibly), and garbage in more than half of one of the first batches.
+
 Statistics merge by Chan et al.'s parallel algorithm (1979): batches of any sizes give the
 same mean and variance as one pass over all samples. Both run as tensor code wherever their
 data is: host arrays (the SEED and Sebulba paths) are viewed as CPU tensors, Anakin's
@@ -30,6 +43,7 @@ are the same on every architecture.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +63,35 @@ FRAME_ELEMENTS = 4096
 FRAME_ROWS = 64
 # Rows of uint8 frames whose float32 sums of squares stay exact (255**2 * 258 < 2**24).
 EXACT_UINT8_ROWS = 258
+
+# Screening (see the module docstring). 100 standard deviations: at most 1/100**2 of any
+# distribution lies that far out (Chebyshev); a policy that learns moves its observations
+# far less (CartPole's cart position has std 0.07 under a random policy and ends episodes at
+# +-2.4, 36 of those stds); and the network sees its input clipped at norm_clip = 10 stds
+# anyway, so what lies beyond the bound only ever mattered through the statistics it fed.
+OUTLIER_STDS = 100.0
+# A std below this counts as this (so the bound is never narrower than +-2 in the data's
+# units): a value that has been constant so far (variance 0) may change, and a float 0/1
+# indicator never seen at 1 may turn on, without being screened.
+OUTLIER_MIN_STD = 0.02
+# Running statistics of fewer rows are not trusted to screen by: until then a batch is
+# screened by its own median and median absolute deviation (which garbage in under half of
+# its rows does not move), so a fault in the very first batch is caught too.
+OUTLIER_WARMUP_ROWS = 256
+# The batch's median and MAD are taken over at most this many evenly spaced rows: two sorts
+# of a 256-row sample cost ~0.1 ms for CartPole's 4 values, one of a whole PPO batch seconds.
+OUTLIER_SAMPLE_ROWS = 256
+# A value is replaced (not clamped) only this far from the centre at least, in the data's own
+# units: a feature constant so far (std 0, a bound of +-2) that starts moving by hundreds is a
+# real change, which the clamped values let the statistics follow within a few merges; replaced,
+# it would never be seen. A million units from everything seen is no observation nor return.
+OUTLIER_REPLACE_MIN = 1e6
+# The MAD of a normal distribution times this is its standard deviation.
+MAD_TO_STD = 1.4826
+# Screened values are read on the host (and reported) once every this many merges.
+OUTLIER_REPORT_EVERY = 100
+
+log = logging.getLogger(__name__)
 
 
 def merge_moments(
@@ -116,6 +159,92 @@ def _merge(
     )
 
 
+def outlier_bounds(
+    count: Tensor, mean: Tensor, var: Tensor, batch: Tensor, valid: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """``(centre, half_width)``, float64 ``[*shape]``: a value of ``batch [N, *shape]`` (rows
+    where ``valid [N]``, when given) further than ``half_width`` from ``centre`` is screened.
+
+    ``centre``: the running mean once ``count >= OUTLIER_WARMUP_ROWS``, the batch's median
+    before; ``half_width``: ``OUTLIER_STDS`` times the running std, or the batch's robust std
+    (``MAD_TO_STD`` x its median absolute deviation) before, and never narrower than
+    ``OUTLIER_STDS * OUTLIER_MIN_STD``. Where no finite bound is known (no valid row in the
+    sample, statistics that are not finite), ``half_width`` is inf: nothing is screened.
+    Tensor code (no host read), so both are taken and ``count`` picks one.
+    """
+    sample = batch[:: -(-len(batch) // OUTLIER_SAMPLE_ROWS)].to(torch.float64)
+    if valid is not None:
+        kept = valid[:: -(-len(batch) // OUTLIER_SAMPLE_ROWS)]
+        sample = torch.where(kept.view(-1, *([1] * (sample.dim() - 1))), sample, torch.nan)
+    median = sample.nanmedian(0).values
+    mad = (sample - median).abs().nanmedian(0).values
+    trusted = count >= OUTLIER_WARMUP_ROWS
+    centre = torch.where(trusted, mean, median)
+    std = torch.where(trusted, var.sqrt(), MAD_TO_STD * mad)
+    half_width = OUTLIER_STDS * std.clamp(min=OUTLIER_MIN_STD)
+    known = torch.isfinite(centre) & torch.isfinite(half_width)
+    return torch.where(known, centre, 0.0), torch.where(known, half_width, torch.inf)
+
+
+def screen_outliers(
+    batch: Tensor, centre: Tensor, half_width: Tensor, valid: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """``batch [N, *shape]`` with each value further than ``half_width`` from ``centre``
+    (``[*shape]``) clamped to ``centre +- half_width``, and each value ``OUTLIER_STDS`` times
+    further still replaced by ``centre``; and how many values were changed (an int64 tensor
+    ``[]``; rows where ``valid [N]`` only, when given).
+
+    A value within the bound comes back unchanged, bit for bit, in ``batch``'s dtype (float32
+    observations are screened as float32, half the memory traffic of float64). Clamped, a value
+    1,000 std out enters at 100 and adds ~100**2 / N variances; 1e30 sent by a peer of 8 envs
+    for a whole unroll (a quarter of a 640-row batch), clamped, would still leave the std ~50
+    times too large: what cannot be data takes the centre, and adds nothing.
+    """
+    c, h = centre.to(batch.dtype), half_width.to(batch.dtype)
+    bounded = torch.minimum(torch.maximum(batch, c - h), c + h)
+    off = (batch - c).abs()
+    screened = torch.where(off > (OUTLIER_STDS * h).clamp(min=OUTLIER_REPLACE_MIN), c, bounded)
+    outside = off > h
+    if valid is not None:
+        outside &= valid.view(-1, *([1] * (batch.dim() - 1)))
+    return screened, torch.count_nonzero(outside)
+
+
+class OutlierCounter:
+    """The values screened out of one set of running statistics, counted on their device (no
+    host read per merge) and reported by a warning at most once every
+    ``OUTLIER_REPORT_EVERY`` merges, when there are new ones."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._screened: Tensor | None = None
+        self._merges = 0
+        self._reported = 0
+
+    def add(self, screened: Tensor) -> None:
+        held = self._screened
+        self._screened = screened if held is None else held.to(screened.device) + screened
+        self._merges += 1
+        if self._merges % OUTLIER_REPORT_EVERY == 0:
+            self.report()
+
+    @property
+    def total(self) -> int:
+        """Values screened so far (a host read)."""
+        return 0 if self._screened is None else int(self._screened)
+
+    def report(self) -> None:
+        total = self.total
+        if total > self._reported:
+            log.warning(
+                "%d value(s) more than %g standard deviations from the mean of %s were clamped "
+                "or replaced before merging (%d in all): a peer sent garbage, or the env's "
+                "values jumped far beyond anything seen before; the run goes on",
+                total - self._reported, OUTLIER_STDS, self.what, total,
+            )  # fmt: skip
+            self._reported = total
+
+
 def as_tensor(data: np.ndarray | Tensor, device: torch.device | None = None) -> Tensor:
     """``data`` as a tensor: a host array is viewed (no copy), a tensor is left where it is
     unless ``device`` names another."""
@@ -176,6 +305,7 @@ class RunningNorm(nn.Module):
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.full(shape, initial_std**2, dtype=torch.float64))
         self._affine_cache = BufferDerived()  # float32 (mean, 1 / std)
+        self.outliers = OutlierCounter("the observation statistics")
 
     def forward(self, x: Tensor) -> Tensor:
         """``[N, *shape]`` -> float32 ``[N, *shape]``; the identity until the first update
@@ -201,7 +331,9 @@ class RunningNorm(nn.Module):
     @torch.no_grad()
     def update(self, batch: np.ndarray | Tensor, valid: Tensor | None = None) -> None:
         """Merge the rows of ``batch [N, *shape]`` (those where ``valid [N]``, if given); bool
-        batches are left out (see the class)."""
+        batches are left out (see the class). Float values far outside the statistics are
+        screened first (:func:`screen_outliers`); frames (``FRAME_ELEMENTS`` values or more)
+        and integer observations are merged as they are."""
         rows = as_tensor(batch, self.mean.device).reshape(-1, *self.mean.shape)
         if rows.dtype == torch.bool:
             return
@@ -209,6 +341,10 @@ class RunningNorm(nn.Module):
             # Pixel statistics settle within a few batches; a strided subset keeps the update
             # cheap beside the training step it follows.
             rows = rows[:: -(-len(rows) // FRAME_ROWS)]
+        if rows.is_floating_point() and self.mean.numel() < FRAME_ELEMENTS and len(rows):
+            bounds = outlier_bounds(self.count, self.mean, self.var, rows, valid)
+            rows, screened = screen_outliers(rows, *bounds, valid)
+            self.outliers.add(screened)
         count, mean, var = merge_moments(self.count, self.mean, self.var, rows, valid)
         self.count.copy_(count)
         self.mean.copy_(mean)
@@ -351,6 +487,12 @@ class RewardScaler:
     Host arrays keep each env's running return by global env id (any ids, as actors come and
     go); device tensors keep them in a tensor indexed by env id (Anakin's ids are 0..N-1), so
     the device path never reads a value on the host.
+
+    Returns are screened as they are accumulated (:func:`screen_outliers`): a return far
+    outside the statistics is seen, and carried on, as its screened value. Carried on as it
+    was, one reward of 1e30 would keep its env's return astronomical for thousands of steps
+    (0.99**t * 1e30), each step one more sample to screen; the reward itself is still scaled
+    and clipped like any other (one update's worth of harm).
     """
 
     def __init__(self, gamma: float, *, eps: float = 1e-8, clip: float = 10.0) -> None:
@@ -359,6 +501,7 @@ class RewardScaler:
         self._moments: Moments = (zero, zero, torch.ones((), dtype=torch.float64))
         self._returns: dict[int, float] = {}
         self._device_returns: Tensor | None = None
+        self.outliers = OutlierCounter("the reward scaler's return statistics")
 
     @property
     def count(self) -> float:
@@ -384,53 +527,72 @@ class RewardScaler:
         Row 0 repeats the previous unroll's last row, so only rows ``1..T`` advance the returns;
         row 0 is scaled like the others (its reward is never trained on).
         """
+        rewards = as_tensor(reward)
+        dones = as_tensor(done).to(rewards.device, torch.bool)
         if isinstance(reward, Tensor):
-            seen = self._device_returns_seen(reward, as_tensor(done), as_tensor(env_id))
+            index = as_tensor(env_id).to(rewards.device, torch.long)
+            start = self._device_table(index)[index]
         else:
-            seen = torch.from_numpy(self._host_returns_seen(reward, done, env_id))
-        moments = tuple(m.to(seen.device) for m in self._moments)
+            start = torch.tensor(
+                [self._returns.get(int(e), 0.0) for e in env_id], dtype=torch.float64
+            )
+        moments = tuple(m.to(rewards.device) for m in self._moments)
+        # The bounds come from the running statistics, or (the first batches) from these
+        # returns as they would be unscreened; then the returns again, each one screened before
+        # it is carried on. A normal unroll's two passes give the same returns.
+        unscreened, _, _ = self._returns_seen(start, rewards, dones)
+        bounds = outlier_bounds(*moments, unscreened.reshape(-1))
+        seen, last, screened = self._returns_seen(start, rewards, dones, bounds)
+        self.outliers.add(screened)
+        if isinstance(reward, Tensor):
+            self._device_returns[index] = last
+        else:
+            for e, r in zip(env_id.tolist(), last.tolist(), strict=True):
+                self._returns[int(e)] = r
         self._moments = merge_moments(*moments, seen.reshape(-1))
         var = self._moments[2]
-        scaled = (as_tensor(reward).to(torch.float64) / torch.sqrt(var + self.eps)).clamp(
+        scaled = (rewards.to(torch.float64) / torch.sqrt(var + self.eps)).clamp(
             -self.clip, self.clip
         )
         scaled = scaled.to(torch.float32)
         return scaled if isinstance(reward, Tensor) else scaled.numpy()
 
-    def _host_returns_seen(
-        self, reward: np.ndarray, done: np.ndarray, env_id: np.ndarray
-    ) -> np.ndarray:
-        returns = np.array([self._returns.get(int(e), 0.0) for e in env_id])
-        seen = np.empty_like(reward[1:], dtype=np.float64)
+    def _returns_seen(
+        self,
+        start: Tensor,
+        reward: Tensor,
+        done: Tensor,
+        bounds: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(seen [T, B], last [B], screened [])``: the discounted returns after rows ``1..T``
+        of ``reward`` from the running returns ``start [B]``, each screened by ``bounds``
+        (``(centre, half_width)``) when given; the returns to carry into the next unroll; how
+        many were screened."""
+        returns, seen = start, []
+        screened = torch.zeros((), dtype=torch.int64, device=start.device)
         for t in range(1, reward.shape[0]):
             # done[t]: obs t starts an episode, so reward[t] ended the previous one.
-            returns = returns * self.gamma + reward[t]
-            seen[t - 1] = returns
-            returns = np.where(done[t], 0.0, returns)
-        for e, r in zip(env_id.tolist(), returns.tolist(), strict=True):
-            self._returns[int(e)] = r
-        return seen
+            returns = returns * self.gamma + reward[t].to(torch.float64)
+            if bounds is not None:
+                returns, outside = screen_outliers(returns, *bounds)
+                screened = screened + outside
+            seen.append(returns)
+            returns = torch.where(done[t], 0.0, returns)
+        return torch.stack(seen), returns, screened
 
-    def _device_returns_seen(self, reward: Tensor, done: Tensor, env_id: Tensor) -> Tensor:
-        index = env_id.to(reward.device, torch.long)
+    def _device_table(self, index: Tensor) -> Tensor:
+        """The running returns by env id on ``index``'s device, grown to hold its largest id."""
         table = self._device_returns
         # One small host read per unroll (the largest id), beside the loss values the learner
         # reads anyway; the table grows only when a larger env id appears.
         size = int(index.max()) + 1
-        if table is None or table.device != reward.device or table.numel() < size:
-            grown = torch.zeros(size, dtype=torch.float64, device=reward.device)
+        if table is None or table.device != index.device or table.numel() < size:
+            grown = torch.zeros(size, dtype=torch.float64, device=index.device)
             if table is not None:
-                grown[: table.numel()] = table.to(reward.device)
+                grown[: table.numel()] = table.to(index.device)
             table = grown
-        returns = table[index]
-        seen = []
-        for t in range(1, reward.shape[0]):
-            returns = returns * self.gamma + reward[t].to(torch.float64)
-            seen.append(returns)
-            returns = torch.where(done[t].to(reward.device), 0.0, returns)
-        table[index] = returns
         self._device_returns = table
-        return torch.stack(seen)
+        return table
 
     def state_dict(self) -> dict:
         return {"count": self.count, "var": self.var, "mean": self.mean}
