@@ -64,15 +64,13 @@ from seedq.envs.gym import (
     obs_transform,
     single_action_space,
 )
+from seedq.envs.registry import KINDS, backend
 from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
 from seedq.schema import ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
 
 MODES = ("sample", "greedy")
-# Env kinds seedq-eval plays through seedq's own env batch (the training preprocessing, or no
-# gymnasium id); the others are gymnasium ids it makes with gymnasium.make.
-BATCH_KINDS = ("atari", "football", "minatar", "procgen", "catch")
 # What seedq-eval does with a checkpoint, in the advice to take an older one.
 EVALUATE = "evaluate"
 
@@ -180,6 +178,12 @@ class Policy:
         return action.numpy() if action.is_floating_point() else int(action)
 
 
+def plays_gymnasium_id(kind: str | None) -> bool:
+    """Whether an env of ``kind`` is the gymnasium id itself, made with ``gymnasium.make``
+    (the registry's ``gymnasium_id``), not seedq's own env batch."""
+    return kind in KINDS and backend(kind).gymnasium_id
+
+
 def trained_action_space(config: Mapping[str, Any], spec: EnvSpec | None) -> Any:
     """The action space of the env a checkpoint trained on: a gymnasium id's own, built once as
     training built it (``env.kwargs`` applied), so a Discrete's ``start`` and a MultiDiscrete's
@@ -188,7 +192,7 @@ def trained_action_space(config: Mapping[str, Any], spec: EnvSpec | None) -> Any
     from gymnasium import spaces
 
     env = config.get("env") or {}
-    if env.get("kind") not in (*BATCH_KINDS, "fake", None):
+    if plays_gymnasium_id(env.get("kind")):
         try:
             return single_action_space(env["id"], env.get("kwargs"))
         except EnvError as exc:
@@ -457,7 +461,7 @@ def evaluate(
             "video=true is not available for env=football: gfootball renders through OpenGL, "
             "which seedq does not set up; evaluate without video"
         )
-    run = _env_batch_episodes if env_cfg.kind in BATCH_KINDS else _gym_episodes
+    run = _gym_episodes if plays_gymnasium_id(env_cfg.kind) else _env_batch_episodes
     returns, videos = [], []
     folder = path.parent.parent / "videos"
     if video:

@@ -7,7 +7,8 @@
 * ``gym``: any gymnasium id with a ``Discrete`` or 1-D ``Box`` action space, in a
   ``SyncVectorEnv`` or ``AsyncVectorEnv`` with ``AutoresetMode.SAME_STEP``
   (``info["final_obs"]`` is an object array of per-env observations, ``info["_final_obs"]``
-  its mask). Box actions are clipped to the space's bounds (:func:`env_actions`).
+  its mask). Box actions are clipped to the space's bounds (``BatchBase._check_continuous``;
+  :func:`env_actions` does the same for ``seedq-eval`` and ``seedq.load_policy``).
 
 gymnasium is imported when an env is built, not with this module.
 """
@@ -452,6 +453,10 @@ def env_actions(env_id: str, space: Any) -> Callable[[np.ndarray], np.ndarray]:
     return lambda actions: np.clip(actions, low, high).astype(dtype, copy=False)
 
 
+def _as_dtype(actions: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return actions.astype(dtype, copy=False)
+
+
 def _async_context() -> str | None:
     # The actor process runs ZeroMQ and possibly other actor threads; forking it can copy held
     # locks into the env workers. forkserver forks from a clean, single-threaded server.
@@ -521,12 +526,16 @@ class GymVectorBatch(BatchBase):
         obs_space = env.single_observation_space
         continuous = continuous_actions(action_space)
         try:
-            to_env = env_actions(env_id, action_space)  # refuses the spaces seedq cannot act in
+            if continuous:
+                # _check_continuous has clipped them to the bounds already: only the dtype.
+                width = int(action_space.shape[0])
+                to_env = functools.partial(_as_dtype, dtype=np.dtype(action_space.dtype))
+            else:  # refuses the spaces seedq cannot act in
+                width, to_env = joint_actions(env_id, action_space)
             transform, obs_shape, obs_dtype = obs_transform(env_id, obs_space)
         except EnvError:
             env.close()
             raise
-        width = int(action_space.shape[0]) if continuous else joint_actions(env_id, action_space)[0]
         super().__init__(num_envs, obs_shape, obs_dtype, width, seed, env_offset)
         self._transform = transform
         self._env_actions = to_env

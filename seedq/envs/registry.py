@@ -31,16 +31,25 @@ class EnvBackend:
         config: the family's config dataclass (the ``env`` section of a run of this kind):
             :class:`EnvConfig` or a subclass holding the family's own keys, their help and
             their checks (``check``, ``rows_per_env``).
+        gymnasium_id: ``env.id`` is a gymnasium id that ``gymnasium.make`` builds as training
+            steps it (no preprocessing of seedq's own): ``seedq-eval`` plays it so, and a loaded
+            policy maps its actions into that env's action space. Otherwise seedq's own env
+            batch is the env.
     """
 
     summary: str
     make: Callable[[EnvConfig, int, int, int], EnvBatch]
     config: type[EnvConfig] = EnvConfig
+    gymnasium_id: bool = False
 
 
 BACKENDS: dict[str, EnvBackend] = {
-    "cartpole": EnvBackend("gymnasium's native CartPole vector env", gym.make_cartpole),
-    "gym": EnvBackend("any gymnasium id, vectorised in Python", gym.make_gym, gym.GymConfig),
+    "cartpole": EnvBackend(
+        "gymnasium's native CartPole vector env", gym.make_cartpole, gymnasium_id=True
+    ),
+    "gym": EnvBackend(
+        "any gymnasium id, vectorised in Python", gym.make_gym, gym.GymConfig, gymnasium_id=True
+    ),
     "atari": EnvBackend("ale_py's C++ AtariVectorEnv", atari.AtariBatch, atari.AtariConfig),
     "football": EnvBackend(
         "Google Research Football, one row per controlled player",
@@ -61,6 +70,7 @@ BACKENDS: dict[str, EnvBackend] = {
         "gymnasium's MuJoCo tasks, continuous (Box) actions",
         mujoco.make_mujoco,
         mujoco.MujocoConfig,
+        gymnasium_id=True,
     ),
     "catch": EnvBackend(
         "bsuite's Catch as faint objects on a textured frame", catch.make_catch, catch.CatchConfig
