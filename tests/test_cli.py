@@ -310,6 +310,13 @@ def test_an_unknown_algorithm_is_refused_in_one_line_exit_2(tmp_path):
     assert "Traceback" not in output
 
 
+def test_a_torso_that_does_not_fit_the_envs_observations_is_refused_in_one_line(tmp_path):
+    # A traceback (exit 1) before: the network's ValueError was not one of the refusals.
+    code, output = train("algorithm.model.torso=nature", "total_env_steps=100", tmp_path=tmp_path)
+    assert code == 2 and "algorithm.model.torso=nature needs 3-D" in output, output
+    assert "Traceback" not in output
+
+
 def test_an_int_key_takes_a_whole_number_written_as_a_float(tmp_path):
     # OmegaConf refused total_env_steps=2e3 ("could not be converted to Integer"), exit 2.
     code, output = train("total_env_steps=2e3", "actor.num_actors=1", tmp_path=tmp_path)

@@ -17,6 +17,7 @@ from seedq.agents.config import ModelConfig
 from seedq.agents.torsos import TORSOS as REGISTERED
 from seedq.agents.torsos import TorsoEntry, torso_class
 from seedq.agents.vtrace.network import ActorCriticNet, AgentOutput, build_network
+from seedq.schema import ConfigError
 
 VEC_SHAPE = (4,)
 FRAME_SHAPE = (4, 84, 84)
@@ -128,7 +129,8 @@ def test_auto_torso() -> None:
     ],
 )
 def test_bad_torso_obs_combinations_raise(torso: str, shape: tuple[int, ...]) -> None:
-    with pytest.raises(ValueError):
+    # A ConfigError (seedq-train's one-line refusal), not a bare ValueError's traceback.
+    with pytest.raises(ConfigError):
         ActorCriticNet(shape, 2, torso=torso)
 
 
@@ -275,9 +277,19 @@ def test_a_torso_registered_by_one_line_is_built_by_name(monkeypatch) -> None:
     assert torso_class("linear1") is Linear1 and isinstance(body.torso, Linear1)
 
 
-def test_a_torso_for_the_wrong_input_names_the_ones_that_fit() -> None:
-    with pytest.raises(ValueError, match="torso 'nature' needs 3-D .* use torso 'mlp'"):
-        RecurrentBody(VEC_SHAPE, 2, torso="nature")
+@pytest.mark.parametrize(
+    ("torso", "shape", "fits"),
+    [
+        ("nature", VEC_SHAPE, "auto or mlp"),
+        ("mlp", FRAME_SHAPE, "auto or nature or impala or minatar"),
+    ],
+)
+def test_a_torso_for_the_wrong_input_names_the_key_and_the_ones_that_fit(
+    torso: str, shape: tuple[int, ...], fits: str
+) -> None:
+    needs = f"algorithm.model.torso={torso} needs .* use algorithm.model.torso={fits}$"
+    with pytest.raises(ConfigError, match=needs):
+        RecurrentBody(shape, 2, torso=torso)
 
 
 def test_tanh_torso_features_stay_bounded_on_clipped_normalised_observations() -> None:

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from seedq.agents.common.normalize import RunningNorm
 from seedq.agents.config import NORM_CLIP, model_activation, model_norm_clip
 from seedq.agents.torsos import TORSOS, TorsoSettings, auto_torso, torso_class
+from seedq.schema import ConfigError
 
 __all__ = ["CoreState", "RecurrentBody", "body_kwargs"]
 
@@ -74,16 +75,24 @@ class RecurrentBody(nn.Module):
         super().__init__()
         obs_shape = tuple(int(d) for d in obs_shape)
         if torso != "auto" and torso not in TORSOS:
-            raise ValueError(f"unknown torso {torso!r}; expected auto or one of {list(TORSOS)}")
+            raise ConfigError(
+                f"algorithm.model.torso={torso} is unknown; expected auto or one of {list(TORSOS)}"
+            )
         if num_actions < 1:
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
         torso = auto_torso(obs_shape) if torso == "auto" else torso
         entry = TORSOS[torso]
         if len(obs_shape) != entry.obs_rank:
             fitting = [name for name, e in TORSOS.items() if e.obs_rank == len(obs_shape)]
-            raise ValueError(
-                f"torso {torso!r} needs {entry.input}, got observations of shape {obs_shape}; "
-                + (f"use torso {' or '.join(map(repr, fitting))}" if fitting else "no torso fits")
+            # A ConfigError: seedq-train refuses the run with this one line, not a traceback.
+            raise ConfigError(
+                f"algorithm.model.torso={torso} needs {entry.input}, got observations of shape "
+                f"{obs_shape}; "
+                + (
+                    f"use algorithm.model.torso={' or '.join(['auto', *fitting])}"
+                    if fitting
+                    else "no torso fits"
+                )
             )
 
         self.obs_shape = obs_shape
