@@ -245,6 +245,27 @@ def test_normal_rewards_are_scaled_exactly_as_before(on_device):
     assert scaler.outliers.total == 0
 
 
+def test_once_warmed_up_the_returns_are_run_once_per_unroll(monkeypatch):
+    """The unscreened pass only feeds the first batches' median bounds: past
+    OUTLIER_WARMUP_ROWS merged rows (counted, or restored from a checkpoint) the bounds are the
+    running statistics', and each unroll's returns are accumulated once, not twice."""
+    passes = []
+    run = RewardScaler._returns_seen
+    monkeypatch.setattr(
+        RewardScaler, "_returns_seen", lambda self, *a: passes.append(len(a)) or run(self, *a)
+    )
+    data, env_id = unrolls(seed=7, count=4), np.arange(32)  # 32 x 32 rows each: 1024 rows
+    scaler = RewardScaler(0.99)
+    for reward, done in data:
+        scaler.scale(reward, done, env_id)
+    restored = RewardScaler(0.99)
+    restored.load_state_dict(scaler.state_dict())
+    restored.scale(*data[0], env_id)
+
+    # The first unroll: an unscreened pass (3 arguments), then the screened one (4).
+    assert passes == [3, 4] + [4] * 3 + [4]
+
+
 def scaled_std(data: list[tuple[np.ndarray, ...]]) -> tuple[float, RewardScaler]:
     scaler, env_id = RewardScaler(0.99), np.arange(32)
     for reward, done in data:

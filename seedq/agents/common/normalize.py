@@ -181,6 +181,16 @@ def outlier_bounds(
     trusted = count >= OUTLIER_WARMUP_ROWS
     centre = torch.where(trusted, mean, median)
     std = torch.where(trusted, var.sqrt(), MAD_TO_STD * mad)
+    return _bounds(centre, std)
+
+
+def running_bounds(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`outlier_bounds` once ``count >= OUTLIER_WARMUP_ROWS``, when it reads no batch:
+    around the running mean, ``OUTLIER_STDS`` running stds wide."""
+    return _bounds(mean, var.sqrt())
+
+
+def _bounds(centre: Tensor, std: Tensor) -> tuple[Tensor, Tensor]:
     half_width = OUTLIER_STDS * std.clamp(min=OUTLIER_MIN_STD)
     known = torch.isfinite(centre) & torch.isfinite(half_width)
     return torch.where(known, centre, 0.0), torch.where(known, half_width, torch.inf)
@@ -499,6 +509,7 @@ class RewardScaler:
         self.gamma, self.eps, self.clip = gamma, eps, clip
         zero = torch.zeros((), dtype=torch.float64)
         self._moments: Moments = (zero, zero, torch.ones((), dtype=torch.float64))
+        self._rows = 0.0  # the count of the moments, kept on the host
         self._returns: dict[int, float] = {}
         self._device_returns: Tensor | None = None
         self.outliers = OutlierCounter("the reward scaler's return statistics")
@@ -538,11 +549,16 @@ class RewardScaler:
             )
         moments = tuple(m.to(rewards.device) for m in self._moments)
         # The bounds come from the running statistics, or (the first batches) from these
-        # returns as they would be unscreened; then the returns again, each one screened before
-        # it is carried on. A normal unroll's two passes give the same returns.
-        unscreened, _, _ = self._returns_seen(start, rewards, dones)
-        bounds = outlier_bounds(*moments, unscreened.reshape(-1))
+        # returns as they would be unscreened, a pass of their own; then the returns again,
+        # each one screened before it is carried on. A normal unroll's two passes give the same
+        # returns. How many rows were merged is known here without reading the device.
+        if self._rows >= OUTLIER_WARMUP_ROWS:
+            bounds = running_bounds(moments[1], moments[2])
+        else:
+            unscreened, _, _ = self._returns_seen(start, rewards, dones)
+            bounds = outlier_bounds(*moments, unscreened.reshape(-1))
         seen, last, screened = self._returns_seen(start, rewards, dones, bounds)
+        self._rows += seen.numel()
         self.outliers.add(screened)
         if isinstance(reward, Tensor):
             self._device_returns[index] = last
@@ -601,3 +617,4 @@ class RewardScaler:
         self._moments = tuple(
             torch.tensor(float(state[key]), dtype=torch.float64) for key in ("count", "mean", "var")
         )
+        self._rows = float(state["count"])
