@@ -15,7 +15,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from seedq.actor.loop import ActorError, ActorStats, Patience, run_env_batch
+from seedq.actor.loop import ActorError, ActorStats, ActorTakenOver, Patience, run_env_batch
+from seedq.actor.main import _run
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.envs import FakeConfig, make_env_batch
@@ -204,3 +205,78 @@ def test_an_actor_whose_id_another_process_takes_exits_naming_it_and_the_new_one
         0,
         True,
     )
+
+
+@pytest.mark.parametrize("taken", [[0], [0, 1]])
+def test_a_process_whose_ids_are_taken_over_steps_the_others_and_exits_5_when_none_is_left(
+    taken, caplog
+):
+    """An actor process runs several ids; another process taking one of them over costs that
+    id, not the others (they went unstepped, the process ended), and only a process left with
+    none ends as taken over (exit 5: the launcher neither counts nor restarts it)."""
+    env_cfg = FakeConfig(obs_shape=[4])
+    zctx = zmq.Context()
+    router = zctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    policy = Policy()
+    spec = env_spec_of(make_env_batch(env_cfg, 2, seed=0))
+    broker = Broker(router, spec, Batcher(max_batch=8, deadline_s=0.001), policy)
+    stop_broker = threading.Event()
+    serving = threading.Thread(target=broker.serve, args=(stop_broker,), daemon=True)
+    serving.start()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    patience = Patience(reply_timeout_s=60.0)
+    process_stats, other_stats = ActorStats(), ActorStats()
+
+    async def main() -> tuple[BaseException | None, int]:
+        ctx = zmq.asyncio.Context()
+        stop_process, stop_other = asyncio.Event(), asyncio.Event()
+        process = asyncio.create_task(
+            _run(ctx, endpoint, [0, 1], env_cfg, 2, 0, stop_process, process_stats,
+                 patience=patience)
+        )  # fmt: skip
+        others = []
+        try:
+            while process_stats.env_steps < 20 and not process.done():
+                await asyncio.sleep(0.01)
+            for actor_id in taken:
+                env = make_env_batch(env_cfg, 2, seed=5, env_offset=actor_id * 2)
+                others.append(asyncio.create_task(
+                    run_env_batch(ctx, endpoint, actor_id, env, seed=5, stop=stop_other,
+                                  patience=patience, stats=other_stats)
+                ))  # fmt: skip
+            while other_stats.env_steps < 20 * len(taken) and not process.done():
+                await asyncio.sleep(0.01)
+            # Every takeover has been answered once the other process steps them all.
+            steps_then = process_stats.env_steps
+            deadline = asyncio.get_running_loop().time() + 10
+            while not process.done() and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+                if process_stats.env_steps >= steps_then + 20:
+                    break
+            stepped_after = process_stats.env_steps - steps_then
+            stop_process.set()
+            try:
+                await asyncio.wait_for(process, timeout=30)
+            except ActorTakenOver as exc:
+                return exc, stepped_after
+            return None, stepped_after
+        finally:
+            stop_process.set()
+            stop_other.set()
+            await asyncio.gather(process, *others, return_exceptions=True)
+            ctx.destroy(linger=0)
+
+    try:
+        with caplog.at_level(logging.ERROR):
+            ended_as, stepped_after = asyncio.run(main())
+    finally:
+        stop_broker.set()
+        serving.join(timeout=5)
+        router.close(linger=0)
+        zctx.term()
+    if taken == [0]:
+        assert (ended_as, stepped_after >= 20) == (None, True)
+        assert "this process's other actor ids go on" in caplog.text
+    else:
+        assert isinstance(ended_as, ActorTakenOver) and stepped_after == 0

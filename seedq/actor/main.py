@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from seedq.actor.loop import (
     run_env_batch,
 )
 from seedq.envs import EnvConfig, EnvError, env_config, make_env_batch
+from seedq.envs.base import EnvBatch
 from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
@@ -115,9 +117,11 @@ async def _run(
         ]
         for build in builders:
             envs.append(build())
-        tasks = [
-            asyncio.create_task(
-                run_env_batch(
+        taken: list[ActorTakenOver] = []
+
+        async def run_batch(actor_id: int, env: EnvBatch, build: Callable[[], EnvBatch]) -> None:
+            try:
+                await run_env_batch(
                     ctx,
                     endpoints[actor_id % len(endpoints)],
                     actor_id,
@@ -130,7 +134,14 @@ async def _run(
                     env_identity=env_json(env_cfg.identity()),
                     rebuild=build,
                 )
-            )
+            except ActorTakenOver as exc:
+                # Another process now steps this id's envs; this process's other ids go on.
+                if len(taken) + 1 < len(actor_ids):
+                    log.error("%s; this process's other actor ids go on", exc)
+                taken.append(exc)
+
+        tasks = [
+            asyncio.create_task(run_batch(actor_id, env, build))
             for actor_id, env, build in zip(actor_ids, envs, builders, strict=True)
         ]
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -139,6 +150,8 @@ async def _run(
             await task
         for task in done:
             task.result()  # re-raise the first failure
+        if len(taken) == len(actor_ids):
+            raise taken[-1]  # every id of this process is stepped by another one now
     finally:
         for env in envs:
             env.close()
