@@ -3,6 +3,7 @@ chooses (TensorBoard by default; W&B, MLflow: ``seedq.tracking``)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
@@ -69,6 +70,49 @@ def _continue_header(path: str, columns: list[str]) -> list[str]:
     return header + added
 
 
+class RowAppender:
+    """Appends whole rows to a file or nothing: a write that fails part way (a full disk) is
+    cut back to where it began, so the next write starts on a row of its own. A buffered
+    file would keep the unwritten tail and later write it out, or leave half a row that the
+    next row is glued onto (one merged row read as an episode's return of 267,392)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(self._fd).st_size
+            if size:
+                # A row cut short by a kill: dropped, not glued to the next one.
+                with open(path, "rb") as f:
+                    f.seek(max(0, size - 65536))
+                    tail = f.read()
+                if not tail.endswith(b"\n"):
+                    newline = tail.rfind(b"\n")
+                    cut = size - len(tail) + newline + 1 if newline >= 0 else 0
+                    os.ftruncate(self._fd, cut)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    @property
+    def empty(self) -> bool:
+        return os.fstat(self._fd).st_size == 0
+
+    def append(self, text: str) -> None:
+        data = memoryview(text.encode())
+        start = os.fstat(self._fd).st_size
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class _Outage:
     """Write failures of one file, logged without flooding the log: the first in full, then
     one line a minute with the count, and one when writes succeed again."""
@@ -111,10 +155,9 @@ class MetricsWriter:
         new_file = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
         if not new_file:
             self.columns = _continue_header(self.path, self.columns)
-        self._file = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
-        self._csv = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
-        if new_file:
-            self._csv.writeheader()
+        self._file = RowAppender(self.path)
+        self._line = io.StringIO()
+        self._csv = csv.DictWriter(self._line, fieldnames=self.columns, restval="")
         self.trackers = open_trackers(cfg, run_dir)
         self.episodes_path = os.path.join(run_dir, EPISODES_NAME)
         self._episodes: Any = None  # opened at the first finished episode
@@ -127,12 +170,14 @@ class MetricsWriter:
             raise KeyError(f"metrics {sorted(unknown)} are not columns of {self.path}")
         written = {k: _fmt(v) for k, v in row.items()}
         try:
+            if self._file.empty:  # the header goes with the first row written
+                self._csv.writeheader()
             self._csv.writerow(written)
-            self._file.flush()
+            self._file.append(self._take_line())
             self._metrics_outage.succeeded()
         except OSError as exc:
-            # A full disk costs rows of metrics.csv (this one; the file's buffer may carry it out
-            # later), not the run: the trackers still get it, and the checkpoint is untouched.
+            # A full disk costs rows of metrics.csv (this one, whole), not the run: the
+            # trackers still get it, and the checkpoint is untouched.
             self._metrics_outage.failed(
                 "the metrics row at env_steps %s could not be written to %s: %s",
                 written.get("env_steps"),
@@ -155,15 +200,11 @@ class MetricsWriter:
             return
         try:
             if self._episodes is None:
-                path = self.episodes_path
-                new_file = not os.path.exists(path) or os.path.getsize(path) == 0
-                self._episodes = open(path, "a", newline="")  # noqa: SIM115 - close()
-                if new_file:
-                    self._episodes.write(",".join(EPISODE_COLUMNS) + "\n")
-            self._episodes.writelines(
-                f"{steps},{_fmt(float(ret))},{length}\n" for steps, ret, length in episodes
+                self._episodes = RowAppender(self.episodes_path)
+            head = ",".join(EPISODE_COLUMNS) + "\n" if self._episodes.empty else ""
+            self._episodes.append(
+                head + "".join(f"{s},{_fmt(float(r))},{n}\n" for s, r, n in episodes)
             )
-            self._episodes.flush()
             self._episodes_outage.succeeded()
         except OSError as exc:
             # A full disk or a bad folder costs these episodes' rows, not the run: metrics.csv
@@ -171,6 +212,12 @@ class MetricsWriter:
             self._episodes_outage.failed(
                 "%d episodes not written to %s: %s", len(episodes), self.episodes_path, exc
             )
+
+    def _take_line(self) -> str:
+        text = self._line.getvalue()
+        self._line.seek(0)
+        self._line.truncate()
+        return text
 
     def close(self) -> None:
         for tracker in self.trackers:
@@ -183,7 +230,7 @@ class MetricsWriter:
                 continue
             try:
                 file.close()
-            except OSError as exc:  # the last buffered rows; the checkpoint is what matters
+            except OSError as exc:  # nothing is buffered; the checkpoint is what matters
                 log.error("closing the %s log failed: %s", name, exc)
 
 

@@ -230,6 +230,24 @@ def test_a_resumed_run_takes_its_recent_episodes_from_the_log(tmp_path):
     assert lengths == [100 + i for i in range(50, 150)]
 
 
+def test_rows_glued_together_are_neither_a_recent_episode_nor_kept_on_resume(tmp_path):
+    # A seedq before whole-row appends left half a row on a full disk, and the next one was
+    # glued on: "98176,267392,78,12" read as a return of 267,392 (stop_at_return trusted it).
+    (tmp_path / "episodes.csv").write_text(
+        "env_steps,return,length\n100,-21,812\n98176,267392,78,12\n98200,-20,900\n"
+    )
+    (tmp_path / "metrics.csv").write_text(
+        "wall_time,env_steps,return_mean,steps_per_s\n1,8,-21,5\n2,16,-2,1,16,-20,5\n3,24,-20,5\n"
+    )
+
+    returns, _ = recent_episodes(str(tmp_path))
+    continue_metrics(str(tmp_path), env_steps=100_000)
+
+    assert returns == [-21.0, -20.0]
+    assert "267392" not in (tmp_path / "episodes.csv").read_text()
+    assert read_steps(tmp_path / "metrics.csv") == [8, 24]
+
+
 def test_resume_auto_needs_a_fixed_run_dir(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "seedq.cli", "resume=auto"],

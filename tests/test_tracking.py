@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from cli_helpers import run_cli
 
+from seedq import metrics
 from seedq.core.stats import RunStats
 from seedq.metrics import MetricsWriter
 from seedq.tracking import loggable
@@ -245,27 +246,68 @@ def test_an_episode_log_that_cannot_be_written_costs_its_rows_not_the_run(tmp_pa
     assert [r["env_steps"] for r in csv_rows(tmp_path)] == [8]
 
 
-def test_a_disk_full_for_many_rows_logs_once_and_says_when_writes_go_through(tmp_path, caplog):
+def test_a_disk_full_for_many_rows_logs_once_and_says_when_writes_go_through(
+    tmp_path, caplog, monkeypatch
+):
     """One error for an outage, not one per row (a full disk under a 5-s log interval
     flooded the log with two lines a row), and a line when the disk has room again."""
     writer = MetricsWriter(str(tmp_path), [])
-    real_flush, calls = writer._file.flush, []
-
-    def full_then_free() -> None:
-        calls.append(1)
-        if len(calls) <= 3:
-            raise OSError(28, "No space left on device")
-        real_flush()
-
-    writer._file.flush = full_then_free
+    disk_full_for = [3]
+    monkeypatch.setattr(metrics.os, "write", half_then_full(disk_full_for))
     for steps in range(8, 48, 8):
         writer.write({"wall_time": 1.0, "env_steps": steps, "return_mean": -21.0})
     writer.close()
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert [level for level, _ in lines] == ["ERROR", "WARNING"], lines
     assert "env_steps 8 could not be written" in lines[0][1] and "after 3 failed" in lines[1][1]
-    # The rows whose flush failed stayed in the file's buffer and went out with the next one.
-    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [8, 16, 24, 32, 40]
+    # A row the disk took half of is cut back whole: the file holds whole rows (and its header,
+    # written with the first row that went through), never half of one glued to the next.
+    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [32, 40]
+
+
+def half_then_full(failures: list[int]):
+    """``os.write`` on a disk that fills: the first ``failures[0]`` rows are written half,
+    then the rest of each fails with ENOSPC; later writes go through."""
+    real_write, failing = os.write, [False]
+
+    def write(fd: int, data) -> int:
+        if failing[0]:
+            failing[0] = False
+            raise OSError(28, "No space left on device")
+        if failures[0] > 0 and len(data) > 1:
+            failures[0] -= 1
+            failing[0] = True
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        return real_write(fd, data)
+
+    return write
+
+
+def test_episodes_half_written_on_a_full_disk_leave_no_merged_row(tmp_path, monkeypatch):
+    # A return of 267,392 read back from one row glued onto half of another (the resumed
+    # run's 100-episode mean, and stop_at_return, trusted it).
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.write_episodes([(100, -21.0, 812)])
+    monkeypatch.setattr(metrics.os, "write", half_then_full([1]))
+    writer.write_episodes([(98176, 3.0, 1200), (98176, 5.0, 1300)])
+    writer.write_episodes([(99000, 7.0, 1500)])
+    writer.close()
+    assert (tmp_path / "episodes.csv").read_text() == (
+        "env_steps,return,length\n100,-21,812\n99000,7,1500\n"
+    )
+
+
+def test_a_row_cut_short_by_a_kill_is_dropped_before_the_next_is_appended(tmp_path):
+    (tmp_path / "episodes.csv").write_text("env_steps,return,length\n100,-21,812\n981")
+    (tmp_path / "metrics.csv").write_text("wall_time,env_steps,return_mean,steps_per_s\n1,8,")
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.write_episodes([(200, 4.0, 900)])
+    writer.write({"wall_time": 2.0, "env_steps": 16, "return_mean": 4.0})
+    writer.close()
+    assert (tmp_path / "episodes.csv").read_text().splitlines() == [
+        "env_steps,return,length", "100,-21,812", "200,4,900"
+    ]  # fmt: skip
+    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [16]
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")

@@ -102,6 +102,8 @@ def recent_episodes(run_dir: str, keep: int = 100) -> tuple[list[float], list[in
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             try:
+                if None in row or None in row.values():
+                    raise ValueError("a row of another width")  # rows glued together
                 ret, length = float(row["return"]), int(row["length"])
             except (KeyError, TypeError, ValueError):
                 continue  # a damaged row costs that episode, not the resume
@@ -140,7 +142,9 @@ def _truncate_csv(path: Path, env_steps: int) -> int:
     for line in lines[1:]:
         row = next(csv.reader([line]), [])
         try:
-            if int(row[column]) <= env_steps:
+            # A row of another width is damaged (a row glued onto half of another, written by
+            # a seedq before whole-row appends): dropped, as a row cut short is.
+            if len(row) == len(header) and int(row[column]) <= env_steps:
                 kept.append(line)
         except (IndexError, ValueError):
             continue
