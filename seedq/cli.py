@@ -42,7 +42,7 @@ from seedq.exit_status import (
 )
 from seedq.launch.sizing import size_config, size_run
 from seedq.learner.errors import CheckpointError
-from seedq.learner.run_lock import LOCK_NAME
+from seedq.learner.run_lock import LOCK_NAME, held_by
 from seedq.logging_setup import quiet_file_errors
 from seedq.parallel.ranks import launched_rank
 
@@ -908,6 +908,11 @@ class RunDirRecord:
         if command.started or command.output_dir is None:
             return
         folder = Path(command.output_dir)
+        if held_by(str(folder)) not in (None, str(os.getpid())):
+            # Another run holds the folder (it started between this command's look and its
+            # claim, the race of two starts): its files are its own now; removing them took
+            # its lock file with them, and a third start then ran beside it.
+            return
         try:
             if self.existed and self.named is not None and folder.resolve() == self.named.resolve():
                 for path, data in self.kept.items():

@@ -1,5 +1,6 @@
 """seedq-train as a user runs it: start-up failures are clear and happen before any process."""
 
+import fcntl
 import json
 import logging
 import os
@@ -14,9 +15,10 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from seedq.cli import key_refusal, unknown_choice, whole_numbers
+from seedq.cli import Command, RunDirRecord, key_refusal, unknown_choice, whole_numbers
 from seedq.config import ConfigError
 from seedq.learner.device import resolve_device
+from seedq.learner.run_lock import LOCK_NAME
 
 
 def train(*overrides: str, tmp_path) -> tuple[int, str]:
@@ -221,6 +223,34 @@ def test_a_refused_command_leaves_the_run_dirs_record_as_it_was(tmp_path):
     resumed = run_cli(*fake, "resume=auto", "total_env_steps=50000")
     assert resumed.returncode == 0, resumed.stdout
     assert "total_env_steps=50000" in (tmp_path / ".hydra" / "overrides.yaml").read_text()
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_command_refused_for_a_live_run_leaves_that_runs_folder_alone(tmp_path, existed):
+    # Two starts into a new folder at once: the loser found no folder, was refused at its
+    # claim, and removed the folder that held only Hydra's files and the lock, the winner's:
+    # a third start then took a lock nobody held and trained beside it.
+    folder = tmp_path / "run"
+    if existed:
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "config.yaml").write_text("theirs: 0\n")
+    record = RunDirRecord([f"hydra.run.dir={folder}"])
+    (folder / ".hydra").mkdir(parents=True, exist_ok=True)
+    (folder / ".hydra" / "config.yaml").write_text("winner: 1\n")
+    (folder / "cli.log").write_text("")
+    holder = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)  # another run's claim
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(holder, b"4242\n")
+        record.settle(Command(output_dir=str(folder)))
+        left = sorted(p.name for p in folder.iterdir())
+        config = (folder / ".hydra" / "config.yaml").read_text()
+    finally:
+        os.close(holder)
+    assert (left, config) == ([".hydra", LOCK_NAME, "cli.log"], "winner: 1\n")
+    # Once nobody holds it, a refused command tidies up as before.
+    record.settle(Command(output_dir=str(folder)))
+    assert folder.exists() == existed
 
 
 @pytest.mark.parametrize(
