@@ -36,6 +36,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -45,6 +46,7 @@ import torch
 import yaml
 
 from seedq.agents.registry import agent_class
+from seedq.cli import FLOAT_NOTATION
 from seedq.envs import (
     EnvConfig,
     EnvError,
@@ -65,6 +67,7 @@ from seedq.envs.gym import (
     single_action_space,
 )
 from seedq.envs.registry import KINDS, backend
+from seedq.envs.section import family_keys
 from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
 from seedq.schema import ConfigError
@@ -430,9 +433,13 @@ def evaluate(
         # observation and action checks below still judge whether the policy can act in it.
         common = {f.name for f in dataclasses.fields(EnvConfig)}
         trained = {k: v for k, v in trained.items() if k in common}
+    env = merged_env(trained, env_overrides or {})
     try:
-        env_cfg = env_config(merged_env(trained, env_overrides or {}))
+        env_cfg = env_config(env)
     except ConfigError as exc:
+        kind = env.get("kind", "cartpole")
+        if kind in KINDS and set(env) <= set(family_keys(kind)):
+            raise  # a value of the wrong type (env.grayscale=flase): the message names it
         allowed = sorted(trained)
         raise EnvError(f"{exc}; keys are env.<one of {allowed}>") from None
     env_cfg.check()  # the values training would refuse (env.max_episode_steps=0)
@@ -484,6 +491,36 @@ def check_arguments(*, episodes: int, epsilon: float | None, seed: int) -> None:
         raise ValueError(f"seed={seed} is out of range; it must be in [0, {MAX_SEED}]")
 
 
+def whole_number(value: str) -> int:
+    """An int argument's value: an integer, or a whole number in a float's notation (``1e2``,
+    ``100.0``), as seedq-train takes them (``seedq.cli.whole_numbers``)."""
+    if FLOAT_NOTATION.fullmatch(value):
+        number = Decimal(value)
+        if number != number.to_integral_value():
+            raise ValueError(value)
+        return int(number)
+    return int(value)
+
+
+def env_value(text: str) -> Any:
+    """An ``env.<key>=`` value as YAML reads it, a number in a float's notation (``1e3``,
+    which YAML 1.1 leaves a string) as a float; the env config checks its type.
+
+    Raises:
+        ValueError: text YAML cannot read (``[1``).
+    """
+    if not text:
+        return text
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise ValueError(f"{text!r} does not read as a value ({problem})") from None
+    if isinstance(value, str) and FLOAT_NOTATION.fullmatch(value):
+        return float(value)
+    return value
+
+
 def flag(value: str) -> bool:
     """``video=``'s value: a typo (``video=ture``, ``video=on``) is refused, not read as false."""
     if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
@@ -493,11 +530,11 @@ def flag(value: str) -> bool:
 
 ARGUMENTS = {
     "checkpoint": str,
-    "episodes": int,
+    "episodes": whole_number,
     "video": flag,
     "mode": str,
     "epsilon": float,
-    "seed": int,
+    "seed": whole_number,
 }
 
 
@@ -530,10 +567,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if key.startswith("+env."):
             key = key[1:]  # Hydra's "add a key" of the training command line, as it was written
         if sep and key.startswith("env.") and len(key) > 4:
-            env_overrides[key[4:]] = yaml.safe_load(value) if value else value
+            try:
+                env_overrides[key[4:]] = env_value(value)
+            except ValueError as exc:
+                print(f"seedq-eval: {key}={exc}", file=sys.stderr)
+                return 2
             continue
-        if not sep and "checkpoint" not in args and os.path.exists(item):
-            args["checkpoint"] = item  # seedq-eval RUN_DIR: a path alone is the checkpoint
+        # seedq-eval RUN_DIR: an existing path alone is the checkpoint.
+        if (sep and key == "checkpoint") or (not sep and os.path.exists(item)):
+            path = value if sep else item
+            if "checkpoint" in args:
+                # One checkpoint an evaluation: a second path was said not to exist, and a
+                # second checkpoint= replaced the first without a word.
+                print(
+                    f"seedq-eval: {path!r} is a second checkpoint (the first: "
+                    f"{args['checkpoint']!r}); seedq-eval evaluates one checkpoint file or run "
+                    "directory at a time: run it once for each",
+                    file=sys.stderr,
+                )
+                return 2
+            args["checkpoint"] = path
             continue
         if not sep or key not in ARGUMENTS:
             print(
@@ -545,7 +598,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             args[key] = ARGUMENTS[key](value)
         except ValueError:
-            kind = {int: "an integer", flag: "true or false"}.get(ARGUMENTS[key], "a number")
+            kind = {whole_number: "a whole number", flag: "true or false"}.get(
+                ARGUMENTS[key], "a number"
+            )
             print(f"seedq-eval: {key}={value!r} is not {kind}", file=sys.stderr)
             return 2
     if "checkpoint" not in args:

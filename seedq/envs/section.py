@@ -11,6 +11,9 @@ own configs is mapped onto the family's (:func:`saved_env_section`).
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,17 +96,78 @@ def foreign_key(key: str, kind: str) -> str | None:
 
 
 def env_config(section: Mapping[str, Any]) -> EnvConfig:
-    """The family dataclass of a plain ``env`` section (``kind`` picks the family).
+    """The family dataclass of a plain ``env`` section (``kind`` picks the family), each value
+    of the type its key holds (:func:`typed_value`).
 
     Raises:
-        ConfigError: an unknown kind, or a key the family does not have (naming its family).
+        ConfigError: an unknown kind, a key the family does not have (naming its family), or a
+            value of another type.
     """
     kind = section.get("kind", "cartpole")
     config = config_class(kind)
     for key in section:
         if key not in family_keys(kind):
             raise ConfigError(foreign_key(key, kind) or f"env.{key} is not an env key")
-    return config(**section)
+    return config(**{key: typed_value(config, key, value) for key, value in section.items()})
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as an int if it is a whole number (``1000.0`` too: YAML reads ``1e3``-style
+    budgets as floats, as seedq-train takes them), else None; a bool is no number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return None
+
+
+def typed_value(config: type[EnvConfig], key: str, value: Any) -> Any:
+    """``value`` as ``env.<key>`` of ``config`` holds it: a bool only true or false, an int a
+    whole number (a whole float becomes the int), a float any number, a string a string, a
+    list its items' type, a mapping a mapping; None where the key may be null.
+
+    A plain mapping (``seedq-eval``'s ``env.<key>=value``, an actor's ``--env-config``) gave
+    the family's dataclass whatever it held: ``grayscale='flase'`` ran as true, ``frame_skip=
+    'abc'`` ended in a TypeError of the range checks.
+
+    Raises:
+        ConfigError: naming the key, the value and the type the key takes.
+    """
+    kind = typing.get_type_hints(config)[key]
+    args = typing.get_args(kind)
+    nullable = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args
+    if nullable:
+        if value is None:
+            return None
+        (kind,) = (arg for arg in args if arg is not type(None))
+    origin = typing.get_origin(kind) or kind
+    if origin is bool and isinstance(value, bool):
+        return value
+    if origin is int and (number := _whole(value)) is not None:
+        return number
+    if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if origin is str and isinstance(value, str):
+        return value
+    if origin is list and isinstance(value, list | tuple):
+        (item,) = typing.get_args(kind)
+        items = [_whole(v) if item is int else v for v in value]
+        if all(v is not None for v in items):
+            return items
+    if origin is dict and isinstance(value, Mapping):
+        return dict(value)
+    allowed = {
+        bool: "true or false",
+        int: "a whole number",
+        float: "a number",
+        str: "a string",
+        list: "a list of whole numbers, e.g. [4]",
+        dict: "a mapping",
+    }[origin]
+    null = " (or null)" if nullable else ""
+    raise ConfigError(f"env.{key}={value!r} is not allowed; it takes {allowed}{null}")
 
 
 def saved_env_section(section: Mapping[str, Any]) -> dict[str, Any]:
