@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import logging
 import os
@@ -370,6 +371,18 @@ def _train_job(cfg: DictConfig) -> float | None:
         # refuses in its own log line): the reason, not a trace; nothing was trained.
         log.error("run failed while starting: %s", exc)
         sys.exit(EXIT_RUN_FAILED)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS:
+            raise
+        # A resume on a disk still full, a metrics file that cannot be replaced: nothing was
+        # trained, and what is on disk is as it was.
+        log.error(
+            "run failed while starting: %s; free space or fix the folder's permissions, then the "
+            "same command (resume=auto continues from the newest checkpoint) (exit status %d)",
+            exc,
+            EXIT_RUN_FAILED,
+        )
+        sys.exit(EXIT_RUN_FAILED)
     COMMAND.started = True
     try:
         summary = run.run()
@@ -395,6 +408,18 @@ def _train_job(cfg: DictConfig) -> float | None:
             run.run_dir,
         )
         sys.exit(EXIT_STOPPED)
+    if not run.last_checkpoint_written and run.weights_not_finite:
+        # Not the disk: the training diverged, and a NaN state is never written.
+        log.error(
+            "the run finished (%s) but its weights or optimizer state hold NaN or inf (see "
+            "above): the training diverged, and nothing since the newest checkpoint on disk is "
+            "saved. Lower algorithm.lr (or the loss weights), then resume=auto with run_dir=%s "
+            "continues from that checkpoint (exit status %d)",
+            summary.stop_reason,
+            run.run_dir,
+            EXIT_RUN_FAILED,
+        )
+        sys.exit(EXIT_RUN_FAILED)
     if not run.last_checkpoint_written:
         # Finished, but what it learned since the newest checkpoint on disk would go with the
         # process: not a finish a script or scheduler may take for one.
@@ -706,9 +731,13 @@ def unknown_choice(argv: list[str]) -> str | None:
     """The refusal of the first ``group=<option>`` (every option of a sweep) that names no
     option of the group, with the options nearest it by spelling and all of them; None if
     there is none. Other checks read the choices (``algorithm=foo`` would otherwise be
-    reported as a key named ``algorithm``). Not checked when the command line adds config
-    directories (``--config-dir``, ``hydra.searchpath``), whose options are Hydra's to find."""
+    reported as a key named ``algorithm``). ``group=null``, of these groups and of ``logger``,
+    is refused too: Hydra's answer is a traceback, or a key reported missing. Not checked when
+    the command line adds config directories (``--config-dir``, ``hydra.searchpath``), whose
+    options are Hydra's to find."""
     import difflib
+
+    from hydra.core.override_parser.types import OverrideType
 
     if any(
         a in ("-cd", "--config-dir") or a.startswith(("--config-dir=", "hydra.searchpath"))
@@ -717,11 +746,25 @@ def unknown_choice(argv: list[str]) -> str | None:
         return None
     for override in parsed_overrides(argv):
         group = override.key_or_group
-        if group not in CHOICE_GROUPS or override.package is not None:
+        if group not in (*CHOICE_GROUPS, "logger") or override.package is not None:
+            continue
+        options = group_options(group)
+        value = override.value()
+        nulls = value is None or (isinstance(value, list) and None in value)
+        if nulls and override.type != OverrideType.DEL:  # ~group is Hydra's to judge
+            if group == "logger":
+                return (
+                    f"logger=null names no tracker; write 'logger=[]' for metrics.csv alone, "
+                    f"or choose one or more of {', '.join(options)}"
+                )
+            return (
+                f"{group}=null chooses no {group}; the run needs one: choose one of "
+                f"{', '.join(options)} (or leave {group}= out for the default)"
+            )
+        if group == "logger":
             continue
         sweep = override.is_sweep_override()
-        choices = list(override.sweep_string_iterator()) if sweep else [override.value()]
-        options = group_options(group)
+        choices = list(override.sweep_string_iterator()) if sweep else [value]
         for choice in choices:
             if not isinstance(choice, str) or choice in options:
                 continue
@@ -875,6 +918,10 @@ class Command:
 
 
 COMMAND = Command()
+# What a full disk, a quota or a folder this user cannot write raise while a run starts.
+DISK_ERRORS = frozenset(
+    [errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO]
+)
 HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
 
 # What Hydra puts in a run dir before the command is judged; nothing else is ever removed.

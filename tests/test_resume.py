@@ -24,6 +24,7 @@ from seedq.core.stats import RunStats
 from seedq.learner.checkpoint import (
     CheckpointError,
     CheckpointWriteError,
+    NonFiniteState,
     copy_tensors,
     load_newest,
     read_checkpoint,
@@ -103,6 +104,31 @@ def test_a_failed_background_write_is_counted_and_the_writer_goes_on(tmp_path):
     writer.close()
     names = [p.name for p in (tmp_path / "checkpoints").iterdir()]
     assert (writer.failures, writer.written, names) == (1, 1, ["ckpt-000000000200.pt"])
+
+
+def test_a_run_knows_its_last_checkpoint_was_refused_for_nan_not_for_the_disk(tmp_path):
+    # seedq-train's last line blamed the disk ("Free space or fix the folder's permissions")
+    # for a checkpoint refused because the training had diverged to NaN weights.
+    def save(run_dir, snapshot, *, keep):
+        if snapshot["env_steps"] == 200:
+            raise NonFiniteState("not writing: model.w holds NaN or inf")
+        if snapshot["env_steps"] == 300:
+            raise CheckpointWriteError("could not write: No space left on device")
+        return save_checkpoint(run_dir, snapshot, keep=keep)
+
+    run = SimpleNamespace(_writer=CheckpointWriter(str(tmp_path), keep=3, write=save))
+    seen = []
+    for steps in (100, 200, 300, 400):
+        run._writer.submit(state(steps))
+        run._writer.flush()
+        seen.append(
+            (
+                TrainingRun.last_checkpoint_written.fget(run),
+                TrainingRun.weights_not_finite.fget(run),
+            )
+        )
+    run._writer.close()
+    assert seen == [(True, False), (False, True), (False, False), (True, False)]
 
 
 def test_a_bug_in_the_writer_is_raised_in_the_run_s_thread(tmp_path):
@@ -246,6 +272,26 @@ def test_rows_glued_together_are_neither_a_recent_episode_nor_kept_on_resume(tmp
     assert returns == [-21.0, -20.0]
     assert "267392" not in (tmp_path / "episodes.csv").read_text()
     assert read_steps(tmp_path / "metrics.csv") == [8, 24]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_resume_on_a_full_disk_is_one_line_and_leaves_the_run_as_it_was(tmp_path):
+    # It ended in an OSError traceback, exit 1 (which supervise=true takes for a crash),
+    # from trimming metrics.csv back to the checkpoint.
+    run = [*FAKE, "resume=auto", f"run_dir={tmp_path}"]
+    assert run_cli(*run, "total_env_steps=2000").returncode == 0
+    with open(tmp_path / "metrics.csv", "a") as f:
+        f.write("9,999999999,0,0\n")  # a row past the checkpoint: the resume trims it
+    before = {p.name: p.read_bytes() for p in tmp_path.rglob("*.csv")}
+    # The trimmed file goes through a temporary file beside it, here a disk that is full.
+    os.symlink("/dev/full", tmp_path / ".metrics.csv.tmp")
+
+    resumed = run_cli(*run, "total_env_steps=50000")
+
+    assert resumed.returncode == 3, resumed.stdout
+    assert "run failed while starting: [Errno 28] No space left on device" in resumed.stdout
+    assert "Traceback" not in resumed.stdout
+    assert {p.name: p.read_bytes() for p in tmp_path.rglob("*.csv")} == before
 
 
 def test_resume_auto_needs_a_fixed_run_dir(tmp_path):
@@ -594,6 +640,25 @@ def test_a_resumed_run_counts_the_faults_of_its_earlier_starts(tmp_path):
         faults["skipped_updates"],
         faults["actor_restarts"],
     ) == (2, 4, 1, 4, 3)
+
+
+def test_faults_after_the_newest_checkpoint_are_still_counted_after_a_resume(tmp_path):
+    # faults.json said checkpoint_failures 2 when a read-only checkpoint folder ended the run
+    # (exit 3); the resume the message advises counted from the checkpoint, 0, and rewrote it.
+    from fault_helpers import make_run
+
+    from seedq.arch.seed import SeedRun
+
+    first = make_run(tmp_path, *FAKE)
+    first.stats.evicted = 1
+    state = first.checkpoint_state(1.0)  # taken before the failures below
+    (tmp_path / "faults.json").write_text(
+        json.dumps({"evicted_actors": 1, "checkpoint_failures": 2, "skipped_updates": 0})
+    )
+    second = SeedRun(first.cfg, str(tmp_path), resume=state)
+    second.stats.evicted += 1  # one more in this start
+    faults = second.fault_counts()
+    assert (faults["checkpoint_failures"], faults["evicted_actors"]) == (2, 2)
 
 
 def test_resume_auto_with_another_seed_is_refused_as_another_run(tmp_path):

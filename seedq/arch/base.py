@@ -44,7 +44,12 @@ from seedq.core.agent import RunContext
 from seedq.core.stats import EARLIER_STARTS, RunFault
 from seedq.exit_status import stop_signals_to
 from seedq.learner.central_inference import CentralInference
-from seedq.learner.checkpoint import CheckpointWriteError, copy_tensors, plain_config
+from seedq.learner.checkpoint import (
+    CheckpointWriteError,
+    NonFiniteState,
+    copy_tensors,
+    plain_config,
+)
 from seedq.learner.checkpoint_writer import CheckpointWriter
 from seedq.learner.device import AMP_DTYPES, prepare_learner_thread
 from seedq.learner.errors import CheckpointError
@@ -187,6 +192,12 @@ class TrainingRun:
         one before it is the newest on disk; also False when none was taken)."""
         return self._writer is not None and self._writer.last_ok is True
 
+    @property
+    def weights_not_finite(self) -> bool:
+        """Whether the newest checkpoint was refused because the state held NaN or inf (the
+        training diverged), not for the disk."""
+        return self._writer is not None and isinstance(self._writer.last_error, NonFiniteState)
+
     def checkpoint_state(self, wall_time_s: float) -> dict:
         """Everything needed to continue this run; the agent's part copied under the lock.
 
@@ -243,7 +254,10 @@ class TrainingRun:
         self.stats.episodes = int(state["episodes"])
         self.agent.stats.updates = int(state["updates"])
         self.elapsed_before = float(state["wall_time_s"])
-        self.restore_faults(dict(state.get("faults", {})))
+        before = dict(state.get("faults", {}))
+        if self.dist.collective is None:  # one learner: faults.json holds its own counts
+            before = faults_since_checkpoint(self.run_dir, before)
+        self.restore_faults(before)
         continue_metrics(self.run_dir, self.stats.env_steps)
         if self.dist.is_writer:  # the ranks share rank 0's log; one of them refills from it
             returns, lengths = recent_episodes(self.run_dir)
@@ -503,6 +517,7 @@ class TrainingRun:
             log.error("the last checkpoint was not written within %.0f s", LAST_WRITE_WAIT_S)
 
     def _write_fault_counts(self) -> None:
+        # faults_since_checkpoint reads it back at a resume.
         if not self.dist.is_writer:
             return
         try:
@@ -510,3 +525,20 @@ class TrainingRun:
             replace_text(os.path.join(self.run_dir, "faults.json"), json.dumps(faults, indent=2))
         except OSError as exc:
             log.error("could not write faults.json (the previous one is kept): %s", exc)
+
+
+def faults_since_checkpoint(run_dir: str, saved: dict[str, int]) -> dict[str, int]:
+    """The fault counts a resumed run goes on from: the checkpoint's (``saved``), or where
+    the run's ``faults.json`` counts more, its: what went wrong after the newest checkpoint
+    (a checkpoint that failed for a full disk is never in one) would be lost otherwise."""
+    try:
+        written = json.loads(Path(run_dir, "faults.json").read_text())
+    except (OSError, ValueError):
+        return saved
+    if not isinstance(written, dict):
+        return saved
+    counts = dict(saved)
+    for key, value in written.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value > counts.get(key, 0):
+            counts[key] = value
+    return counts

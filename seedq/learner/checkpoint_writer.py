@@ -35,6 +35,7 @@ class CheckpointWriter:
         self.failures = 0  # writes that failed with an OSError (the previous checkpoint kept)
         self.written = 0
         self.last_ok: bool | None = None  # whether the newest write went through (None: none)
+        self.last_error: CheckpointWriteError | None = None  # why the newest write failed
         self.replaced = 0  # snapshots superseded by a newer one before their turn came
         self.write_s = 0.0  # the last write's seconds: serialise, fsync, rename
         self._cond = threading.Condition()
@@ -115,7 +116,7 @@ class CheckpointWriter:
             self._write(self.run_dir, state, keep=self.keep)
         except CheckpointWriteError as exc:
             self.failures += 1
-            self.last_ok = False
+            self.last_ok, self.last_error = False, exc
             log.error("checkpoint failed (%d so far): %s", self.failures, exc)
         except BaseException as exc:  # noqa: BLE001 - a bug: raised in the run's thread
             log.exception("the checkpoint writer failed")
@@ -123,5 +124,5 @@ class CheckpointWriter:
                 self._error = exc
         else:
             self.written += 1
-            self.last_ok = True
+            self.last_ok, self.last_error = True, None
         self.write_s = time.monotonic() - start
