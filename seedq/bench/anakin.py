@@ -19,6 +19,7 @@ from typing import Any
 from seedq.bench.common import (
     compose,
     kept_dir,
+    one_of,
     print_json,
     print_table,
     scratch_dir,
@@ -33,6 +34,7 @@ OPTIONS = {
     "max_minutes": 2.0,
     "mode": "throughput",
 }
+MODES = ("throughput", "time-to-target")
 
 
 def _throughput(num_envs: int, seconds: float, overrides: list[str]) -> dict[str, Any]:
@@ -90,6 +92,7 @@ def _time_to_target(seed: int, options: dict[str, Any], overrides: list[str]) ->
 
 def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
+    one_of("mode", options["mode"], MODES)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if options["mode"] == "time-to-target":
         rows = [_time_to_target(seed, options, overrides) for seed in options["seeds"]]

@@ -32,7 +32,7 @@ import numpy as np
 
 from seedq.bench.broker_load import generate
 from seedq.bench.broker_setup import BrokerUnderTest
-from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
+from seedq.bench.common import BenchError, compose, one_of, print_json, print_table, split_args
 from seedq.limits import raise_open_file_limit
 from seedq.messages import ALLOWED_DTYPES, EnvSpec
 
@@ -194,8 +194,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
     cfg = compose(overrides)
     specs = [parse_obs(text) for text in options["obs"]]
-    if options["policy"] not in ("null", "model"):
-        raise BenchError(f"policy={options['policy']!r}: null (zero actions) or model")
+    one_of("policy", options["policy"], ("null", "model"))
     if min(options["streams"], default=0) < 1 or min(options["envs"], default=0) < 1:
         raise BenchError("streams= and envs= take positive counts, e.g. streams=1,16,256")
     if options["stages"]:

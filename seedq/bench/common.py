@@ -71,6 +71,22 @@ def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, 
     return values, overrides
 
 
+def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
+    """A BenchError unless ``value`` is one of ``allowed``: a misspelt mode ran the default
+    one without a word."""
+    if value not in allowed:
+        raise BenchError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def positive_sizes(key: str, value: int | Sequence[int], example: str) -> None:
+    """A BenchError unless ``value`` (a size, or a shape: one or more sizes) is > 0 throughout;
+    ``example``: a value that is allowed."""
+    sizes = [value] if isinstance(value, int) else list(value)
+    if not sizes or min(sizes) < 1:
+        shown = value if isinstance(value, int) else ",".join(str(v) for v in sizes)
+        raise BenchError(f"{key}={shown} is not allowed; give sizes > 0, e.g. {key}={example}")
+
+
 def scratch_dir(prefix: str) -> str:
     """A temporary run dir for a bench that reports figures, not files: removed (with whatever
     the run wrote there) when the process exits."""

@@ -17,7 +17,14 @@ import numpy as np
 import torch
 
 from seedq.agents.registry import agent_class
-from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
+from seedq.bench.common import (
+    BenchError,
+    compose,
+    positive_sizes,
+    print_json,
+    print_table,
+    split_args,
+)
 from seedq.learner.inference import InferenceEngine
 from seedq.messages import EnvSpec
 
@@ -83,6 +90,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         raise BenchError(f"models={unknown}: choose from {list(OBS)}")
     if not options["batch_sizes"] or min(options["batch_sizes"]) < 1:
         raise BenchError(f"batch_sizes={options['batch_sizes']}: give sizes >= 1, e.g. 1,64,256")
+    positive_sizes("num_actions", options["num_actions"], "6")
     hw, alg = cfg.hardware, cfg.algorithm
     device = resolve_device(hw.device)
     if hw.num_threads:

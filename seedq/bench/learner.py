@@ -45,6 +45,8 @@ from seedq.bench.common import (
     CONF_DIR,
     BenchError,
     compose,
+    one_of,
+    positive_sizes,
     print_json,
     print_table,
     scratch_dir,
@@ -275,10 +277,10 @@ def run_process(options: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
-    if options["model"] not in ("zero", "real"):
-        raise BenchError(f"model={options['model']!r}: zero or real")
-    if options["mode"] not in ("loop", "run"):
-        raise BenchError(f"mode={options['mode']!r}: loop or run")
+    one_of("model", options["model"], ("zero", "real"))
+    one_of("mode", options["mode"], ("loop", "run"))
+    positive_sizes("num_actions", options["num_actions"], "6")
+    positive_sizes("obs_shape", options["obs_shape"], "4,84,84")
     if options["requests"] < 1:
         raise BenchError(f"requests={options['requests']}: the env batches a step takes, >= 1")
     if options["mode"] == "run":

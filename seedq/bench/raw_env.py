@@ -3,6 +3,7 @@
 ``actor.num_actors`` processes each step ``actor.batches_per_actor`` batches of
 ``actor.envs_per_batch`` envs (exactly what a training run's actors build) with random actions
 and nothing else: no sockets, no model. Training can approach this figure, never pass it.
+A continuous env's random actions are float32 vectors drawn within its Box's bounds.
 """
 
 from __future__ import annotations
@@ -23,8 +24,22 @@ from seedq.bench.common import (
     split_args,
 )
 from seedq.envs import env_config
+from seedq.envs.base import env_spec_of
+from seedq.messages import EnvSpec
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0}
+
+
+def random_actions(spec: EnvSpec, num_envs: int, rng: np.random.Generator) -> np.ndarray:
+    """One random action per env, as ``spec``'s envs take them: int64 indices ``[num_envs]``,
+    or float32 vectors ``[num_envs, D]`` drawn uniformly within the Box's bounds. An unbounded
+    side is taken 2 from the other (``[-1, 1]`` where both are): any value is valid there."""
+    if not spec.continuous:
+        return rng.integers(0, spec.num_actions, num_envs, dtype=np.int64)
+    low, high = (np.array(b, np.float64) for b in (spec.action_low, spec.action_high))
+    low = np.where(np.isfinite(low), low, np.where(np.isfinite(high), high - 2.0, -1.0))
+    high = np.where(np.isfinite(high), high, low + 2.0)
+    return rng.uniform(low, high, (num_envs, spec.num_actions)).astype(np.float32)
 
 
 def step_batches(
@@ -47,9 +62,8 @@ def step_batches(
     try:
         rng = np.random.default_rng(seed)
         # A pool of random action arrays, so drawing actions costs nothing measurable.
-        pool = [
-            rng.integers(0, envs[0].num_actions, envs_per_batch, dtype=np.int64) for _ in range(64)
-        ]
+        spec = env_spec_of(envs[0])
+        pool = [random_actions(spec, envs_per_batch, rng) for _ in range(64)]
         for env in envs:
             env.reset(seed=seed)
         steps, i = 0, 0

@@ -1,0 +1,60 @@
+"""seedq-bench's own options: a choice key takes only its choices, sizes are > 0 (one line,
+exit 2, before anything is measured), and raw-env steps continuous envs with actions they take."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from seedq.bench.cli import main
+from seedq.bench.raw_env import random_actions, step_batches
+from seedq.envs.fake import FakeConfig
+from seedq.envs.gym import GymConfig
+from seedq.messages import CONTINUOUS, EnvSpec
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # A misspelt mode measured throughput without a word.
+        (["anakin", "mode=foo"], "mode='foo' is not allowed; choose one of ['throughput', "),
+        (["anakin", "mode=time_to_target"], "mode='time_to_target' is not allowed"),
+        (["learner", "mode=runn"], "mode='runn' is not allowed; choose one of ['loop', 'run']"),
+        (["broker", "policy=oracle"], "policy='oracle' is not allowed; choose one of"),
+        # A ValueError of the policy head and RuntimeErrors of torch, each a traceback.
+        (["learner", "num_actions=0"], "num_actions=0 is not allowed; give sizes > 0"),
+        (["learner", "num_actions=-2"], "num_actions=-2 is not allowed"),
+        (["learner", "obs_shape=0"], "obs_shape=0 is not allowed; give sizes > 0"),
+        (["learner", "obs_shape=4,-4,84"], "obs_shape=4,-4,84 is not allowed"),
+        (["inference", "num_actions=0", "models=mlp"], "num_actions=0 is not allowed"),
+    ],
+)
+def test_a_bad_choice_or_size_is_refused_in_one_line(capsys, argv, message):
+    # Short settings, so that the code before the fix finished measuring soon.
+    code = main([*argv, "seconds=0.1", "num_envs=8"] if argv[0] == "anakin" else argv)
+    err = capsys.readouterr().err
+    assert (code, err.count("\n"), message in err) == (2, 1, True), err
+
+
+def test_random_continuous_actions_lie_within_the_bounds_even_unbounded_ones():
+    low, high = (-2.0, 5.0, -math.inf), (2.0, math.inf, math.inf)
+    spec = EnvSpec((3,), "float32", 3, CONTINUOUS, low, high)
+    actions = random_actions(spec, 1000, np.random.default_rng(0))
+    assert (actions.shape, actions.dtype) == ((1000, 3), np.float32)
+    # Per dimension, the smallest and largest of 1000 draws: near the bounds, within them.
+    drawn = np.stack([actions.min(axis=0), actions.max(axis=0)], axis=1)
+    expected = np.array([[-2.0, 2.0], [5.0, 7.0], [-1.0, 1.0]])
+    assert drawn == pytest.approx(expected, abs=0.02)
+    assert (drawn[:, 0] >= expected[:, 0]).all() and (drawn[:, 1] <= expected[:, 1]).all()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [FakeConfig(continuous_actions=True), GymConfig(kind="gym", id="Pendulum-v1")],
+    ids=["fake", "pendulum"],
+)
+def test_raw_env_steps_a_continuous_env(env):
+    # "an env process failed: actions must be a float array": it sent discrete indices.
+    figures = step_batches(dataclasses.asdict(env), 1, 4, 0, 0, seconds=0.05, warmup_s=0.0)
+    assert figures["env_steps"] > 0
