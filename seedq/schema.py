@@ -9,6 +9,7 @@ and the README's key table show.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,14 +66,32 @@ def choice(key: str, value: Any, allowed: Sequence[Any]) -> None:
 
 
 def positive(key: str, value: float, *, zero_ok: bool = False) -> None:
+    # inf passes a bare range check and nan fails none: a learning rate of inf makes NaN
+    # weights, an Adam epsilon of inf weights that never move. No key means anything by them.
+    bound = ">= 0" if zero_ok else "> 0"
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} is out of range; it must be a finite number {bound}")
     if value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
         raise ConfigError(f"{key}={value!r} is out of range; it must be {bound}")
+
+
+def finite(key: str, value: float) -> None:
+    """Refuse inf and nan for a key that takes any real number."""
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} is out of range; it must be a finite number")
 
 
 def in_unit_interval(key: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"{key}={value!r} is out of range; it must be in [0, 1]")
+
+
+def section_type(section: Any) -> type:
+    """The dataclass a config section is (an instance, or a DictConfig typed by one): which
+    option of a Hydra group composed it, where each option types its section."""
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.get_type(section) if isinstance(section, DictConfig) else type(section)
 
 
 def check_positive(section: Any, prefix: str, names: Sequence[str], *, zero_ok: bool = False):

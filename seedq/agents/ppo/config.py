@@ -9,6 +9,7 @@ before its first swing-up (return -500 for 1.5 M env steps; tanh: -100 within ~0
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,7 +22,14 @@ from seedq.agents.config import (
     validate_lr_schedule,
     validate_minibatches,
 )
-from seedq.schema import ConfigError, check_positive, choice, in_unit_interval, setting
+from seedq.schema import (
+    ConfigError,
+    check_positive,
+    choice,
+    finite,
+    in_unit_interval,
+    setting,
+)
 
 
 @dataclass
@@ -122,5 +130,8 @@ def validate(alg: PPOConfig, cfg: object) -> None:
     validate_minibatches(alg)
     check_positive(alg, "algorithm", ["value_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.gae_lambda", alg.gae_lambda)
-    if alg.value_clip is not None and alg.value_clip <= 0:
-        raise ConfigError(f"algorithm.value_clip={alg.value_clip} must be > 0 or null")
+    if alg.value_clip is not None and not 0 < alg.value_clip < math.inf:
+        raise ConfigError(
+            f"algorithm.value_clip={alg.value_clip} must be a finite number > 0 or null"
+        )
+    finite("algorithm.init_log_std", alg.init_log_std)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from seedq.agents.config import AlgorithmConfig, ModelConfig, validate_common
-from seedq.schema import ConfigError, check_positive, setting
+from seedq.schema import ConfigError, check_positive, finite, setting
 
 # Env kinds whose actions are always discrete: SAC refuses them before anything starts (a gym
 # id with a discrete action space is refused once its spec is known, by the network).
@@ -97,6 +97,8 @@ def validate(alg: SACConfig, cfg: object) -> None:
             f"algorithm.replay_slack_batches={alg.replay_slack_batches}: a block needs that many "
             "batches of credit, and inserts stop at the slack"
         )
+    if alg.target_entropy is not None:
+        finite("algorithm.target_entropy", alg.target_entropy)
     if alg.tau > 1:
         raise ConfigError(f"algorithm.tau={alg.tau} must be in (0, 1]")
     if not alg.batch_size <= alg.learning_starts <= alg.replay_capacity:
