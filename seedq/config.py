@@ -24,7 +24,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from seedq.actor.config import ActorConfig, validate_actor
 from seedq.agents.config import AlgorithmConfig
 from seedq.agents.registry import AGENTS, agent_names, config_class
-from seedq.arch.config import ArchConfig, validate_arch
+from seedq.arch.config import ARCH_OPTIONS, ArchConfig, validate_arch
 from seedq.broker.config import BrokerConfig, validate_broker
 from seedq.envs.config import MAX_SEED, EnvConfig
 from seedq.envs.registry import BACKENDS
@@ -43,10 +43,14 @@ from seedq.schema import (
     ConfigError,
     choice,
     positive,
+    section_type,
     setting,
 )
 from seedq.security import SecurityConfig, validate_security
 from seedq.tracking.config import LoggerConfig, validate_logger
+
+# The largest broker.max_message_bytes: ZeroMQ's ZMQ_MAXMSGSIZE is an int64.
+MAX_MESSAGE_BYTES = 2**63 - 1
 
 __all__ = ["ConfigError", "SeedqConfig", "register_configs", "validate", "schema_for"]
 
@@ -114,6 +118,10 @@ def register_configs() -> None:
     # shows among the groups' choices in seedq-train --help.
     for kind, backend in BACKENDS.items():
         cs.store(name=f"env_{kind}_schema", node=backend.config)
+    # Each arch option's class, which conf/arch/<option>.yaml names first: the section then
+    # knows which option composed it, and refuses an arch.name of another (validate_arch).
+    for option, node in ARCH_OPTIONS.items():
+        cs.store(name=f"arch_{option}_schema", node=node)
     # The other groups' YAML files need no schema of their own: seedq_schema types every
     # section they merge into, so a wrong type still fails at composition.
 
@@ -183,6 +191,16 @@ def validate(cfg: Any) -> None:
             "it; seedq-train --keys lists every key)"
         )
     choice("algorithm.name", cfg.algorithm.name, list(AGENTS))
+    chosen = next((n for n in AGENTS if config_class(n) is section_type(cfg.algorithm)), None)
+    if chosen is not None and cfg.algorithm.name != chosen:
+        # The section holds its group option's keys and defaults: another name would have the
+        # other algorithm's checks and agent read keys this section does not have.
+        name = cfg.algorithm.name
+        raise ConfigError(
+            f"algorithm.name={name} comes with algorithm={name}, which brings that "
+            f"algorithm's keys and defaults; this run is algorithm={chosen}: write "
+            f"algorithm={name}"
+        )
     env = cfg.env if isinstance(cfg.env, EnvConfig) else OmegaConf.to_object(cfg.env)
     validate_env(env, cfg.actor)
     validate_hardware(cfg.hardware)
@@ -196,6 +214,19 @@ def validate(cfg: Any) -> None:
     validate_broker(cfg.broker)
     validate_security(cfg.security, cfg.broker.host)
     validate_launcher(cfg.launcher)
+    if cfg.launcher.learner_hosts and cfg.hardware.learners == 1:
+        raise ConfigError(
+            f"launcher.learner_hosts=[{','.join(cfg.launcher.learner_hosts)}] run learner ranks "
+            "when hardware.learners > 1; with hardware.learners=1 the one learner runs here "
+            "and they would be ignored: set hardware.learners, or drop the key"
+        )
+    # ZeroMQ takes the limit as a signed 64-bit count (ZMQ_MAXMSGSIZE); a larger one is an
+    # OverflowError when the broker binds. (The broker's own section is checked above.)
+    if cfg.broker.max_message_bytes > MAX_MESSAGE_BYTES:
+        raise ConfigError(
+            f"broker.max_message_bytes={cfg.broker.max_message_bytes} is out of range; at most "
+            f"{MAX_MESSAGE_BYTES} (2^63 - 1, ZeroMQ's limit)"
+        )
     validate_checkpoint(cfg.checkpoint)
     validate_supervisor(cfg.supervisor)
     validate_logger(cfg.logger)

@@ -16,9 +16,9 @@ configs compose and validate without it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from seedq.schema import ConfigError, check_positive, choice, setting
+from seedq.schema import ConfigError, check_positive, choice, section_type, setting
 
 ARCH_NAMES = ("seed", "sebulba", "anakin")
 # What each architecture needs of an agent beyond the Agent protocol's threaded half
@@ -71,6 +71,32 @@ class ArchConfig:
     sebulba: SebulbaConfig = setting(
         help="arch=sebulba: env threads in the learner", factory=SebulbaConfig
     )
+    # The arch group's option that composed this section ("": built otherwise, e.g. a resumed
+    # run's saved section, whose name stands alone). Each conf/arch/<option>.yaml starts from
+    # its option's class, as each env family's from its own, so that arch.name=anakin under
+    # arch=seed, which would skip anakin.yaml's preset, is refused.
+    option: ClassVar[str] = ""
+
+
+@dataclass
+class SeedArchConfig(ArchConfig):
+    option: ClassVar[str] = "seed"
+
+
+@dataclass
+class SebulbaArchConfig(ArchConfig):
+    option: ClassVar[str] = "sebulba"
+
+
+@dataclass
+class AnakinArchConfig(ArchConfig):
+    option: ClassVar[str] = "anakin"
+
+
+# Stored as arch_<option>_schema (seedq.config.register_configs) for conf/arch/<option>.yaml.
+ARCH_OPTIONS: dict[str, type[ArchConfig]] = {
+    c.option: c for c in (SeedArchConfig, SebulbaArchConfig, AnakinArchConfig)
+}
 
 
 def anakin_env_ids() -> list[str]:
@@ -85,6 +111,20 @@ def validate_arch(cfg: Any) -> None:
     the architecture needs, an env without a tensor implementation), naming what can."""
     arch = cfg.arch
     choice("arch.name", arch.name, ARCH_NAMES)
+    option = getattr(section_type(arch), "option", "")
+    if option and arch.name != option:
+        raise ConfigError(
+            f"arch.name={arch.name} comes with arch={arch.name}, which brings that "
+            f"architecture's preset (conf/arch/{arch.name}.yaml); this run is arch={option}: "
+            f"write arch={arch.name}"
+        )
+    if arch.name != "seed" and cfg.launcher.name != "local":
+        raise ConfigError(
+            f"launcher={cfg.launcher.name} starts actor processes on other hosts; arch="
+            f"{arch.name} has none (its envs step in the learner process), so nothing would "
+            "run there: use arch=seed to act on other hosts, or drop launcher="
+            f"{cfg.launcher.name}"
+        )
     check_positive(arch.sebulba, "arch.sebulba", ["envs_per_thread"])
     check_positive(arch.sebulba, "arch.sebulba", ["threads"], zero_ok=True)
     check_agent_fits(cfg)

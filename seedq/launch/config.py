@@ -73,8 +73,28 @@ class LauncherConfig:
     )
 
 
+# Keys only some launchers read, by the launchers that read them: set on another, the user asked
+# for actors that will not be started (launcher.hosts=[a,b] without launcher=ssh runs them here).
+# ssh_args, workdir, env and python also serve launcher.learner_hosts, on any launcher.
+LAUNCHER_ONLY = {
+    "hosts": ("ssh", "slurm"),
+    "actors_per_host": ("ssh", "slurm"),
+    "srun_args": ("slurm",),
+}
+
+
 def validate_launcher(launcher: LauncherConfig) -> None:
     choice("launcher.name", launcher.name, LAUNCHERS)
+    for key, readers in LAUNCHER_ONLY.items():
+        value = getattr(launcher, key)
+        if launcher.name not in readers and value != getattr(LauncherConfig(), key):
+            shown = value if isinstance(value, int) else f"[{','.join(value)}]"
+            by = " and ".join(f"launcher={r}" for r in readers)
+            raise ConfigError(
+                f"launcher.{key}={shown} is read by {by} only; this run is "
+                f"launcher={launcher.name}, which would ignore it: add launcher={readers[0]}, "
+                "or drop the key"
+            )
     if launcher.actors_per_host < 0:
         raise ConfigError(
             f"launcher.actors_per_host={launcher.actors_per_host!r} is out of range; it must be "
