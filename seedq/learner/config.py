@@ -10,6 +10,16 @@ AMP_MODES = ("none", "bf16", "fp16")
 # torch.compile modes of the inference forward ("none": eager).
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 GRAPH_SETTINGS = ("auto", "true", "false")
+# The most torch threads a thread count may ask for: more cores than any one machine seedq runs
+# on has; far above it torch's thread pool crashes the process (hardware.num_threads=1e6 is a
+# segmentation fault, not an error).
+MAX_THREADS = 1024
+# Python keeps its thread switch interval in whole microseconds (less reads back as 0), and a
+# second or more lets one thread hold the GIL while the broker and trainer wait.
+GIL_SWITCH_RANGE_S = (1e-6, 1.0)
+# hardware.keep_freed_mb at most 1 TiB: freed memory kept for reuse beyond any host's memory
+# is a typo, and glibc's setting is a C int (seedq.learner.memory caps what it is given).
+MAX_KEEP_FREED_MB = 1 << 20
 
 
 @dataclass
@@ -118,6 +128,23 @@ def validate_hardware(hw: HardwareConfig) -> None:
         zero_ok=True,
     )
     check_positive(hw, "hardware", ["learners", "learner_timeout_s"])
+    for key in ("num_threads", "train_threads"):
+        if getattr(hw, key) > MAX_THREADS:
+            raise ConfigError(
+                f"hardware.{key}={getattr(hw, key)} is out of range; at most {MAX_THREADS} "
+                "torch threads (more than any machine's cores; 0 sizes it to this one's)"
+            )
+    low, high = GIL_SWITCH_RANGE_S
+    if not low <= hw.gil_switch_interval_s <= high:
+        raise ConfigError(
+            f"hardware.gil_switch_interval_s={hw.gil_switch_interval_s!r} is out of range; it "
+            f"must be in [{low:g}, {high:g}] seconds (Python's own is 0.005)"
+        )
+    if hw.keep_freed_mb > MAX_KEEP_FREED_MB:
+        raise ConfigError(
+            f"hardware.keep_freed_mb={hw.keep_freed_mb} is out of range; at most "
+            f"{MAX_KEEP_FREED_MB} (1 TiB), or 0 to keep none"
+        )
     device = str(hw.device)
     if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError(f"hardware.device={hw.device!r} is not allowed; use cpu, cuda or cuda:N")

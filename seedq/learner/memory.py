@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 # glibc's mallopt parameters (malloc.h) and its largest mmap threshold on 64-bit machines.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD_MAX = 32 << 20
+C_INT_MAX = 2**31 - 1
 
 
 # What keep_freed_memory last set for this process: the default budget of ReusedArrays.
@@ -42,7 +43,9 @@ def keep_freed_memory(megabytes: int) -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    keep = megabytes << 20
+    # mallopt takes a C int: ctypes masks a larger value to its low 32 bits (4096 MB read as
+    # 0, trim everything), so the trim threshold is capped at the largest int.
+    keep = min(megabytes << 20, C_INT_MAX)
     took = bool(mallopt(M_MMAP_THRESHOLD, min(keep, MMAP_THRESHOLD_MAX))) and bool(
         mallopt(M_TRIM_THRESHOLD, keep)
     )

@@ -11,6 +11,7 @@ tanh: -116 at 0.2 M).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -147,6 +148,7 @@ class VTraceConfig(AlgorithmConfig):
 def validate(alg: VTraceConfig, cfg: object) -> None:
     validate_common(alg)
     choice("algorithm.optimizer", alg.optimizer, OPTIMIZERS)
+    validate_rmsprop(alg)
     validate_lr_schedule(alg)
     check_positive(
         alg,
@@ -165,6 +167,24 @@ def validate(alg: VTraceConfig, cfg: object) -> None:
     check_positive(alg, "algorithm", ["baseline_cost", "entropy_cost"], zero_ok=True)
     in_unit_interval("algorithm.lambda_", alg.lambda_)
     choice("algorithm.pg_bootstrap", alg.pg_bootstrap, PG_BOOTSTRAPS)
+    for key in ("clip_rho_threshold", "clip_pg_rho_threshold"):
+        threshold = getattr(alg, key)
+        if threshold is not None and not 0 < threshold < math.inf:
+            raise ConfigError(
+                f"algorithm.{key}={threshold!r} is out of range; it must be a finite number "
+                "> 0 (rho-bar, where the importance weights are clipped), or null for no clipping"
+            )
+
+
+def validate_rmsprop(alg: VTraceConfig) -> None:
+    """RMSprop's keys, checked whichever optimizer is chosen: torch refuses a negative one at
+    the first update, and a smoothing constant of 1 or more never forgets the first squared
+    gradients (above 1 it weighs them negatively: NaN steps)."""
+    check_positive(alg, "algorithm", ["rmsprop_eps"])
+    for key in ("rmsprop_alpha", "rmsprop_momentum"):
+        value = getattr(alg, key)
+        if not 0 <= value < 1:
+            raise ConfigError(f"algorithm.{key}={value!r} is out of range; it must be in [0, 1)")
 
 
 def validate_whole_batch_keys(alg: VTraceConfig) -> None:
