@@ -55,9 +55,15 @@ class SumTree:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self.size = 1 << max(0, (capacity - 1).bit_length())
+        self.size = self.leaves(capacity)
         self.depth = self.size.bit_length() - 1
         self.nodes = np.zeros(2 * self.size, dtype=np.float64)
+
+    @staticmethod
+    def leaves(capacity: int) -> int:
+        """The leaves of a tree over ``capacity`` priorities: capacity rounded up to a power of
+        two (its nodes array is twice that)."""
+        return 1 << max(0, (capacity - 1).bit_length())
 
     @property
     def total(self) -> float:
@@ -183,7 +189,9 @@ class SequenceReplay:
             int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             for shape, dtype in fields.values()
         )
-        return capacity * (per_sequence + 8) + 2 * SumTree(capacity).size * 8
+        # Computed, not built: the refusal of a replay too large for memory must not first
+        # allocate its sum tree.
+        return capacity * (per_sequence + 8) + 2 * SumTree.leaves(capacity) * 8
 
     def __len__(self) -> int:
         return self.size

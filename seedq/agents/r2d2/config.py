@@ -102,6 +102,15 @@ def validate(alg: R2D2Config, cfg: object) -> None:
             f"algorithm.burn_in={alg.burn_in} must be smaller than algorithm.sequence_length="
             f"{alg.sequence_length} (consecutive sequences overlap by burn_in + 1 steps)"
         )
+    if alg.n_step > alg.sequence_length:
+        # A target looks min(n, L - t) steps ahead within its sequence's L trained transitions
+        # (loss.n_step_double_q_targets): past L, every target would be cut short.
+        raise ConfigError(
+            f"algorithm.n_step={alg.n_step} is more than algorithm.sequence_length="
+            f"{alg.sequence_length}: a target looks ahead only within its sequence's trained "
+            "transitions, so every one would be cut to fewer steps; use n_step <= "
+            "sequence_length"
+        )
     if not alg.batch_size <= alg.replay_min_size <= alg.replay_capacity:
         raise ConfigError(
             f"algorithm.replay_min_size={alg.replay_min_size} must be between "
