@@ -13,7 +13,8 @@ import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch
 from seedq.envs.config import EnvConfig, kind_setting
-from seedq.schema import check_positive, positive, setting
+from seedq.messages.protocol import DTYPE_CODES
+from seedq.schema import ConfigError, check_positive, positive, setting
 
 
 @dataclass
@@ -61,6 +62,17 @@ class FakeConfig(EnvConfig):
         positive("env.nan_every", self.nan_every, zero_ok=True)
         positive("env.crash_every", self.crash_every, zero_ok=True)
         positive("env.hang_every", self.hang_every, zero_ok=True)
+        # The wire carries these dtypes only: another one (complex64, a typo) would be refused
+        # by every actor as it encodes its first step, and the actor restarted in a loop.
+        try:
+            name = np.dtype(self.obs_dtype).name
+        except TypeError:
+            name = None
+        if name not in DTYPE_CODES:
+            raise ConfigError(
+                f"env.obs_dtype={self.obs_dtype!r} cannot travel to the learner; use one of "
+                f"{', '.join(DTYPE_CODES)}"
+            )
 
 
 class FakeEnvBatch(BatchBase):
