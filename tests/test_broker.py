@@ -9,6 +9,7 @@ import pytest
 import zmq
 
 from seedq.broker.batcher import Batcher
+from seedq.broker.registry import ActorRegistry
 from seedq.broker.router import Broker
 from seedq.envs import env_config
 from seedq.messages import (
@@ -16,6 +17,7 @@ from seedq.messages import (
     Actions,
     EnvSpec,
     Hello,
+    ProtocolError,
     Step,
     decode_reply,
     encode,
@@ -195,6 +197,40 @@ def test_reconnect_with_a_new_run_restarts_the_actor_stream(broker):
         sock.send_multipart(encode(step(0, run_id="second")), copy=False)
         answer = reply(sock)
     assert (answer.seq, broker_obj.consumer.started) == (0, [0, 0])
+
+
+class _Shard:
+    def revoke(self, actor_id):
+        pass
+
+
+def test_the_env_ids_of_the_runs_own_actors_are_kept_for_them():
+    # Launched ids 0..3 step env ids 0..63. A hand-started actor 20 of 3 envs claimed 60..62
+    # while actor 3 was evicted for a stall; actor 3, refused env_id_conflict on its return,
+    # crashed and was restarted until the run ended (exit 3).
+    registry = ActorRegistry(launched=(4, 16))
+    shard = _Shard()
+    with pytest.raises(ProtocolError) as refused:
+        registry.join(hello(actor_id=20, n_envs=3), shard)
+    registry.join(hello(actor_id=22, n_envs=3), shard)  # 66..68: past the kept ids
+    registry.join(hello(actor_id=3, n_envs=16), shard)  # the launched actor is back: 48..63
+    assert refused.value.code == "env_id_conflict"
+    assert refused.value.detail.endswith(
+        "env ids 0..63 are kept for this run's own actors (ids 0..3); start it with "
+        "--actor-ids 22 or higher (its envs start at actor id x 3)"
+    ), refused.value.detail
+
+
+def test_a_seed_run_keeps_the_env_ids_of_the_actors_it_launches(tmp_path):
+    from fault_helpers import FAKE, make_run
+
+    run = make_run(tmp_path, *FAKE, "actor.num_actors=2")
+    per_process = run.cfg.actor.batches_per_actor
+    assert (run.registry.launched_ids, run.registry.launched_envs) == (
+        2 * per_process,
+        2 * per_process * 8,
+    )
+    assert run.broker.registry is run.registry
 
 
 def test_actors_claiming_the_same_env_ids_are_refused(broker):

@@ -19,6 +19,7 @@ import zmq
 from seedq.actor.loop import Patience
 from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.broker.batcher import Batcher
+from seedq.broker.registry import ActorRegistry
 from seedq.broker.router import Broker
 from seedq.broker.security import bind_router, secure_server
 from seedq.broker.shards import ShardHub
@@ -104,6 +105,11 @@ class SeedRun(TrainingRun):
         self.broker: Broker | None = None
         self.hub: ShardHub | None = None
         self.curve = None
+        # The env ids of the actors this run starts are theirs, whoever else joins.
+        num_actors = self.remote.num_actors if self.remote else cfg.actor.num_actors
+        self.registry = ActorRegistry(
+            launched=(num_actors * cfg.actor.batches_per_actor, cfg.actor.envs_per_batch)
+        )
         if cfg.broker.shards > 1:
             self.hub = self._start_shards()
             self.stats = self.hub.stats
@@ -125,6 +131,7 @@ class SeedRun(TrainingRun):
                 silent_timeout_s=cfg.broker.silent_timeout_s,
                 max_message_bytes=cfg.broker.max_message_bytes,
                 env=env_json(cfg.env.identity()),
+                registry=self.registry,
             )
             self.stats = self.broker.stats
         # Actor a dials endpoints[a % shards] (seedq.actor.main).
@@ -188,7 +195,13 @@ class SeedRun(TrainingRun):
             "env": env_json(self.cfg.env.identity()),
         }
         return ShardHub(
-            self.spec, self.consumer, binds, settings, start_shard, keys_dir=self.keys_dir
+            self.spec,
+            self.consumer,
+            binds,
+            settings,
+            start_shard,
+            keys_dir=self.keys_dir,
+            registry=self.registry,
         )
 
     def _start_roles(self) -> list[threading.Thread]:

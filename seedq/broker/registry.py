@@ -29,8 +29,14 @@ class Shard(Protocol):
 class ActorRegistry:
     """Rows (lowest free first) and env-id ranges of the connected actors, and their shard."""
 
-    def __init__(self, limit: int = MAX_TOTAL_ENVS) -> None:
+    def __init__(self, limit: int = MAX_TOTAL_ENVS, launched: tuple[int, int] = (0, 0)) -> None:
+        """``launched``: ``(ids, envs_per_batch)`` of the actors the run's own launcher starts,
+        ids ``0..ids-1``, each on env ids ``[id * envs_per_batch, (id + 1) * envs_per_batch)``.
+        Those env ids are kept for them: an actor started by hand that claims one is refused,
+        since it would otherwise hold them while a launched actor was away (a stall, a
+        restart) and that actor, refused on its return, would crash until the run ended."""
         self.rows = RowPool(limit)
+        self.launched_ids, self.launched_envs = launched[0], launched[0] * launched[1]
         self._lock = threading.Lock()
         self._starts: list[tuple[int, int, int]] = []  # (first env, last env, actor), sorted
         self._ranges: dict[int, tuple[int, int, int]] = {}
@@ -82,6 +88,15 @@ class ActorRegistry:
             bisect.insort(self._starts, entry)
 
     def _check_env_ids(self, actor_id: int, first: int, last: int) -> None:
+        if actor_id >= self.launched_ids and first < self.launched_envs:
+            n = last - first + 1
+            raise ProtocolError(
+                "env_id_conflict",
+                f"actor {actor_id} claims env ids {first}..{last}, but env ids "
+                f"0..{self.launched_envs - 1} are kept for this run's own actors (ids "
+                f"0..{self.launched_ids - 1}); start it with --actor-ids "
+                f"{-(-self.launched_envs // n)} or higher (its envs start at actor id x {n})",
+            )
         # Ranges do not overlap, so only the last one starting at or before `last` can.
         at = bisect.bisect_right(self._starts, (last, float("inf"), 0))
         for lo, hi, other in self._starts[max(0, at - 2) : at]:
