@@ -23,16 +23,24 @@ from seedq.messages import CONTINUOUS, EnvSpec
         (["learner", "mode=runn"], "mode='runn' is not allowed; choose one of ['loop', 'run']"),
         (["broker", "policy=oracle"], "policy='oracle' is not allowed; choose one of"),
         # A ValueError of the policy head and RuntimeErrors of torch, each a traceback.
-        (["learner", "num_actions=0"], "num_actions=0 is not allowed; give sizes > 0"),
+        (["learner", "num_actions=0"], "num_actions=0 is not allowed; it takes whole numbers > 0"),
         (["learner", "num_actions=-2"], "num_actions=-2 is not allowed"),
-        (["learner", "obs_shape=0"], "obs_shape=0 is not allowed; give sizes > 0"),
+        (["learner", "obs_shape=0"], "obs_shape=0 is not allowed; it takes whole numbers > 0"),
         (["learner", "obs_shape=4,-4,84"], "obs_shape=4,-4,84 is not allowed"),
         (["inference", "num_actions=0", "models=mlp"], "num_actions=0 is not allowed"),
+        # A TypeError of the empty table, a ZeroDivisionError, ValueErrors of numpy and
+        # multiprocessing, and shards=0 measured the in-process broker under another name.
+        (["anakin", "mode=time-to-target", "seeds="], "seeds= names no seed"),
+        (["broker", "stages=true", "rounds=0"], "rounds=0 is not allowed"),
+        (["broker", "stages=true", "rounds=2", "parallel=-1"], "parallel=-1 is not allowed"),
+        (["broker", "streams=1", "generators=-1"], "generators=-1 is not allowed"),
+        (["broker", "streams=1", "shards=0"], "shards=0 is not allowed"),
     ],
 )
 def test_a_bad_choice_or_size_is_refused_in_one_line(capsys, argv, message):
     # Short settings, so that the code before the fix finished measuring soon.
-    code = main([*argv, "seconds=0.1", "num_envs=8"] if argv[0] == "anakin" else argv)
+    short = {"anakin": ["num_envs=8", "max_minutes=0.01"], "broker": ["warmup_s=0"]}
+    code = main([*argv, "seconds=0.1", *short[argv[0]]] if argv[0] in short else argv)
     err = capsys.readouterr().err
     assert (code, err.count("\n"), message in err) == (2, 1, True), err
 

@@ -17,9 +17,11 @@ import time
 from typing import Any
 
 from seedq.bench.common import (
+    BenchError,
     compose,
     kept_dir,
     one_of,
+    positive_sizes,
     print_json,
     print_table,
     scratch_dir,
@@ -93,6 +95,10 @@ def _time_to_target(seed: int, options: dict[str, Any], overrides: list[str]) ->
 def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
     one_of("mode", options["mode"], MODES)
+    # An empty list measured nothing and ended in a TypeError of the table.
+    positive_sizes("num_envs", options["num_envs"], "256,1024")
+    if not options["seeds"]:
+        raise BenchError("seeds= names no seed; give one or more, e.g. seeds=0,1,2")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if options["mode"] == "time-to-target":
         rows = [_time_to_target(seed, options, overrides) for seed in options["seeds"]]

@@ -32,7 +32,15 @@ import numpy as np
 
 from seedq.bench.broker_load import generate
 from seedq.bench.broker_setup import BrokerUnderTest
-from seedq.bench.common import BenchError, compose, one_of, print_json, print_table, split_args
+from seedq.bench.common import (
+    BenchError,
+    compose,
+    one_of,
+    positive_sizes,
+    print_json,
+    print_table,
+    split_args,
+)
 from seedq.limits import raise_open_file_limit
 from seedq.messages import ALLOWED_DTYPES, EnvSpec
 
@@ -195,6 +203,13 @@ def run(argv: list[str]) -> dict[str, Any]:
     cfg = compose(overrides)
     specs = [parse_obs(text) for text in options["obs"]]
     one_of("policy", options["policy"], ("null", "model"))
+    # shards=0 ran the in-process broker labelled "0 broker shard processes"; rounds=0 ended in
+    # a ZeroDivisionError, generators and parallel below 0 in ValueErrors.
+    positive_sizes("shards", options["shards"], "1")
+    positive_sizes("rounds", options["rounds"], "200")
+    for key in ("generators", "parallel"):
+        if options[key] < 0:
+            raise BenchError(f"{key}={options[key]} is not allowed; it must be >= 0")
     if min(options["streams"], default=0) < 1 or min(options["envs"], default=0) < 1:
         raise BenchError("streams= and envs= take positive counts, e.g. streams=1,16,256")
     if options["stages"]:

@@ -79,12 +79,14 @@ def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
 
 
 def positive_sizes(key: str, value: int | Sequence[int], example: str) -> None:
-    """A BenchError unless ``value`` (a size, or a shape: one or more sizes) is > 0 throughout;
-    ``example``: a value that is allowed."""
+    """A BenchError unless ``value`` (a size or count, or a list of them: one or more) is > 0
+    throughout; ``example``: a value that is allowed."""
     sizes = [value] if isinstance(value, int) else list(value)
     if not sizes or min(sizes) < 1:
         shown = value if isinstance(value, int) else ",".join(str(v) for v in sizes)
-        raise BenchError(f"{key}={shown} is not allowed; give sizes > 0, e.g. {key}={example}")
+        raise BenchError(
+            f"{key}={shown} is not allowed; it takes whole numbers > 0, e.g. {key}={example}"
+        )
 
 
 def scratch_dir(prefix: str) -> str:
