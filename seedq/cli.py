@@ -307,11 +307,6 @@ def resolve_rank_config(cfg: DictConfig, hydra_cfg: Any, ranks_here: int) -> tup
     return config, state
 
 
-class SweepJobFailed(RuntimeError):
-    """A job of a sweep (``-m``) ended with a nonzero exit status; the sweep's other jobs run,
-    and the sweep then ends with the highest status (basic launcher)."""
-
-
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
     try:
@@ -320,15 +315,16 @@ def _train(cfg: DictConfig) -> float | None:
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode != RunMode.MULTIRUN or exc.code in (0, None):
             raise
-        # A SystemExit would end the sweep here, its later jobs never run; an exception is
-        # Hydra's failed job, raised once the other jobs have run.
+        # A SystemExit would end the sweep here, its later jobs never run. The job returns
+        # instead (an exception would be Hydra's failed job, printed with a traceback), and
+        # the sweep ends with its worst job's status once all have run (train_main).
         COMMAND.job_codes.append(int(exc.code))
         log.error(
             "job %s of the sweep ended with exit status %s (see above); its other jobs run",
             hydra_cfg.job.num,
             exc.code,
         )
-        raise SweepJobFailed(f"job {hydra_cfg.job.num}: exit status {exc.code}") from None
+        return None
 
 
 def _train_job(cfg: DictConfig) -> float | None:
@@ -851,6 +847,12 @@ def unusable_run_dir(argv: list[str]) -> str | None:
 
     for arg in argv:
         key, _, value = arg.partition("=")
+        if key in ("run_dir", "hydra.run.dir") and "=" in arg and not value.strip():
+            # Hydra took it for the working directory, then seedq's writers for no folder.
+            return (
+                f"{key}= is empty: give a folder for the run, or leave {key}= out for a dated "
+                f"folder under {RUNS_ROOT}/"
+            )
         if key == "resume" and value not in ("", AUTO, "null", "None"):
             # The run it continues goes on in its own folder (unless run_dir= says otherwise).
             if any(a.startswith(("run_dir=", "hydra.run.dir=")) for a in argv):
@@ -1018,14 +1020,23 @@ def train_main() -> None:
             # Hydra reports the first failed job once all have run: the sweep's status is
             # its worst job's (a refusal 2, a failure 3, a stop 75).
             raise SystemExit(max(COMMAND.job_codes)) from None
-        if exc.code == HYDRA_ERROR and not COMMAND.composed and not multirun:
+        if exc.code == HYDRA_ERROR and not COMMAND.composed:
             # Hydra refused the command line (an unknown key or group option, a value of the
-            # wrong type) in its own words, before seedq saw it: a refusal, as seedq's are.
+            # wrong type; for a sweep, before any job ran) in its own words, before seedq saw
+            # it: a refusal, as seedq's are.
             raise SystemExit(EXIT_REFUSED) from None
         # Refused: put the folder back. Any other end (a failure, a stop) keeps its log.
         if record is not None and exc.code == EXIT_REFUSED:
             record.settle(COMMAND)
         raise
+    if multirun and COMMAND.job_codes:
+        failed = len(COMMAND.job_codes)
+        print(
+            f"seedq-train: {failed} job{'s' if failed > 1 else ''} of the sweep failed (see "
+            f"above); the sweep ends with the worst status, {max(COMMAND.job_codes)}",
+            file=sys.stderr,
+        )
+        sys.exit(max(COMMAND.job_codes))
     if record is not None:
         record.settle(COMMAND)
 

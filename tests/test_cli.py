@@ -441,6 +441,34 @@ def test_a_sweep_runs_every_job_when_one_is_refused_and_ends_with_its_status(tmp
     assert result.returncode == 2, result.stdout
     assert "job 0 of the sweep ended with exit status 2" in result.stdout
     assert json.loads((tmp_path / "1" / "summary.json").read_text())["env_steps"] >= 2000
+    # Its end: one line, not Hydra's "Error executing job" with a traceback.
+    assert "1 job of the sweep failed (see above); the sweep ends with the worst status, 2" in (
+        result.stdout
+    )
+    assert "Traceback" not in result.stdout and "Error executing job" not in result.stdout
+
+
+def test_a_sweep_value_hydra_cannot_read_is_a_refusal_exit_2(tmp_path):
+    # It exited 1 (Hydra's status for any error), where the same value in a single run is 2.
+    result = fake_sweep(tmp_path, "algorithm.lr=0.001,abc")
+    assert result.returncode == 2, result.stdout
+    assert "Value 'abc' of type 'str' could not be converted to Float" in result.stdout
+
+
+@pytest.mark.parametrize("given", ["run_dir=", "hydra.run.dir= "])
+def test_an_empty_run_dir_is_refused_and_nothing_is_written(tmp_path, given):
+    # Hydra took it for the working directory (.hydra/, cli.log, the lock written there),
+    # then the metrics writer failed on '' with a traceback, exit 1.
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", given, "total_env_steps=1000"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "is empty: give a folder for the run" in result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_sweep_with_a_run_dir_per_job_keeps_each_jobs_hydra_files_there(tmp_path):
