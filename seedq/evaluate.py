@@ -4,7 +4,7 @@
 
 ``checkpoint`` is a checkpoint file or a run directory (its newest checkpoint); an existing
 path given alone is taken as it (``seedq-eval RUN_DIR episodes=5``, as ``seedq-plot`` takes
-run directories). V-trace
+run directories); one checkpoint per evaluation. V-trace
 policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
 epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it); PPO and SAC policies
 sample from their Gaussian (``mode=greedy``: its mean, mapped into the Box's bounds as in
@@ -12,7 +12,8 @@ training). With
 ``video=true`` each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen
 for gymnasium envs (MuJoCo offscreen through EGL, see ``seedq.envs.mujoco``), the agent's own
 view for Atari (84x84), MinAtar and Procgen. ``env.<key>=value`` changes the env for the
-evaluation, e.g. ``env.rewards=scoring`` so a football agent trained with checkpoint rewards
+evaluation (a value of its key's type: ``true`` or ``false``, a whole number, ``1e3`` too, or
+a string), e.g. ``env.rewards=scoring`` so a football agent trained with checkpoint rewards
 is scored on goals alone (its mean return is then the scoring rate); ``env.kwargs.NAME=value``
 (or ``+env.kwargs.NAME=value``, as training's command line adds it) changes one of
 ``gymnasium.make``'s arguments and keeps the others. An env whose reset or step raises ends
