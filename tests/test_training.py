@@ -115,6 +115,25 @@ def test_a_budget_that_ends_before_the_first_update_is_told_at_the_start_and_the
     assert "ended (total_env_steps) without a single update" in end
 
 
+def test_a_run_whose_every_update_was_skipped_says_so_not_that_its_budget_was_short(
+    tmp_path, caplog
+):
+    # It said "without a single update ... raise total_env_steps" after 46 updates had been
+    # computed and thrown away for an inf loss.
+    with caplog.at_level("WARNING"):
+        summary = train(
+            tmp_path,
+            "env=fake",
+            "actor.envs_per_batch=8",
+            "actor.num_actors=1",
+            "algorithm.entropy_cost=1e38",
+            "total_env_steps=4000",
+        )
+    end = [r.getMessage() for r in caplog.records if "without a single update" in r.getMessage()]
+    assert (summary.updates, len(end)) == (0, 1), end
+    assert "without a single update taken: all " in end[0] and "Lower algorithm.lr" in end[0]
+
+
 def test_each_agent_names_the_env_steps_before_its_first_update():
     from seedq.agents.r2d2.agent import R2D2Agent
     from seedq.agents.sac.agent import SACAgent

@@ -447,7 +447,18 @@ class TrainingRun:
                     exc,
                 )
         log.info("run finished (%s): %s", reason, summary)
-        if self.dist.is_writer and summary.updates == 0 and reason != STOPPED:
+        skipped = self.agent.stats.skipped_updates
+        if self.dist.is_writer and summary.updates == 0 and skipped and reason != STOPPED:
+            # Batches were trained on, and every update was thrown away: not a short budget.
+            log.warning(
+                "the run ended (%s) without a single update taken: all %d were skipped for a "
+                "NaN or inf loss or gradient (see above), so it learned nothing. Lower "
+                "algorithm.lr, check the env's rewards and observations, or try "
+                "algorithm.reward_clip=abs_one",
+                reason,
+                skipped,
+            )
+        elif self.dist.is_writer and summary.updates == 0 and reason != STOPPED:
             steps, what = self._before_training()
             log.warning(
                 "the run ended (%s) without a single update: it learned nothing. "
