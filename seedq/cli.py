@@ -684,7 +684,7 @@ def int_keys() -> frozenset[str]:
         for a in agent_names()
         for k in BACKENDS
         for d in describe(schema_for(a, k))
-        if isinstance(d.default, int) and not isinstance(d.default, bool)
+        if d.whole
     )
 
 

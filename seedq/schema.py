@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,18 +48,31 @@ class KeyDoc:
     key: str
     default: Any
     help: str
+    whole: bool = False  # the key holds an int (int or int | None), whatever its default
 
 
 def describe(schema: Any, prefix: str = "") -> Iterator[KeyDoc]:
     """Every leaf key of a config dataclass (type or instance), with its default and help."""
     instance = schema() if isinstance(schema, type) else schema
+    try:
+        hints = typing.get_type_hints(type(instance))
+    except (NameError, TypeError):  # an annotation that does not resolve: judged by default
+        hints = {}
     for f in dataclasses.fields(instance):
         value = getattr(instance, f.name)
         key = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(value):
             yield from describe(value, key + ".")
         else:
-            yield KeyDoc(key, value, f.metadata.get("help", ""))
+            hint = hints.get(f.name)
+            whole = hint is int or (
+                typing.get_origin(hint) in (typing.Union, types.UnionType)
+                and int in typing.get_args(hint)
+                and not {float, str} & set(typing.get_args(hint))
+            )
+            if hint is None:
+                whole = isinstance(value, int) and not isinstance(value, bool)
+            yield KeyDoc(key, value, f.metadata.get("help", ""), whole)
 
 
 def choice(key: str, value: Any, allowed: Sequence[Any]) -> None:

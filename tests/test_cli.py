@@ -363,6 +363,7 @@ def test_an_int_key_takes_a_whole_number_written_as_a_float(tmp_path):
     [
         ("total_env_steps=1e7", "total_env_steps=10000000"),
         ("total_env_steps=2.5E6", "total_env_steps=2500000"),
+        ("env.max_episode_steps=1e3", "env.max_episode_steps=1000"),  # int | None: by its type
         ("algorithm.batch_size=64.0", "algorithm.batch_size=64"),
         ("+actor.num_actors=1e1", "+actor.num_actors=10"),
         ("total_env_steps=1e6,2e6", "total_env_steps=1000000,2000000"),
