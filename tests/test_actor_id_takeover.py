@@ -6,9 +6,11 @@ while the learner's step count sits at 0."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -140,19 +142,30 @@ def test_a_new_run_on_the_same_connection_is_no_takeover(wired):
     assert decode_header(sock.recv_multipart()[0])["kind"] == "actions"
 
 
-def test_an_actor_whose_id_another_process_takes_exits_naming_it_and_the_new_one_steps(caplog):
-    env_cfg = FakeConfig(obs_shape=[4])
-    first_env = make_env_batch(env_cfg, 2, seed=0)
-    second_env = make_env_batch(env_cfg, 2, seed=1)
+@contextlib.contextmanager
+def served_broker(spec: EnvSpec) -> Iterator[tuple[str, Policy]]:
+    """A broker serving ``spec`` on a loopback port in a thread: its endpoint and policy."""
     zctx = zmq.Context()
     router = zctx.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     policy = Policy()
-    broker = Broker(router, env_spec_of(first_env), Batcher(max_batch=8, deadline_s=0.001), policy)
+    broker = Broker(router, spec, Batcher(max_batch=8, deadline_s=0.001), policy)
     stop_broker = threading.Event()
     serving = threading.Thread(target=broker.serve, args=(stop_broker,), daemon=True)
     serving.start()
-    endpoint = f"tcp://127.0.0.1:{port}"
+    try:
+        yield f"tcp://127.0.0.1:{port}", policy
+    finally:
+        stop_broker.set()
+        serving.join(timeout=5)
+        router.close(linger=0)
+        zctx.term()
+
+
+def test_an_actor_whose_id_another_process_takes_exits_naming_it_and_the_new_one_steps(caplog):
+    env_cfg = FakeConfig(obs_shape=[4])
+    first_env = make_env_batch(env_cfg, 2, seed=0)
+    second_env = make_env_batch(env_cfg, 2, seed=1)
     patience = Patience(reply_timeout_s=60.0)
     first_stats, second_stats = ActorStats(), ActorStats()
 
@@ -183,14 +196,9 @@ def test_an_actor_whose_id_another_process_takes_exits_naming_it_and_the_new_one
             await asyncio.gather(*[t for t in (first, second) if t], return_exceptions=True)
             ctx.destroy(linger=0)
 
-    try:
+    with served_broker(env_spec_of(first_env)) as (endpoint, policy):
         with caplog.at_level(logging.WARNING):
             error, stepped_after = asyncio.run(main())
-    finally:
-        stop_broker.set()
-        serving.join(timeout=5)
-        router.close(linger=0)
-        zctx.term()
     old_run, new_run = policy.runs[:2]
     assert (
         error,
@@ -215,16 +223,6 @@ def test_a_process_whose_ids_are_taken_over_steps_the_others_and_exits_5_when_no
     id, not the others (they went unstepped, the process ended), and only a process left with
     none ends as taken over (exit 5: the launcher neither counts nor restarts it)."""
     env_cfg = FakeConfig(obs_shape=[4])
-    zctx = zmq.Context()
-    router = zctx.socket(zmq.ROUTER)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    policy = Policy()
-    spec = env_spec_of(make_env_batch(env_cfg, 2, seed=0))
-    broker = Broker(router, spec, Batcher(max_batch=8, deadline_s=0.001), policy)
-    stop_broker = threading.Event()
-    serving = threading.Thread(target=broker.serve, args=(stop_broker,), daemon=True)
-    serving.start()
-    endpoint = f"tcp://127.0.0.1:{port}"
     patience = Patience(reply_timeout_s=60.0)
     process_stats, other_stats = ActorStats(), ActorStats()
 
@@ -267,14 +265,9 @@ def test_a_process_whose_ids_are_taken_over_steps_the_others_and_exits_5_when_no
             await asyncio.gather(process, *others, return_exceptions=True)
             ctx.destroy(linger=0)
 
-    try:
+    with served_broker(env_spec_of(make_env_batch(env_cfg, 2, seed=0))) as (endpoint, _):
         with caplog.at_level(logging.ERROR):
             ended_as, stepped_after = asyncio.run(main())
-    finally:
-        stop_broker.set()
-        serving.join(timeout=5)
-        router.close(linger=0)
-        zctx.term()
     if taken == [0]:
         assert (ended_as, stepped_after >= 20) == (None, True)
         assert "this process's other actor ids go on" in caplog.text
