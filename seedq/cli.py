@@ -46,6 +46,7 @@ from seedq.learner.errors import CheckpointError
 from seedq.learner.run_lock import LOCK_NAME, held_by
 from seedq.logging_setup import quiet_file_errors
 from seedq.parallel.ranks import launched_rank
+from seedq.schema import FLOAT_NOTATION
 
 log = logging.getLogger("seedq")
 
@@ -666,10 +667,6 @@ def described_as(name: str, helps: dict[str, str]) -> list[str]:
         return (at < 0, at if at >= 0 else len(text), len(text), key)
 
     return sorted(found, key=rank)[:3]
-
-
-# A number in a float's notation: 1e7, 2.5e6, 1000.0 (sign allowed).
-FLOAT_NOTATION = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(?=[eE]))([eE][+-]?\d+)?")
 
 
 @functools.cache

@@ -47,7 +47,6 @@ import torch
 import yaml
 
 from seedq.agents.registry import agent_class
-from seedq.cli import FLOAT_NOTATION
 from seedq.envs import (
     EnvConfig,
     EnvError,
@@ -71,7 +70,7 @@ from seedq.envs.registry import KINDS, backend
 from seedq.envs.section import family_keys
 from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
-from seedq.schema import ConfigError
+from seedq.schema import FLOAT_NOTATION, ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
 
 MODES = ("sample", "greedy")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,11 @@ def setting(
 def network_keys(config: type) -> tuple[str, ...]:
     """The fields of a config dataclass declared with ``setting(..., network=True)``."""
     return tuple(f.name for f in dataclasses.fields(config) if f.metadata.get("network"))
+
+
+# A number in a float's notation: 1e7, 2.5e6, 1000.0 (sign allowed); the command lines read a
+# whole one as the int it is for an int key.
+FLOAT_NOTATION = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(?=[eE]))([eE][+-]?\d+)?")
 
 
 @dataclass(frozen=True)
