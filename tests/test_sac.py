@@ -379,3 +379,15 @@ def test_sac_learns_pendulum(tmp_path):
     # (before the policy learns), so it passes -400 at ~23k env steps (12 min on a loaded box).
     summary = pendulum_run(tmp_path, "max_minutes=20", "stop_at_return=-400")
     assert summary.return_at_target is not None and summary.return_at_target >= -400, summary
+
+
+def test_a_replay_that_does_not_fit_in_memory_is_refused_before_it_is_allocated(monkeypatch):
+    # algorithm=sac algorithm.replay_capacity=1e12 ended in numpy's 21.8 TiB allocation error.
+    from seedq.agents.sac import transitions
+    from seedq.schema import ConfigError
+
+    monkeypatch.setattr(transitions, "available_memory_bytes", lambda: 8 * 2**30)
+    with pytest.raises(ConfigError, match=r"algorithm.replay_capacity=1000000000000 transitions"):
+        transitions.make_replay(SACConfig(replay_capacity=10**12), SPEC, seed=0)
+    fits = transitions.make_replay(SACConfig(replay_capacity=1000), SPEC, seed=0)
+    assert fits is not None

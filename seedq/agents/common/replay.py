@@ -12,6 +12,7 @@ inference thread (and with it the actors) waits when the learner has fallen behi
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
+
+from seedq.schema import ConfigError
+
+log = logging.getLogger(__name__)
 
 ArrayLike = Tensor | np.ndarray
 
@@ -319,3 +324,46 @@ class SequenceReplay:
     def _scaled(self, priorities: np.ndarray) -> np.ndarray:
         # A zero priority would make a sequence unsampleable for ever; keep a floor.
         return np.maximum(np.asarray(priorities, dtype=np.float64), 1e-6) ** self.alpha
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_fits(
+    needed: int,
+    available: int | None,
+    *,
+    capacity: int,
+    items: str,
+    each: str,
+    fraction: float,
+    fraction_key: str | None,
+) -> int:
+    """``needed`` (bytes of a replay of ``capacity`` ``items``, each an ``each``); a
+    ConfigError naming the figures and the capacity that fits when it is more than
+    ``fraction`` of ``available``.
+    Checked before a byte is allocated: a replay of 1e12 transitions was a 21.8 TiB numpy
+    allocation error."""
+    if available is None:
+        log.warning("cannot read available memory; the replay needs %.2f GiB", needed / 2**30)
+        return needed
+    budget = fraction * available
+    if needed > budget:
+        per_item = needed / capacity
+        share = f"{fraction_key}={fraction}" if fraction_key else f"{fraction:g}"
+        raise ConfigError(
+            f"algorithm.replay_capacity={capacity} {items} need {needed / 2**30:.2f} GiB "
+            f"({per_item / 2**20:.3g} MiB per {each}), but {share} of the "
+            f"{available / 2**30:.2f} GiB available is {budget / 2**30:.2f} GiB; use "
+            f"algorithm.replay_capacity={int(budget // per_item)} or less"
+        )
+    return needed

@@ -16,13 +16,17 @@ import threading
 import numpy as np
 import torch
 
-from seedq.agents.common.replay import RateLimiter, SequenceReplay
+from seedq.agents.common.replay import (
+    RateLimiter,
+    SequenceReplay,
+    available_memory_bytes,
+    check_fits,
+)
 from seedq.agents.common.targets import transition_rewards
 from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
 from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
-from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -47,37 +51,18 @@ def replay_fields(cfg: R2D2Config, spec: EnvSpec, state_sizes: tuple[int, ...]) 
     }
 
 
-def available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def check_replay_fits(cfg: R2D2Config, fields: Fields, available: int | None) -> int:
     """Bytes the replay needs; ConfigError naming the figures when it does not fit."""
-    needed = SequenceReplay.bytes_needed(cfg.replay_capacity, fields)
-    if available is None:
-        log.warning("cannot read available memory; replay needs %.2f GiB", needed / 2**30)
-        return needed
-    budget = cfg.replay_memory_fraction * available
-    if needed > budget:
-        per_sequence = needed / cfg.replay_capacity
-        fits = int(budget // per_sequence)
-        raise ConfigError(
-            f"algorithm.replay_capacity={cfg.replay_capacity} sequences need "
-            f"{needed / 2**30:.2f} GiB ({per_sequence / 2**20:.2f} MiB per sequence of "
-            f"{sequence_rows(cfg)} steps of {fields['obs'][0][1:]} {fields['obs'][1]} "
-            f"observations), but algorithm.replay_memory_fraction="
-            f"{cfg.replay_memory_fraction} of the {available / 2**30:.2f} GiB available is "
-            f"{budget / 2**30:.2f} GiB; use algorithm.replay_capacity={fits} or less"
-        )
-    return needed
+    return check_fits(
+        SequenceReplay.bytes_needed(cfg.replay_capacity, fields),
+        available,
+        capacity=cfg.replay_capacity,
+        items="sequences",
+        each=f"sequence of {sequence_rows(cfg)} steps of {fields['obs'][0][1:]} "
+        f"{fields['obs'][1]} observations",
+        fraction=cfg.replay_memory_fraction,
+        fraction_key="algorithm.replay_memory_fraction",
+    )
 
 
 def make_replay(

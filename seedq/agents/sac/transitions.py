@@ -16,13 +16,20 @@ import threading
 
 import numpy as np
 
-from seedq.agents.common.replay import RateLimiter, SequenceReplay
+from seedq.agents.common.replay import (
+    RateLimiter,
+    SequenceReplay,
+    available_memory_bytes,
+    check_fits,
+)
 from seedq.agents.sac.config import SACConfig
 from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
 
 log = logging.getLogger(__name__)
 
+# The share of the machine's available memory SAC's replay may take (R2D2's default).
+REPLAY_MEMORY_FRACTION = 0.8
 _ROW_FIELDS = ("obs", "action", "reward", "done", "truncated", "truncation_value")
 
 
@@ -39,11 +46,16 @@ def transition_fields(spec: EnvSpec) -> dict[str, tuple[tuple[int, ...], np.dtyp
 
 def make_replay(cfg: SACConfig, spec: EnvSpec, seed: int) -> SequenceReplay:
     fields = transition_fields(spec)
-    log.info(
-        "replay: %d transitions, %.2f GiB",
-        cfg.replay_capacity,
-        SequenceReplay.bytes_needed(cfg.replay_capacity, fields) / 2**30,
+    needed = check_fits(
+        SequenceReplay.bytes_needed(cfg.replay_capacity, fields),
+        available_memory_bytes(),
+        capacity=cfg.replay_capacity,
+        items="transitions",
+        each=f"transition of {spec.obs_shape} {spec.obs_dtype} observations",
+        fraction=REPLAY_MEMORY_FRACTION,
+        fraction_key=None,
     )
+    log.info("replay: %d transitions, %.2f GiB", cfg.replay_capacity, needed / 2**30)
     limiter = RateLimiter(
         samples_per_insert=cfg.updates_per_step * cfg.batch_size,
         min_size=cfg.learning_starts,
