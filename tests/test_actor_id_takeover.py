@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import logging
 import threading
@@ -273,3 +274,26 @@ def test_a_process_whose_ids_are_taken_over_steps_the_others_and_exits_5_when_no
         assert "this process's other actor ids go on" in caplog.text
     else:
         assert isinstance(ended_as, ActorTakenOver) and stepped_after == 0
+
+
+def test_a_process_whose_batches_all_fail_raises_one_and_leaves_none_unretrieved(caplog):
+    """Both env batches refused for good (envs of another shape): the first failure is the
+    process's, and the other is collected, not logged by asyncio at exit as "Task exception was
+    never retrieved" with a traceback in the actor's log."""
+    env_cfg = FakeConfig(obs_shape=[4])
+    other = EnvSpec(obs_shape=(3,), obs_dtype="float32", num_actions=2)
+    with served_broker(other) as (endpoint, _):
+        with caplog.at_level(logging.ERROR):
+
+            async def main() -> None:
+                ctx = zmq.asyncio.Context()
+                try:
+                    await _run(ctx, endpoint, [0, 1], env_cfg, 2, 0, asyncio.Event(), ActorStats(),
+                               patience=Patience(reply_timeout_s=30.0))  # fmt: skip
+                finally:
+                    ctx.destroy(linger=0)
+
+            with pytest.raises(ActorError):
+                asyncio.run(main())
+            gc.collect()
+    assert "never retrieved" not in caplog.text

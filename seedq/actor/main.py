@@ -144,12 +144,15 @@ async def _run(
             asyncio.create_task(run_batch(actor_id, env, build))
             for actor_id, env, build in zip(actor_ids, envs, builders, strict=True)
         ]
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         stop.set()
-        for task in pending:
-            await task
-        for task in done:
-            task.result()  # re-raise the first failure
+        # Every batch's end is collected (one that failed while the others stopped is not left
+        # to asyncio's "Task exception was never retrieved"); the first failure is raised.
+        ends = await asyncio.gather(*tasks, return_exceptions=True)
+        failed = [(t not in done, e) for t, e in zip(tasks, ends, strict=True)]
+        failed = [(later, e) for later, e in failed if isinstance(e, BaseException)]
+        if failed:
+            raise min(failed, key=lambda f: f[0])[1]  # one that ended the wait, if any
         if len(taken) == len(actor_ids):
             raise taken[-1]  # every id of this process is stepped by another one now
     finally:
