@@ -158,6 +158,9 @@ def test_resume_without_checkpoints_says_where_it_looked(tmp_path):
         find_checkpoint(str(tmp_path))
 
 
+UPDATES_PER_BATCH_AT_MOST = 16  # the presets' epochs x minibatches
+
+
 def test_killed_run_resumes_with_its_counters_optimizer_and_curve(tmp_path):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
@@ -201,7 +204,11 @@ def test_killed_run_resumes_with_its_counters_optimizer_and_curve(tmp_path):
     assert result.returncode == 0, result.stdout
     assert second["env_steps"] >= first["env_steps"] + 100_000
     assert second["updates"] > first["updates"]
-    assert min(float(s) for s in optimizer_steps) == second["updates"]  # Adam kept counting
+    # Adam kept counting across the resume. A stop checkpoint is copied at once, possibly in
+    # the middle of a batch: its optimizer has taken steps whose updates are counted when the
+    # batch ends (the batch's norms are read once), so it may be ahead by part of one batch.
+    adam_steps = min(float(s) for s in optimizer_steps)
+    assert second["updates"] <= adam_steps <= second["updates"] + UPDATES_PER_BATCH_AT_MOST
     assert len(rows) > first_rows and steps == sorted(steps)  # one curve, continued
     assert summary["stop_reason"] == "total_env_steps"
 
