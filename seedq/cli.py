@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from seedq.config import ConfigError, SeedqConfig, register_configs, schema_for, validate
+from seedq.cores import usable_cores
 from seedq.envs.section import foreign_key
 from seedq.exit_status import (
     EXIT_REFUSED,
@@ -45,7 +46,7 @@ from seedq.launch.sizing import size_config, size_run
 from seedq.learner.errors import CheckpointError
 from seedq.learner.run_lock import LOCK_NAME, held_by
 from seedq.logging_setup import quiet_file_errors
-from seedq.parallel.ranks import launched_rank
+from seedq.parallel.ranks import check_ranks_fit, launched_rank
 from seedq.schema import FLOAT_NOTATION
 
 log = logging.getLogger("seedq")
@@ -350,10 +351,14 @@ def _train_job(cfg: DictConfig) -> float | None:
             COMMAND.started = True
             sys.exit(supervise(cfg, hydra_cfg))
         ranks_here = 1 if cfg.launcher.learner_hosts else cfg.hardware.learners
+        check_ranks_fit(ranks_here, usable_cores())
         config, state = resolve_config(cfg, hydra_cfg, ranks_here)
         if config is None:
             return None
         if config.hardware.learners > 1:
+            if not config.launcher.learner_hosts:
+                # A resumed run's own count, when the command line does not set it.
+                check_ranks_fit(config.hardware.learners, usable_cores())
             COMMAND.started = True
             return start_learners(config, list(hydra_cfg.overrides.task))
         # torch comes in here: a config refused above costs no torch import (~2 s).
@@ -451,9 +456,9 @@ def ended_quietly_on_stop_signals() -> None:
 
 def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
     """``hardware.learners=N``: N ranks on this machine, or on ``launcher.learner_hosts`` over
-    ssh, as one run; exit 3 naming the rank (or host) that failed."""
+    ssh, as one run; exit 3 naming the rank (or host) that failed, 2 when a rank refused."""
     from seedq.launch.learner_hosts import LearnerHostFailed, run_on_learner_hosts
-    from seedq.learner_ranks import LearnersFailed, LearnersStopped
+    from seedq.learner_ranks import LearnersFailed, LearnersRefused, LearnersStopped
     from seedq.learner_ranks import start_learners as start_here
 
     try:
@@ -461,18 +466,32 @@ def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
             run_on_learner_hosts(config, overrides)
             return None
         return start_here(config).return_mean
+    except LearnersRefused as exc:
+        log.error("%s", exc)
+        sys.exit(EXIT_REFUSED)
     except (LearnersFailed, LearnerHostFailed) as exc:
         log.error("run failed: %s", exc)
         sys.exit(EXIT_RUN_FAILED)
     except LearnersStopped as exc:
-        log.warning(
-            "stopped by %s: the learner ranks stopped, rank 0 saving a checkpoint first (exit "
-            "status %d); the same command with resume=auto and run_dir=%s continues the run",
-            exc,
-            EXIT_STOPPED,
-            config.run_dir,
-        )
+        log.warning("%s", stopped_ranks_message(str(exc), config.run_dir))
         sys.exit(EXIT_STOPPED)
+
+
+def stopped_ranks_message(signal_name: str, run_dir: str) -> str:
+    """What ``seedq-train`` says when a stop signal ended its learner ranks: a checkpoint to
+    continue with ``resume=auto``, or (stopped while they started) that nothing was saved."""
+    from seedq.learner_ranks import how_to_go_on, newest_checkpoint
+
+    if newest_checkpoint(run_dir) is not None:
+        return (
+            f"stopped by {signal_name}: the learner ranks stopped, rank 0 saving a checkpoint "
+            f"first (exit status {EXIT_STOPPED}); the same command with resume=auto and "
+            f"run_dir={run_dir} continues the run"
+        )
+    return (
+        f"stopped by {signal_name} before the learner ranks saved a checkpoint (exit status "
+        f"{EXIT_STOPPED}). {how_to_go_on(run_dir)}"
+    )
 
 
 def print_keys(argv: list[str]) -> None:

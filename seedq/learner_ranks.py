@@ -3,7 +3,8 @@
 * :func:`start_learners`: ``seedq-train hardware.learners=N`` on one machine. This process
   (the Hydra app, which composed and checked the config) starts N ranks through torch's elastic
   launcher (what ``torchrun --standalone`` runs), waits for them, and turns a rank's failure
-  into one message that names the rank, its host and how it ended.
+  into one message that names the rank, its host and how it ended (a rank that refused the
+  run, into a refusal with its reason).
 * :func:`rank_main`: what each rank runs, whoever started it (the elastic launcher above,
   ``torchrun``, an ``srun`` step, torchrun over ssh): join the process group, take rank 0's
   config, build the run (rank 0 alone reads the checkpoint it resumes), take rank 0's agent
@@ -18,13 +19,16 @@ sockets close; NCCL: ``hardware.learner_timeout_s``).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from seedq.exit_status import EXIT_RANK_LOST, EXIT_STOPPED
@@ -49,6 +53,11 @@ RANK_LOG_FORMAT = (
 
 class LearnersFailed(RuntimeError):
     """A learner rank failed; the message names it, its host and how it ended."""
+
+
+class LearnersRefused(RuntimeError):
+    """A learner rank refused the run before it started (a config only a rank can judge, such
+    as its share of the actor slots); the message names the rank and gives its reason."""
 
 
 class LearnersStopped(RuntimeError):
@@ -102,9 +111,7 @@ def start_learners(config: Any) -> Any:
     try:
         results = elastic_launch(launch, rank_entry)(config)
     except ChildFailedError as exc:
-        if all(f.exitcode == EXIT_STOPPED for f in exc.failures.values()):
-            raise LearnersStopped("a stop signal to the ranks") from None
-        raise LearnersFailed(describe_failure(exc, config.run_dir)) from None
+        raise launch_error(exc, config.run_dir, learners) from None
     except SignalException as exc:
         raise LearnersStopped(received[0] if received else exc.sigval.name) from None
     finally:
@@ -121,24 +128,75 @@ def remove_empty_dirs(top: str) -> None:
             os.rmdir(path)
 
 
-def describe_failure(exc: Any, run_dir: str) -> str:
-    """One line about the rank that failed first: a rank that died of a signal or failed by
-    itself, not the ranks that only stopped because they lost it."""
+def launch_error(exc: Any, run_dir: str, ranks: int) -> Exception:
+    """What the failure of ``ranks`` ranks (torch's ``ChildFailedError``) is to seedq-train:
+    a stop when every failed rank stopped on a signal (exit 75), a refusal when the rank that
+    failed first refused the run (exit 2), else a failed run (exit 3)."""
+    if all(f.exitcode == EXIT_STOPPED for f in exc.failures.values()):
+        return LearnersStopped("a stop signal to the ranks")
+    rank, failure = first_cause(exc)
+    if failure.exitcode == EXIT_REFUSED:
+        return LearnersRefused(describe_refusal(rank, failure))
+    return LearnersFailed(describe_failure(exc, run_dir, ranks))
+
+
+def first_cause(exc: Any) -> tuple[int, Any]:
+    """The rank (and its failure) that failed first: one that died of a signal or failed by
+    itself, not one that only stopped because it lost another (lowest rank first)."""
     failures = sorted(exc.failures.items())
     causes = [(r, f) for r, f in failures if f.exitcode != EXIT_RANK_LOST] or failures
-    rank, failure = causes[0]
+    return causes[0]
+
+
+def describe_failure(exc: Any, run_dir: str, ranks: int) -> str:
+    """One line about the rank that failed first (:func:`first_cause`) among ``ranks``, the
+    ranks stopped because of it, and what the run left to go on from."""
+    rank, failure = first_cause(exc)
     if failure.exitcode < 0:
         how = f"was killed by {failure.signal_name()}"
     else:
         log_file = os.path.join(rank_log_dir_of(run_dir), f"rank-{rank}.log")
         how = f"exited with code {failure.exitcode} (its log: {log_file})"
-    stopped = [str(r) for r in range(len(failures)) if r != rank]
+    stopped = ", ".join(str(r) for r in range(ranks) if r != rank)
     return (
         f"learner rank {rank} (pid {failure.pid}) on {host()} {how}; the other ranks "
-        f"({', '.join(stopped) or 'none'}) were stopped. The newest checkpoint is "
-        f"in {run_dir}/checkpoints: seedq-train resume={run_dir} continues it, with any "
-        "hardware.learners"
+        f"({stopped}) were stopped. {how_to_go_on(run_dir)}"
     )
+
+
+def describe_refusal(rank: int, failure: Any) -> str:
+    """One line: rank ``rank`` refused the run, with the reason it left in its error file."""
+    reason = failure.message if isinstance(failure.message, str) else ""
+    if not reason or reason.startswith("To enable traceback"):  # torch's text for no file
+        reason = "see its error above"
+    return f"learner rank {rank} (pid {failure.pid}) on {host()} refused the run: {reason}"
+
+
+def newest_checkpoint(run_dir: str) -> Path | None:
+    """The newest checkpoint in ``run_dir``, or None before the run's first."""
+    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints
+
+    saved = list_checkpoints(Path(run_dir) / DIR_NAME)
+    return saved[-1] if saved else None
+
+
+def how_to_go_on(run_dir: str) -> str:
+    """What a run of ranks that ended early left in ``run_dir``, and the command that goes on
+    from it: a checkpoint to resume, metrics rows to start over beside, or nothing at all."""
+    from seedq.arch.resume import has_rows
+    from seedq.metrics import EPISODES_NAME, METRICS_NAME
+
+    if newest_checkpoint(run_dir) is not None:
+        return (
+            f"The newest checkpoint is in {run_dir}/checkpoints: seedq-train resume={run_dir} "
+            "continues it, with any hardware.learners"
+        )
+    if any(has_rows(Path(run_dir) / name) for name in (METRICS_NAME, EPISODES_NAME)):
+        return (
+            "No checkpoint was saved, nothing to resume: the same command with resume=auto and "
+            f"run_dir={run_dir} starts the run again (its metrics so far are kept aside)"
+        )
+    return "Nothing was saved (no checkpoint yet): the same command starts the run again"
 
 
 def rank_entry(config: Any) -> Any:
@@ -264,6 +322,7 @@ def rank_main_or_exit(
         return rank_main(info, hardware, resolve)
     except refusals() as exc:
         log.error("%s", exc)
+        leave_reason(str(exc))
         sys.exit(EXIT_REFUSED)
     except LearnerRankLost as exc:
         log.error("stopped: %s", exc)
@@ -271,6 +330,19 @@ def rank_main_or_exit(
     except (ActorFailure, NonFiniteTraining) as exc:
         log.error("learner rank %d: run failed: %s", info.rank, exc)
         sys.exit(EXIT_RUN_FAILED)
+
+
+def leave_reason(reason: str) -> None:
+    """Write ``reason`` where torch's launcher reads a failed rank's error (its error file,
+    ``TORCHELASTIC_ERROR_FILE``; no file under srun), so the launcher's report can give it."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": reason, "timestamp": int(time.time())}, f)
+    except OSError as exc:
+        log.warning("could not leave the reason in %s: %s", path, exc)
 
 
 def rank_main(info: RankInfo, hardware: Any, resolve: Callable[[], tuple[Any, dict | None]]) -> Any:

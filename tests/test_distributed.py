@@ -283,6 +283,22 @@ def test_a_second_run_into_a_live_two_rank_run_is_refused(tmp_path):
         proc.communicate(timeout=120)
 
 
+def test_a_rank_that_refuses_at_start_makes_seedq_train_refuse_with_its_reason(tmp_path):
+    # One actor slot for two ranks: rank 1's share is empty, which only a rank can tell (and
+    # rank 0 cannot reach the host). It ended as "run failed" (exit 3) with resume advice.
+    result = train(
+        tmp_path,
+        "env=fake",
+        "launcher=ssh",
+        "launcher.hosts=[seedq-no-such-host.invalid]",
+        "launcher.actors_per_host=1",
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert "refused the run:" in result.stdout and "run failed" not in result.stdout
+    assert not list(tmp_path.glob("checkpoints/*"))
+
+
 def wait_for_rank_training(run_dir: Path, rank: int, proc: subprocess.Popen) -> int:
     """The pid of ``rank`` once the run has written a metrics row (its ranks are training)."""
     deadline = time.monotonic() + 180

@@ -17,16 +17,30 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli_helpers import run_cli
 from ssh_hosts import SshdHost, client_config, missing_tools, user_key
 from test_distributed import COMMON, algorithm_case, rank_reports
 from test_slurm_launcher import needs_slurm, outside_slurm
 
+from seedq import cli
 from seedq.bench.common import compose
-from seedq.learner_ranks import EXIT_RANK_LOST, describe_failure, remove_empty_dirs
+from seedq.cores import usable_cores
+from seedq.exit_status import EXIT_REFUSED, EXIT_STOPPED
+from seedq.learner_ranks import (
+    EXIT_RANK_LOST,
+    LearnersFailed,
+    LearnersRefused,
+    LearnersStopped,
+    describe_failure,
+    launch_error,
+    leave_reason,
+    remove_empty_dirs,
+)
 from seedq.parallel.agreement import RECENT, pool_recent
 from seedq.parallel.ranks import (
     SEED_STRIDE,
     check_learners,
+    check_ranks_fit,
     from_slurm_step,
     launched_rank,
     rank_config,
@@ -136,12 +150,101 @@ def test_recent_episodes_are_pooled_newest_first_one_rank_after_another():
     assert pool_recent([([], []), ([], [])]) == ([], [])
 
 
-def test_the_failure_message_names_the_rank_that_died_not_those_that_lost_it():
-    killed = SimpleNamespace(exitcode=-9, pid=41, signal_name=lambda: "SIGKILL")
-    lost = SimpleNamespace(exitcode=EXIT_RANK_LOST, pid=40, signal_name=lambda: "")
-    message = describe_failure(SimpleNamespace(failures={0: lost, 1: killed}), "/runs/x")
+def failed(exitcode: int, pid: int, message: str = "") -> SimpleNamespace:
+    """A rank's failure as torch's launcher reports it (``ProcessFailure``'s fields)."""
+    name = "SIGKILL" if exitcode == -9 else ""
+    return SimpleNamespace(exitcode=exitcode, pid=pid, message=message, signal_name=lambda: name)
+
+
+def saved_checkpoint(run_dir: Path) -> None:
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "ckpt-000000004096.pt").write_bytes(b"")
+
+
+def test_the_failure_message_names_the_rank_that_died_not_those_that_lost_it(tmp_path):
+    saved_checkpoint(tmp_path)
+    failures = {0: failed(EXIT_RANK_LOST, 40), 1: failed(-9, 41)}
+    message = describe_failure(SimpleNamespace(failures=failures), str(tmp_path), 2)
     assert message.startswith(f"learner rank 1 (pid 41) on {os.uname().nodename} was killed by")
-    assert "resume=/runs/x" in message
+    assert "the other ranks (0) were stopped" in message
+    assert f"seedq-train resume={tmp_path} continues it" in message
+
+
+def test_rank_0_killed_before_a_checkpoint_names_the_stopped_ranks_and_offers_no_resume(tmp_path):
+    # The launcher reports rank 0 alone; it said "the other ranks (none)" and gave a resume=
+    # command that was then refused ("no checkpoint there").
+    message = describe_failure(SimpleNamespace(failures={0: failed(-9, 40)}), str(tmp_path), 3)
+    assert "the other ranks (1, 2) were stopped" in message
+    assert "resume=" not in message and "newest checkpoint" not in message
+    assert "Nothing was saved (no checkpoint yet): the same command starts the run again" in (
+        message
+    )
+
+
+def test_metrics_without_a_checkpoint_are_started_over_with_resume_auto(tmp_path):
+    (tmp_path / "metrics.csv").write_text("env_steps,return_mean\n512,3.0\n")
+    message = describe_failure(SimpleNamespace(failures={1: failed(-9, 41)}), str(tmp_path), 2)
+    assert f"the same command with resume=auto and run_dir={tmp_path} starts the run again" in (
+        message
+    )
+
+
+def test_a_stop_while_the_ranks_start_says_nothing_was_saved(tmp_path):
+    message = cli.stopped_ranks_message("SIGTERM", str(tmp_path))
+    assert "rank 0 saving a checkpoint" not in message and "continues the run" not in message
+    assert "before the learner ranks saved a checkpoint (exit status 75)" in message
+    saved_checkpoint(tmp_path)
+    assert "resume=auto and run_dir=" in cli.stopped_ranks_message("SIGTERM", str(tmp_path))
+
+
+def test_a_rank_that_refused_makes_a_refusal_with_its_reason(tmp_path, monkeypatch):
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    leave_reason("1 actor slot(s) for 2 learner ranks")
+    refused = ProcessFailure(1, pid=41, exitcode=EXIT_REFUSED, error_file=str(error_file))
+    failures = {0: failed(EXIT_RANK_LOST, 40), 1: refused}
+    error = launch_error(SimpleNamespace(failures=failures), str(tmp_path), 2)
+    assert isinstance(error, LearnersRefused)
+    assert str(error).endswith("refused the run: 1 actor slot(s) for 2 learner ranks")
+    assert isinstance(
+        launch_error(SimpleNamespace(failures={1: failed(-9, 41)}), str(tmp_path), 2),
+        LearnersFailed,
+    )
+    stopped = {0: failed(EXIT_STOPPED, 40), 1: failed(EXIT_STOPPED, 41)}
+    assert isinstance(launch_error(SimpleNamespace(failures=stopped), "", 2), LearnersStopped)
+
+
+def test_seedq_train_exits_2_when_a_rank_refused(monkeypatch):
+    def refuse(config):
+        raise LearnersRefused("learner rank 1 (pid 41) on vm refused the run: too few slots")
+
+    monkeypatch.setattr("seedq.learner_ranks.start_learners", refuse)
+    config = SimpleNamespace(launcher=SimpleNamespace(learner_hosts=[]), run_dir="/runs/x")
+    with pytest.raises(SystemExit) as exited:
+        cli.start_learners(config, [])
+    assert exited.value.code == EXIT_REFUSED
+
+
+def test_more_ranks_than_cores_on_one_machine_are_refused_naming_the_count():
+    check_ranks_fit(2, 2)
+    with pytest.raises(
+        ConfigError,
+        match="hardware.learners=64 would start 64 learner ranks on "
+        "this machine's 2 usable cores.*hardware.learners=2 or fewer",
+    ):
+        check_ranks_fit(64, 2)
+
+
+def test_seedq_train_refuses_more_ranks_than_cores_before_starting_any(tmp_path):
+    too_many = usable_cores() + 1
+    result = run_cli(
+        f"hardware.learners={too_many}", "env=fake", f"run_dir={tmp_path / 'run'}", timeout=60
+    )
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert f"hardware.learners={too_many} would start {too_many} learner ranks" in result.stdout
+    assert "starting" not in result.stdout and not (tmp_path / "run").exists()
 
 
 def test_sac_with_observation_statistics_on_several_ranks_is_refused():

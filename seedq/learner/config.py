@@ -86,9 +86,9 @@ class HardwareConfig:
         1,
         "learner ranks of one data-parallel run (torch.distributed: NCCL on CUDA, gloo on CPU), "
         "each with its own device (cuda:LOCAL_RANK), actors or env threads and data; gradients "
-        "averaged every update. Above 1 a plain seedq-train starts the ranks on this machine; "
-        "under torchrun or an srun step of several tasks, the launcher's ranks are used "
-        "(docs/distributed.md)",
+        "averaged every update. Above 1 a plain seedq-train starts the ranks on this machine (at "
+        "most one per usable core); under torchrun or an srun step of several tasks, the "
+        "launcher's ranks are used (docs/distributed.md)",
     )
     learner_timeout_s: float = setting(
         300.0,

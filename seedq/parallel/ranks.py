@@ -167,6 +167,21 @@ def check_learners(learners: int, info: RankInfo) -> None:
         )
 
 
+def check_ranks_fit(learners: int, cores: int) -> None:
+    """Refuse more learner ranks on this machine than it has ``cores`` (``seedq.cores``): each
+    rank is a whole learner (inference and training threads, its actors or env threads) whose
+    every update waits for all the others, so ranks that share a core only take turns; 64 ranks
+    on 2 cores started and made no progress in 100 s."""
+    if learners > cores:
+        raise ConfigError(
+            f"hardware.learners={learners} would start {learners} learner ranks on this "
+            f"machine's {cores} usable core{'' if cores == 1 else 's'}: each rank needs a core "
+            "of its own at least (every update waits for all ranks); set hardware.learners="
+            f"{cores} or fewer here, or spread the ranks over machines "
+            "(launcher.learner_hosts, torchrun, srun; docs/distributed.md)"
+        )
+
+
 def rank_share(items: Sequence[T], rank: int, world_size: int) -> list[T]:
     """Rank ``rank``'s share of ``items`` (actor slots, hosts): every ``world_size``-th one,
     so shares differ in size by one at most and each host's slots spread over the ranks."""
