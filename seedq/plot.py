@@ -53,7 +53,10 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
             raise FileNotFoundError(f"{path}: not a run directory or a folder of runs")
     if not runs:
         raise FileNotFoundError(f"no metrics.csv under {', '.join(map(str, paths))}")
-    return runs
+    # A run named twice (`seedq-plot runs/a runs/a`, or a folder and a run inside it) is one
+    # run: counted twice, it was averaged with itself as "2 runs".
+    seen: set[Path] = set()
+    return [run for run in runs if not (run.resolve() in seen or seen.add(run.resolve()))]
 
 
 def group_key(run_dir: Path) -> str:

@@ -33,6 +33,14 @@ def test_seeds_of_one_config_share_a_group_and_other_overrides_do_not(tmp_path):
     assert group_key(a) == group_key(b) == "algorithm.lr=1e-3" != group_key(c)
 
 
+def test_a_run_named_twice_is_one_run(tmp_path):
+    # `seedq-plot a a` (or a folder and a run in it) averaged the run with itself as "2 runs".
+    a = fake_run(tmp_path / "m" / "0", ["seed=0"], [1, 2])
+    b = fake_run(tmp_path / "m" / "1", ["seed=1"], [1, 3])
+    assert find_runs([a, a]) == [a]
+    assert find_runs([tmp_path / "m", b, tmp_path / "m" / ".." / "m" / "0"]) == [a, b]
+
+
 def test_r2d2_runs_are_drawn_with_their_eval_return(tmp_path):
     run = fake_run(tmp_path / "r", ["algorithm=r2d2"], [5, 6], eval_returns=[50, 60])
     assert read_curve(run).returns.tolist() == [50.0, 60.0]
