@@ -158,6 +158,18 @@ def test_resume_without_checkpoints_says_where_it_looked(tmp_path):
         find_checkpoint(str(tmp_path))
 
 
+def test_a_folder_of_runs_is_named_as_such_with_its_runs(tmp_path):
+    # seedq-eval runs/sweep said only "no checkpoint there" of a folder holding runs.
+    for run in ("sweep/0", "sweep/1", "2026-12-07/12-00", "deeper/a/b/c"):
+        (tmp_path / run / "checkpoints").mkdir(parents=True)
+        (tmp_path / run / "checkpoints" / "ckpt-000000001000.pt").write_bytes(b"x")
+    with pytest.raises(CheckpointError) as refused:
+        find_checkpoint(str(tmp_path))
+    assert str(refused.value).endswith(
+        "it is a folder of runs (2026-12-07/12-00, sweep/0, sweep/1): name one of them"
+    )
+
+
 UPDATES_PER_BATCH_AT_MOST = 16  # the presets' epochs x minibatches
 
 

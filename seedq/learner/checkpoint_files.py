@@ -28,10 +28,32 @@ def find_checkpoint(path: str) -> Path:
         found = list_checkpoints(folder) if folder.is_dir() else []
         if found:
             return found[-1]
+    runs = runs_inside(target) if target.is_dir() else []
+    inside = (
+        f"; it is a folder of runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): "
+        "name one of them"
+        if runs
+        else ""
+    )
     raise CheckpointError(
         f"{path}: no checkpoint there; give a run directory that has "
-        f"{DIR_NAME}/{PREFIX}*.pt or a checkpoint file"
+        f"{DIR_NAME}/{PREFIX}*.pt or a checkpoint file{inside}"
     )
+
+
+def runs_inside(folder: Path, most: int = 100) -> list[str]:
+    """The run directories (relative names) one or two levels below ``folder`` that hold
+    checkpoints: a sweep's or a runs/ folder, named by a user who meant one run in it."""
+    found = []
+    # Two levels down (runs/<name>, a sweep's <dir>/<job>, runs/<day>/<time>), not a walk of
+    # whatever tree was named.
+    below = [*folder.glob(f"*/{DIR_NAME}"), *folder.glob(f"*/*/{DIR_NAME}")]
+    for checkpoints in sorted(below):
+        if checkpoints.is_dir() and list_checkpoints(checkpoints):
+            found.append(str(checkpoints.parent.relative_to(folder)))
+            if len(found) >= most:
+                break
+    return found
 
 
 def run_dir_of(checkpoint: Path) -> Path | None:
