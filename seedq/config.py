@@ -212,7 +212,9 @@ def validate(cfg: Any) -> None:
         )
     validate_actor(cfg.actor)
     validate_broker(cfg.broker)
-    validate_security(cfg.security, cfg.broker.host)
+    # A seed run starts its own actors (here, or over ssh/srun), which need the actor's secret.
+    launches_actors = cfg.arch.name == "seed" and cfg.actor.transport == "tcp"
+    validate_security(cfg.security, cfg.broker.host, launches_actors)
     validate_launcher(cfg.launcher)
     if cfg.launcher.learner_hosts and cfg.hardware.learners == 1:
         raise ConfigError(

@@ -1,13 +1,15 @@
 """``seedq-keys DIR``: write the learner's and the actors' CURVE key pairs.
 
 One key pair for the learner (the CURVE server) and one shared by all actors (the clients the
-learner accepts). Secret files are owner-only; the directory too.
+learner accepts). Secret files are owner-only; so is the folder when ``seedq-keys`` creates it
+(an existing folder keeps its mode, with a warning when other users can open it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -40,12 +42,15 @@ def create_keys(keys_dir: str | os.PathLike, force: bool = False) -> list[Path]:
             f"{', '.join(str(p) for p in existing)} already exist; new keys would lock out "
             "actors that hold the old ones. Use --force to replace them"
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o700)
     # The secret file is created with the default umask by pyzmq, so narrow the umask while
     # writing and chmod afterwards: no moment where the secret is world-readable.
     old_umask = os.umask(0o077)
     try:
+        # Only a folder made here is made owner-only: an existing one may be shared on
+        # purpose (`seedq-keys /tmp` must not lock other users out of /tmp).
+        if not directory.exists():
+            directory.mkdir(parents=True)
+            directory.chmod(0o700)
         for name in (LEARNER, ACTOR):
             _, secret_file = zmq.auth.create_certificates(directory, name)
             Path(secret_file).chmod(0o600)
@@ -55,14 +60,30 @@ def create_keys(keys_dir: str | os.PathLike, force: bool = False) -> list[Path]:
     return key_paths(directory)
 
 
+def open_to_others(keys_dir: str | os.PathLike) -> str:
+    """A warning when the existing folder ``keys_dir`` lets group or others in ("" if not)."""
+    directory = Path(keys_dir).expanduser()
+    if os.name != "posix" or not directory.is_dir():
+        return ""
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    if not mode & 0o077:
+        return ""
+    return (
+        f"{directory} is open to other users (mode {mode:o}), left as it was: they can see the "
+        "key files (the secrets themselves are owner-only); use a folder of your own, or "
+        f"chmod 700 {directory} if it is yours alone"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="seedq-keys",
         description="write CURVE key pairs for a seedq learner and its actors",
     )
-    parser.add_argument("dir", help="directory for the keys (created owner-only)")
+    parser.add_argument("dir", help="directory for the keys (one it creates is owner-only)")
     parser.add_argument("--force", action="store_true", help="replace existing keys")
     args = parser.parse_args(argv)
+    warning = open_to_others(args.dir)
     try:
         paths = create_keys(args.dir, force=args.force)
     except KeysExistError as exc:
@@ -83,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for path in paths:
         print(f"wrote {path}")
+    if warning:
+        print(f"seedq-keys: warning: {warning}", file=sys.stderr)
     print(
         f"\nlearner: seedq-train security.curve=true security.keys_dir={args.dir}\n"
         f"actors:  seedq-actor --keys-dir DIR ..., DIR holding actor.key_secret and learner.key\n"

@@ -5,9 +5,11 @@ Keys are pyzmq certificates (``zmq.auth.create_certificates``) in one directory,
 
     learner.key  learner.key_secret  actor.key  actor.key_secret  [authorized/*.key]
 
-The learner needs all of them; an actor host needs only ``actor.key_secret`` (which holds the
-actor's public key too) and ``learner.key``. The server side (ZAP handler, refused counter)
-lives in :mod:`seedq.broker.security`; this module stays light, as actors import it.
+The learner needs all of them (``actor.key_secret`` for the actors it starts itself or ships the
+key to); an actor host needs only ``actor.key_secret`` (which holds the actor's public key too)
+and ``learner.key``. Each public key must be the public half of its secret. The server side (ZAP
+handler, refused counter) lives in :mod:`seedq.broker.security`; this module stays light, as
+actors import it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ ACTOR = "actor"
 AUTHORIZED_DIR = "authorized"
 # What each role reads from keys_dir.
 LEARNER_FILES = (f"{LEARNER}.key", f"{LEARNER}.key_secret", f"{ACTOR}.key")
+# A learner that starts its actors (locally, or over ssh/srun) hands them actor.key_secret.
+LAUNCHING_LEARNER_FILES = (*LEARNER_FILES, f"{ACTOR}.key_secret")
 ACTOR_FILES = (f"{ACTOR}.key_secret", f"{LEARNER}.key")
 SECRET_FILES = (f"{LEARNER}.key_secret", f"{ACTOR}.key_secret")
 
@@ -91,8 +95,12 @@ def curve_enabled(security: SecurityConfig, host: str) -> bool:
     return not security.allow_insecure and not is_loopback(host)
 
 
-def validate_security(security: SecurityConfig, broker_host: str) -> None:
-    """Raise ConfigError before any process starts if the broker would be open or keyless."""
+def validate_security(
+    security: SecurityConfig, broker_host: str, launches_actors: bool = False
+) -> None:
+    """Raise ConfigError before any process starts if the broker would be open or keyless;
+    ``launches_actors``: the learner starts actors with the keys, so it needs the actor's secret
+    too."""
     if not curve_enabled(security, broker_host):
         if not is_loopback(broker_host) and not security.allow_insecure:
             raise ConfigError(
@@ -107,7 +115,8 @@ def validate_security(security: SecurityConfig, broker_host: str) -> None:
             f"security.curve is on (broker.host={broker_host!r}) but security.keys_dir is empty; "
             "create keys with `seedq-keys DIR` and set security.keys_dir=DIR"
         )
-    check_key_files(security.keys_dir, LEARNER_FILES, key="security.keys_dir")
+    names = LAUNCHING_LEARNER_FILES if launches_actors else LEARNER_FILES
+    check_key_files(security.keys_dir, names, key="security.keys_dir")
     authorized_public_keys(security.keys_dir)
 
 
@@ -124,13 +133,18 @@ def authorized_public_keys(keys_dir: str, key: str = "security.keys_dir") -> lis
 
 def check_key_files(keys_dir: str, names: tuple[str, ...], key: str = "--keys-dir") -> None:
     """Raise ConfigError unless ``names`` are readable certificates, secrets owner-only, each
-    holding the keys it must (a public key; a secret key too in a ``.key_secret`` file)."""
+    holding the keys it must (a public key; a secret key too in a ``.key_secret`` file), and
+    each public key there the public half of its secret (where both files are there)."""
     directory = Path(keys_dir).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(
+            f"{key}={keys_dir!r} is a file, not a folder; give the folder that holds the keys "
+            "(`seedq-keys DIR` writes one)"
+        )
     missing = [n for n in names if not (directory / n).is_file()]
     if missing:
         raise ConfigError(
-            f"{key}={keys_dir!r} lacks {', '.join(missing)}; create the keys with "
-            f"`seedq-keys {keys_dir}` (or copy them from the learner's key directory)"
+            f"{key}={keys_dir!r} lacks {', '.join(missing)}; {_create_remedy(keys_dir, key)}"
         )
     for name in names:
         path = directory / name
@@ -142,6 +156,37 @@ def check_key_files(keys_dir: str, names: tuple[str, ...], key: str = "--keys-di
                     f"owner-only: chmod 600 {path}"
                 )
         read_keys(keys_dir, name, key)
+    for role in (LEARNER, ACTOR):
+        public_name, secret_name = f"{role}.key", f"{role}.key_secret"
+        if not {public_name, secret_name} & set(names):
+            continue
+        if not ((directory / public_name).is_file() and (directory / secret_name).is_file()):
+            continue
+        public, _ = read_keys(keys_dir, public_name, key)
+        secret_public, _ = read_keys(keys_dir, secret_name, key)
+        if public != secret_public:
+            raise ConfigError(
+                f"{key}={keys_dir!r}: {public_name} is not the public half of {secret_name} "
+                f"(they come from different key pairs); {_remedy(keys_dir, key, public_name)}"
+            )
+
+
+def _create_remedy(keys_dir: str, key: str) -> str:
+    """What to do about missing key files: ``seedq-keys`` refuses a folder that holds some."""
+    directory = Path(keys_dir).expanduser()
+    if key == "--keys-dir":
+        return (
+            f"copy {ACTOR}.key_secret and {LEARNER}.key into {keys_dir} from the learner's key "
+            "directory (written by `seedq-keys DIR`)"
+        )
+    held = [n for n in (*LEARNER_FILES, f"{ACTOR}.key_secret") if (directory / n).exists()]
+    if not held:
+        return f"create the keys with `seedq-keys {keys_dir}`"
+    return (
+        f"put the missing files back from where the keys were made, or make a new set with "
+        f"`seedq-keys --force {keys_dir}` (actors elsewhere then need its new "
+        f"{ACTOR}.key_secret and {LEARNER}.key)"
+    )
 
 
 def read_keys(keys_dir: str, name: str, key: str = "--keys-dir") -> tuple[bytes, bytes | None]:
@@ -168,6 +213,11 @@ def read_keys(keys_dir: str, name: str, key: str = "--keys-dir") -> tuple[bytes,
                 f"{key}={keys_dir!r}: {name} {what} {line} (a CURVE key is 40 Z85 characters, "
                 f"32 bytes); {_remedy(keys_dir, key, name)}"
             )
+    if secret is not None and zmq.curve_public(secret) != public:
+        raise ConfigError(
+            f"{key}={keys_dir!r}: {name}'s public-key is not the public half of its secret-key "
+            f"(lines from different key pairs); {_remedy(keys_dir, key, name)}"
+        )
     return public, secret
 
 

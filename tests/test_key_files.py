@@ -131,3 +131,45 @@ def test_an_actor_refuses_its_key_files_naming_the_file_not_the_endpoint(tmp_pat
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert (result.returncode, words in result.stderr) == (2, True), result.stderr
     assert "--endpoint" not in result.stderr and "Traceback" not in result.stderr
+
+
+def another_set(tmp_path, name):
+    """``name`` from another key set: a file of another key pair."""
+    create_keys(tmp_path / "another")
+    return (tmp_path / "another" / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("damage", "launcher", "words"),
+    [
+        # Actors started here would fail the handshake until the run ends (exit 3, ~40 s).
+        (
+            lambda d, t: (d / "learner.key").write_bytes(another_set(t, "learner.key")),
+            [],
+            "learner.key is not the public half of learner.key_secret",
+        ),
+        # Six restarts of the local actors, then exit 3; over ssh a traceback (exit 1).
+        (lambda d, t: (d / "actor.key_secret").unlink(), [], "lacks actor.key_secret"),
+        (
+            lambda d, t: (d / "actor.key_secret").unlink(),
+            ["launcher=ssh", "launcher.hosts=[seedq-nowhere.invalid]"],
+            "lacks actor.key_secret",
+        ),
+    ],
+)
+def test_seedq_train_refuses_keys_its_actors_cannot_use_in_one_line(
+    tmp_path, damage, launcher, words
+):
+    directory = keys(tmp_path)
+    damage(directory, tmp_path)
+    result = run_cli(
+        *launcher,
+        "env=fake",
+        "broker.host=0.0.0.0",
+        f"security.keys_dir={directory}",
+        "total_env_steps=1000",
+        f"run_dir={tmp_path / 'run'}",
+    )
+    assert (result.returncode, "Traceback" in result.stdout) == (2, False), result.stdout
+    assert words in result.stdout
+    assert not (tmp_path / "run" / "metrics.csv").exists()

@@ -20,7 +20,7 @@ from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.keys import KeysExistError, create_keys
 from seedq.keys import main as keys_main
-from seedq.launch.remote_keys import actor_script
+from seedq.launch.remote_keys import actor_script, keys_check_script
 from seedq.messages import EnvSpec, Hello, encode
 from seedq.schema import ConfigError
 from seedq.security import (
@@ -277,3 +277,115 @@ def test_the_ssh_script_installs_owner_only_actor_keys_and_runs_the_actor(tmp_pa
     assert client_options(str(remote)) == client_options(keys_dir)
     _, learner_secret = zmq.auth.load_certificate(os.path.join(keys_dir, "learner.key_secret"))
     assert learner_secret.decode() not in script
+
+
+def test_seedq_keys_leaves_an_existing_folders_mode_and_warns_when_others_can_open_it(
+    tmp_path, capsys
+):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp: `seedq-keys /tmp` must not lock other users out of it
+    assert keys_main([str(shared)]) == 0
+    assert (
+        stat.S_IMODE(shared.stat().st_mode),
+        stat.S_IMODE((shared / "actor.key_secret").stat().st_mode),
+        "is open to other users (mode 1777), left as it was" in capsys.readouterr().err,
+    ) == (0o1777, 0o600, True)
+
+
+def test_the_ssh_script_keeps_another_key_set_in_its_folder_and_does_not_start(tmp_path, keys_dir):
+    """The remote folder (by default ~/.seedq/keys, where `seedq-keys` is run on a learner)
+    holds another key set: the script refuses in one line and leaves every file as it was."""
+    remote = tmp_path / "host keys"
+    create_keys(remote)
+    remote.chmod(0o755)
+    before = {p.name: p.read_bytes() for p in remote.iterdir()}
+    marker = tmp_path / "ran"
+    script = actor_script(keys_dir, str(remote), ["touch", str(marker)])
+    result = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True)
+    assert (
+        result.returncode,
+        marker.exists(),
+        {p.name: p.read_bytes() for p in remote.iterdir()} == before,
+        stat.S_IMODE(remote.stat().st_mode),
+    ) == (3, False, True, 0o755), result.stderr
+    assert result.stderr == (
+        f"launcher.remote_keys_dir={remote} holds actor.key_secret learner.key; they are not "
+        f"security.keys_dir={keys_dir}'s (another key set lives there: this host's own "
+        "seedq-keys, or another run's) and would be overwritten: set launcher.remote_keys_dir "
+        "to another folder, or remove those files there\n"
+    )
+
+
+def test_the_ssh_script_takes_a_folder_holding_the_same_keys(tmp_path, keys_dir):
+    marker = tmp_path / "ran"
+    script = actor_script(keys_dir, keys_dir, ["touch", str(marker)])
+    subprocess.run(["sh", "-s"], input=script.encode(), check=True, timeout=DEADLINE_S)
+    assert marker.exists()
+
+
+def test_the_host_checks_keys_part_names_a_folder_it_cannot_create(tmp_path, keys_dir):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    script = keys_check_script(keys_dir, str(afile / "keys"))
+    result = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True)
+    assert (result.returncode, result.stderr.count("\n")) == (3, 1), result.stderr
+    assert result.stderr.startswith(
+        f"launcher.remote_keys_dir={afile / 'keys'}: cannot create it on this host (mkdir: "
+    )
+
+
+def another_pairs(name, tmp_path):
+    """The ``name`` file of a fresh key set (another key pair than the fixture's)."""
+    create_keys(tmp_path / "another")
+    return (tmp_path / "another" / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("swapped", "words"),
+    [
+        ("learner.key", "learner.key is not the public half of learner.key_secret"),
+        ("actor.key", "actor.key is not the public half of actor.key_secret"),
+    ],
+)
+def test_validation_refuses_a_public_key_of_another_pair(tmp_path, swapped, words):
+    directory = tmp_path / "keys"
+    create_keys(directory)
+    (directory / swapped).write_bytes(another_pairs(swapped, tmp_path))
+    with pytest.raises(ConfigError, match=rf"{words} .*`seedq-keys --force {directory}`$"):
+        validate_security(SecurityConfig(keys_dir=str(directory)), "0.0.0.0")
+
+
+def test_validation_refuses_a_secret_file_whose_public_line_is_another_pairs(tmp_path):
+    directory = tmp_path / "keys"
+    create_keys(directory)
+    secret_file = directory / "learner.key_secret"
+    own = zmq.auth.load_certificate(secret_file)[0].decode()
+    other = zmq.curve_keypair()[0].decode()
+    secret_file.write_text(secret_file.read_text().replace(own, other))
+    (directory / "learner.key").write_text(
+        (directory / "learner.key").read_text().replace(own, other)
+    )
+    with pytest.raises(ConfigError, match="learner.key_secret's public-key is not the public half"):
+        validate_security(SecurityConfig(keys_dir=str(directory)), "0.0.0.0")
+
+
+def test_a_learner_that_starts_actors_needs_the_actor_secret_and_the_fix_it_names_works(
+    tmp_path,
+):
+    directory = tmp_path / "keys"
+    create_keys(directory)
+    (directory / "actor.key_secret").unlink()
+    security = SecurityConfig(keys_dir=str(directory))
+    validate_security(security, "0.0.0.0")  # serving actors started elsewhere: not needed
+    with pytest.raises(ConfigError, match=r"lacks actor.key_secret; .*`seedq-keys --force "):
+        validate_security(security, "0.0.0.0", launches_actors=True)
+    assert keys_main(["--force", str(directory)]) == 0
+    validate_security(security, "0.0.0.0", launches_actors=True)
+
+
+def test_validation_says_a_keys_dir_that_is_a_file_is_a_file(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ConfigError, match=rf"security.keys_dir='{afile}' is a file, not a folder"):
+        validate_security(SecurityConfig(keys_dir=str(afile)), "0.0.0.0")

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from ssh_hosts import (
 
 from seedq.envs import EnvConfig
 from seedq.envs.gym import GymConfig
+from seedq.keys import create_keys
 from seedq.launch.config import LauncherConfig
 from seedq.launch.remote_actor import remote_script
 from seedq.launch.ssh import (
@@ -298,6 +300,57 @@ def test_host_check_names_an_env_module_a_host_cannot_import(tmp_path, hosts):
     # With the module's folder on the host's path the same check passes.
     cfg.env = {"PYTHONPATH": f"{TREE}:{Path(__file__).parent}"}
     SshLauncher(cfg, str(tmp_path), 1).check_hosts(env, sys.executable)
+
+
+@needs_sshd
+def test_the_host_check_refuses_a_remote_keys_dir_holding_other_keys(tmp_path, hosts):
+    """launcher.remote_keys_dir (by default ~/.seedq/keys, where a learner host keeps its own
+    keys) holds another key set: the run stops before anything starts and leaves it as it was;
+    a folder the host cannot create is named with mkdir's reason."""
+    ours, theirs = tmp_path / "k1", tmp_path / "k2"
+    create_keys(ours)
+    create_keys(theirs)
+    before = {p.name: p.read_bytes() for p in theirs.iterdir()}
+    run_dir = tmp_path / "run"
+    hosts = {**hosts, "entries": hosts["entries"][:1]}
+    process = start(
+        run_dir,
+        hosts,
+        "env=fake",
+        "broker.host=0.0.0.0",
+        f"security.keys_dir={ours}",
+        f"launcher.remote_keys_dir={theirs}",
+    )
+    output, _ = process.communicate(timeout=120)
+    assert (
+        process.returncode,
+        {p.name: p.read_bytes() for p in theirs.iterdir()} == before,
+        (run_dir / "metrics.csv").exists(),
+    ) == (2, True, False), output
+    assert f"seedq-a: launcher.remote_keys_dir={theirs} holds actor.key_secret learner.key" in (
+        output
+    )
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cfg = LauncherConfig(
+        name="ssh",
+        hosts=hosts["entries"],
+        ssh_args=["-F", str(hosts["config"])],
+        env={"PYTHONPATH": TREE},
+        remote_keys_dir=str(afile / "keys"),
+    )
+    with pytest.raises(
+        HostCheckError,
+        match=rf"seedq-a: launcher.remote_keys_dir={afile / 'keys'}: cannot create it on this "
+        r"host \(mkdir: ",
+    ):
+        SshLauncher(cfg, str(tmp_path), 1).check_hosts(EnvConfig(), sys.executable, str(ours))
+    # A folder holding the same keys, or none yet (made owner-only, nothing written), passes.
+    for folder in (ours, tmp_path / "new" / "keys"):
+        cfg.remote_keys_dir = str(folder)
+        SshLauncher(cfg, str(tmp_path), 1).check_hosts(EnvConfig(), sys.executable, str(ours))
+    assert (os.listdir(folder), oct(stat.S_IMODE(folder.stat().st_mode))) == ([], "0o700")
 
 
 def test_ssh_uri_entries_resolve_to_user_host_and_port():

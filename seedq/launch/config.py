@@ -52,7 +52,8 @@ class LauncherConfig:
     remote_keys_dir: str = setting(
         "~/.seedq/keys",
         "ssh, slurm: where the actor's CURVE keys are written on each host or node, sent over "
-        "the ssh or srun channel (empty: hosts share security.keys_dir's filesystem and "
+        "the ssh or srun channel; a different key file already there is never replaced (the "
+        "host check refuses the run) (empty: hosts share security.keys_dir's filesystem and "
         "actors read it there)",
     )
     check_timeout_s: float = setting(

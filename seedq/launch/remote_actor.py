@@ -28,14 +28,15 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from seedq.envs import EnvConfig
 from seedq.launch.actors import SpawnRefused
 from seedq.launch.config import LauncherConfig
-from seedq.launch.remote_keys import actor_script
+from seedq.launch.remote_keys import KEYS_EXIT, actor_script, keys_check_script
 from seedq.messages import PROTOCOL_VERSION
 from seedq.schema import ConfigError
+from seedq.security import curve_enabled
 
 if TYPE_CHECKING:
     from seedq.broker.config import BrokerConfig
@@ -60,8 +61,10 @@ def remote_script(
     env: dict[str, str] | None = None,
     keys_dir: str = "",
     remote_keys_dir: str = "",
+    install_keys: bool = True,
 ) -> str:
-    """The ``sh -s`` script that runs ``actor_argv`` on a host: cd, environment, keys, exec."""
+    """The ``sh -s`` script that runs ``actor_argv`` on a host: cd, environment, keys, exec;
+    ``install_keys=False`` (the host check): the keys' folder checked, no key written."""
     lines = ["set -e"]
     if workdir:
         lines.append(f"cd {shlex.quote(workdir)}")
@@ -70,8 +73,10 @@ def remote_script(
             raise ConfigError(f"launcher.env key {key!r} is not an environment variable name")
         lines.append(f"export {key}={shlex.quote(str(value))}")
     head = "\n".join(lines) + "\n"
-    if keys_dir:
+    if keys_dir and install_keys:
         return head + actor_script(keys_dir, remote_keys_dir, actor_argv)
+    if keys_dir:
+        head += keys_check_script(keys_dir, remote_keys_dir)
     return head + "exec " + shlex.join(actor_argv) + "\n"
 
 
@@ -136,6 +141,11 @@ def start_streamed(command: list[str], script: str, log_path: str, link: str) ->
     return proc
 
 
+def shipped_keys_dir(cfg: Any) -> str:
+    """The CURVE keys folder whose actor keys a run's remote actors use ("" with CURVE off)."""
+    return cfg.security.keys_dir if curve_enabled(cfg.security, cfg.broker.host) else ""
+
+
 def host_check_argv(python: str, env: EnvConfig) -> list[str]:
     return [
         python,
@@ -159,6 +169,8 @@ def check_host(host: str, command: list[str], script: str, timeout_s: float, pyt
         return f"  {host}: no answer within launcher.check_timeout_s={timeout_s}"
     if result.returncode == 0:
         return ""
+    if result.returncode == KEYS_EXIT and result.stderr.strip():
+        return f"  {host}: {result.stderr.strip().splitlines()[-1]}"
     what = {
         255: "unreachable (ssh failed)",
         126: f"python {python!r} cannot run there (set launcher.python)",
@@ -174,10 +186,21 @@ def check_hosts(
     cfg: LauncherConfig,
     env: EnvConfig,
     python: str,
+    keys_dir: str = "",
 ) -> None:
     """Run the host check on every host at once, each through ``command(host)`` (its ``sh -s``)
-    with ``cfg``'s working directory and environment; raise naming every host that failed."""
-    script = remote_script(host_check_argv(python, env), workdir=cfg.workdir, env=cfg.env)
+    with ``cfg``'s working directory and environment; raise naming every host that failed.
+
+    With ``keys_dir`` (CURVE on) and ``cfg.remote_keys_dir``, each host must also be able to take
+    the actor's keys there (see :mod:`seedq.launch.remote_keys`)."""
+    script = remote_script(
+        host_check_argv(python, env),
+        workdir=cfg.workdir,
+        env=cfg.env,
+        keys_dir=keys_dir if cfg.remote_keys_dir else "",
+        remote_keys_dir=cfg.remote_keys_dir,
+        install_keys=False,
+    )
 
     def check(host: str) -> str:
         return check_host(host, command(host), script, cfg.check_timeout_s, python)
@@ -252,10 +275,11 @@ class RemoteLauncher(ABC):
     def num_actors(self) -> int:
         return len(self.slots)
 
-    def check(self, hosts: list[str], env: EnvConfig, python: str) -> None:
-        """The host check on every one of ``hosts`` at once; raises naming each that failed."""
+    def check(self, hosts: list[str], env: EnvConfig, python: str, keys_dir: str = "") -> None:
+        """The host check on every one of ``hosts`` at once (``keys_dir``: the CURVE keys the
+        actors will be sent); raises naming each that failed."""
         command = functools.partial(self.command, name="seedq-check")
-        check_hosts(hosts, command, self.cfg, env, python)
+        check_hosts(hosts, command, self.cfg, env, python, keys_dir)
 
     def actor_endpoint(self, broker: BrokerConfig, bound: str) -> str:
         """The endpoint actors dial, for a broker bound at ``bound`` (tcp://host:port)."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
-from seedq.launch.remote_actor import HostFailures, RemoteLauncher
+from seedq.launch.remote_actor import HostFailures, RemoteLauncher, shipped_keys_dir
 from seedq.parallel.ranks import actor_share
 from seedq.schema import ConfigError
 from seedq.security import is_loopback
@@ -206,7 +206,8 @@ class SlurmLauncher(RemoteLauncher):
             len(slots),
             ", ".join(launcher.nodes),
         )
-        launcher.check_nodes(cfg.env, cfg.launcher.python or sys.executable)
+        python = cfg.launcher.python or sys.executable
+        launcher.check_nodes(cfg.env, python, shipped_keys_dir(cfg))
         return launcher
 
     @property
@@ -227,6 +228,6 @@ class SlurmLauncher(RemoteLauncher):
     def command(self, host: str, name: str) -> list[str]:
         return self.srun(host, name, "sh", "-s")
 
-    def check_nodes(self, env: EnvConfig, python: str) -> None:
+    def check_nodes(self, env: EnvConfig, python: str, keys_dir: str = "") -> None:
         """The host check as one job step on every actor node at once."""
-        self.check(self.nodes, env, python)
+        self.check(self.nodes, env, python, keys_dir)

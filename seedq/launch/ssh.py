@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from seedq.envs import EnvConfig
 from seedq.launch.config import LauncherConfig
-from seedq.launch.remote_actor import HostCheckError, HostFailures, RemoteLauncher
+from seedq.launch.remote_actor import (
+    HostCheckError,
+    HostFailures,
+    RemoteLauncher,
+    shipped_keys_dir,
+)
 from seedq.parallel.ranks import actor_share
 from seedq.schema import ConfigError
 from seedq.security import is_loopback
@@ -127,7 +132,8 @@ class SshLauncher(RemoteLauncher):
             raise ConfigError("launcher=ssh needs actor.transport=tcp")
         per_host = cfg.launcher.actors_per_host or cfg.actor.num_actors
         launcher = cls(cfg.launcher, run_dir, per_host)
-        launcher.check_hosts(cfg.env, cfg.launcher.python or sys.executable)
+        python = cfg.launcher.python or sys.executable
+        launcher.check_hosts(cfg.env, python, shipped_keys_dir(cfg))
         return launcher
 
     def dialled_host(self, broker: BrokerConfig) -> str:
@@ -140,10 +146,10 @@ class SshLauncher(RemoteLauncher):
     def command(self, host: str, name: str) -> list[str]:
         return ssh_command(self.cfg.ssh_args, host, "sh", "-s")
 
-    def check_hosts(self, env: EnvConfig, python: str) -> None:
+    def check_hosts(self, env: EnvConfig, python: str, keys_dir: str = "") -> None:
         """Run the host check everywhere at once; raise naming every host that failed."""
         used = sorted({host for host, _ in self.slots})
-        self.check([self.hosts[h].entry for h in used], env, python)
+        self.check([self.hosts[h].entry for h in used], env, python, keys_dir)
 
     def record_failure(self, host: SshHost, now: float | None = None) -> bool:
         """Count one failure of ``host``; True once it is dropped (see :class:`HostFailures`)."""
