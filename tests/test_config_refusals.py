@@ -67,6 +67,8 @@ def test_choosing_the_algorithm_group_names_it():
         (["arch=sebulba", "launcher=ssh", "launcher.hosts=[x]"], "arch=sebulba has none"),
         (["arch=anakin", "launcher=slurm"], "launcher=slurm starts actor processes"),
         (["launcher.learner_hosts=[a,b]"], "with hardware.learners=1 the one learner runs here"),
+        # Accepted, and both of h1's actors wrote one log file, actors/h1-0.log.
+        (["launcher=ssh", "launcher.hosts=[h1,h2,h1]"], "launcher.hosts names h1 more than once"),
     ],
 )
 def test_a_launcher_key_nothing_will_act_on_is_refused(overrides, says):

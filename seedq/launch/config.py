@@ -113,6 +113,13 @@ def validate_launcher(launcher: LauncherConfig) -> None:
                 f"launcher.hosts entry {host!r} is not an ssh destination (user@host, host, "
                 "ssh://user@host:port); ssh options go in launcher.ssh_args"
             )
+    twice = sorted({h for h in launcher.hosts if launcher.hosts.count(h) > 1})
+    if twice:
+        # Its actors took the same slot names: both wrote one log file, named by the host.
+        raise ConfigError(
+            f"launcher.hosts names {', '.join(twice)} more than once; name each host once "
+            "(launcher.actors_per_host=N runs N actor processes on each)"
+        )
     for host in launcher.learner_hosts:
         if not host or host.startswith("-") or any(c.isspace() for c in host):
             raise ConfigError(
