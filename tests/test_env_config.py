@@ -374,3 +374,17 @@ def test_seedq_train_refuses_a_misspelt_key_with_exit_2_and_one_line(tmp_path):
             "algorithm.lr? (every key: seedq-train --keys vtrace env=cartpole)"
         ],
     )
+
+
+@pytest.mark.parametrize(("steps", "refused"), [(536_870_911, False), (536_870_912, True)])
+def test_an_atari_episode_longer_than_ale_py_can_count_is_refused(steps, refused):
+    # max_episode_steps x frame_skip past a C int ended in a pybind TypeError at start, exit 1.
+    from seedq.envs.atari import AtariConfig
+    from seedq.schema import ConfigError
+
+    config = AtariConfig(max_episode_steps=steps, frame_skip=4)
+    if refused:
+        with pytest.raises(ConfigError, match="use env.max_episode_steps=536870911 or fewer"):
+            config.check()
+    else:
+        config.check()

@@ -18,7 +18,7 @@ import numpy as np
 from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done, vector_env_threads
 from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
 from seedq.envs.gym import import_gymnasium, ram_id_hint
-from seedq.schema import check_positive, in_unit_interval, positive, setting
+from seedq.schema import ConfigError, check_positive, in_unit_interval, positive, setting
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +77,22 @@ class AtariConfig(EnvConfig):
         positive("env.noop_max", self.noop_max, zero_ok=True)
         positive("env.num_threads", self.num_threads, zero_ok=True)
         in_unit_interval("env.repeat_action_probability", self.repeat_action_probability)
+        if self.max_episode_steps is not None and self.max_episode_steps * self.frame_skip > (
+            MAX_ALE_FRAMES
+        ):
+            # ale_py takes the frames as a C int: more ended in a pybind TypeError at start.
+            raise ConfigError(
+                f"env.max_episode_steps={self.max_episode_steps} x env.frame_skip="
+                f"{self.frame_skip} is more frames than ale_py can count ({MAX_ALE_FRAMES}); "
+                f"use env.max_episode_steps={MAX_ALE_FRAMES // self.frame_skip} or fewer, or "
+                "null for no limit"
+            )
 
     def frames_per_step(self) -> int:
         return int(self.frame_skip)
+
+
+MAX_ALE_FRAMES = 2**31 - 1  # ale_py's max_num_frames_per_episode is a C int
 
 
 def _atari_game(env_id: str) -> str:
