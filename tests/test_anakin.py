@@ -150,6 +150,15 @@ def test_a_budget_inside_a_block_names_where_the_run_ends(tmp_path, caplog, tota
     )
 
 
+def test_stop_at_return_is_met_between_rows(tmp_path):
+    # The episodes reached the stats only with each row: the rule checked between rows saw
+    # none, and a run stopped (and timed its target) at the next row, here never.
+    summary = anakin_run(
+        tmp_path, "log_interval_s=1000", "stop_at_return=15", "total_env_steps=2000000"
+    ).run()
+    assert (summary.stop_reason, summary.env_steps < 2_000_000) == ("target_return", True)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("anakin")

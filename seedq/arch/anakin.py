@@ -116,6 +116,11 @@ class AnakinRun(TrainingRun):
     def _wait(self) -> None:
         # No threads: the loop itself acts and learns between metrics rows.
         self.train_iteration()
+        if self.cfg.stop_at_return is not None:
+            # The stop rule is checked between rows (Monitor.target_met) on the episodes the
+            # stats hold; drained only with each row, they left CartPole training past 475
+            # until the next row (5 s, twice the steps) and timed the target at 5 s.
+            self._drain_episodes()
 
     def _before_row(self) -> None:
         self._drain_episodes()
