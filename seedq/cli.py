@@ -394,20 +394,27 @@ def _train_job(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_RUN_FAILED)
     finally:
         ended_quietly_on_stop_signals()
+    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints
+
+    on_disk = bool(list_checkpoints(Path(run.run_dir) / DIR_NAME))
     if summary.stop_reason == STOPPED:
         saved = (
             "with a checkpoint"
             if run.last_checkpoint_written
             else "but its stop checkpoint could not be written (see above; the newest one "
             "written is kept)"
+            if on_disk
+            else "but its stop checkpoint could not be written (see above), and none was "
+            "before it: nothing of the run is saved"
         )
         log.warning(
             "stopped by %s %s (exit status %d); the same command with resume=auto and "
-            "run_dir=%s continues the run",
+            "run_dir=%s %s",
             run.stop_signal or "Ctrl-C",
             saved,
             EXIT_STOPPED,
             run.run_dir,
+            "continues the run" if on_disk else "starts it again",
         )
         sys.exit(EXIT_STOPPED)
     if not run.last_checkpoint_written and run.weights_not_finite:
@@ -427,11 +434,13 @@ def _train_job(cfg: DictConfig) -> float | None:
         # process: not a finish a script or scheduler may take for one.
         log.error(
             "the run finished (%s) but its final checkpoint could not be written (see above): "
-            "what it learned since the newest checkpoint on disk is not saved. Free space or "
+            "what it learned since the newest checkpoint on disk is not saved%s. Free space or "
             "fix the folder's permissions; the same command with resume=auto and run_dir=%s "
-            "then continues from the newest checkpoint (exit status %d)",
+            "then %s (exit status %d)",
             summary.stop_reason,
+            "" if on_disk else " (there is none: nothing of the run is)",
             run.run_dir,
+            "continues from the newest checkpoint" if on_disk else "starts the run again",
             EXIT_RUN_FAILED,
         )
         sys.exit(EXIT_RUN_FAILED)

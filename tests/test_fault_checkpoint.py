@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 import torch
+from cli_helpers import run_cli
 from fault_helpers import FAKE, make_run
 
 from seedq.learner import checkpoint
@@ -92,6 +93,21 @@ def test_a_run_whose_checkpoints_fail_logs_it_and_goes_on(tmp_path, monkeypatch)
     assert summary.stop_reason == "max_minutes"
     assert faults["checkpoint_failures"] >= 2  # the periodic ones and the final one
     assert list((tmp_path / "checkpoints").glob("*")) == []
+
+
+def test_a_run_that_never_saved_a_checkpoint_does_not_point_at_one(tmp_path, monkeypatch):
+    # "the previous checkpoint is kept ... resume=auto continues from the newest checkpoint",
+    # where there was none: that resume started from step 0.
+    with pytest.raises(CheckpointWriteError, match="no checkpoint of this run is on disk yet"):
+        monkeypatch.setattr(checkpoint.torch, "save", failing_save)
+        save_checkpoint(str(tmp_path), state(100), keep=3)
+    monkeypatch.undo()
+    (tmp_path / "checkpoints").rmdir()
+    (tmp_path / "checkpoints").write_text("a file where the folder goes: every write fails")
+    result = run_cli(*FAKE, f"run_dir={tmp_path}", "total_env_steps=3000")
+    assert result.returncode == 3, result.stdout
+    assert "(there is none: nothing of the run is)" in result.stdout
+    assert "then starts the run again (exit status 3)" in result.stdout
 
 
 def test_replace_text_keeps_the_old_file_whole_on_a_full_disk(tmp_path, monkeypatch):

@@ -153,9 +153,14 @@ def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
         cause = _os_error_in(exc)
         if cause is None:
             raise
+        kept = (
+            "the previous checkpoint is kept"
+            if list_checkpoints(path.parent)
+            else "no checkpoint of this run is on disk yet"
+        )
         raise CheckpointWriteError(
-            f"could not write {path} ({type(cause).__name__}: {cause}); the previous checkpoint is "
-            "kept. Free disk space or point run_dir at a writable folder"
+            f"could not write {path} ({type(cause).__name__}: {cause}); {kept}. Free disk "
+            "space or point run_dir at a writable folder"
         ) from exc
 
 
