@@ -661,6 +661,21 @@ def test_faults_after_the_newest_checkpoint_are_still_counted_after_a_resume(tmp
     assert (faults["checkpoint_failures"], faults["evicted_actors"]) == (2, 2)
 
 
+def test_a_resumed_run_seeds_its_envs_where_no_earlier_start_did(tmp_path):
+    # Every start reset the envs with the first start's seeds (SEED's actors, Sebulba's
+    # batches): a run pre-empted often replayed the same episode starts and sticky actions.
+    from fault_helpers import make_run
+
+    from seedq.arch.seed import SeedRun
+    from seedq.envs.config import MAX_SEED, resumed_seed
+
+    first = make_run(tmp_path, *FAKE)
+    first.stats.env_steps = 12_345
+    second = SeedRun(first.cfg, str(tmp_path), resume=first.checkpoint_state(1.0))
+    assert (first.actors.seed, second.actors.seed) == (0, 12_345)
+    assert resumed_seed(7, 3 * MAX_SEED) == (7 + 3 * MAX_SEED) % (MAX_SEED + 1) <= MAX_SEED
+
+
 def test_resume_auto_with_another_seed_is_refused_as_another_run(tmp_path):
     # It continued the seed-0 run as seed 5 without a word: a sweep's seeds reordered mixed
     # two runs in one curve.

@@ -221,6 +221,8 @@ def test_a_checkpoint_resumes_with_its_counters_and_weights(tmp_path):
     cfg = vtrace_config(tmp_path, total_env_steps=2000, resume=str(tmp_path))
     resumed = SebulbaRun(cfg, str(tmp_path), resume=state)
     assert resumed.stats.env_steps == first.env_steps
+    # Its envs start from seeds the first start did not use (it reset them with seed 0 again).
+    assert resumed.env_seed == cfg.seed + first.env_steps
     summary = resumed.run()
     after = load_checkpoint(find_checkpoint(str(tmp_path)))
     assert summary.env_steps >= 2000 and after["updates"] > state["updates"]

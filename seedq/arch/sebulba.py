@@ -33,6 +33,7 @@ from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.core.stats import RunFault, RunStats
 from seedq.envs import EnvBatch, env_spec, make_env_batch, rows_per_env
+from seedq.envs.config import resumed_seed
 from seedq.launch.sizing import sized
 from seedq.learner.device import prepare_learner_process
 from seedq.schema import ConfigError
@@ -134,10 +135,13 @@ class SebulbaRun(TrainingRun):
         self.desk = InferenceDesk(self.consumer, self.stats, self.stop, max_batch)
         if resume is not None:
             self.restore(resume)
+        # Fresh episodes on resume, from a seed no earlier start of this run used (as Anakin):
+        # every start reset the envs with the first start's seeds.
+        self.env_seed = resumed_seed(cfg.seed, self.stats.env_steps)
         envs = self.envs_per_thread
         began = time.monotonic()
         self.envs: list[EnvBatch] = build_env_batches(
-            lambda i: make_env_batch(cfg.env, envs, cfg.seed, i * envs), self.threads_n
+            lambda i: make_env_batch(cfg.env, envs, self.env_seed, i * envs), self.threads_n
         )
         log.info(
             "built %d env batches of %d envs in %.1f s",
@@ -188,7 +192,7 @@ class SebulbaRun(TrainingRun):
         (:class:`~seedq.actor.loop.EnvFailures`)."""
         cfg, envs = self.cfg, self.envs_per_thread
         failures = EnvFailures(f"actor thread {i}", cfg.actor.max_rejoins)
-        seed = cfg.seed
+        seed = self.env_seed
         while True:
             try:
                 step_env_batch(
@@ -198,7 +202,7 @@ class SebulbaRun(TrainingRun):
             except EnvFailed as failed:
                 failures.note(failed, envs)
                 close_quietly(self.envs[i], f"actor thread {i}")
-                self.envs[i] = make_env_batch(cfg.env, envs, cfg.seed, i * envs)
+                self.envs[i] = make_env_batch(cfg.env, envs, self.env_seed, i * envs)
                 slot = make_slot(i, self.envs[i], self.spec, i * envs)
                 self.desk.replace(self.slots[i], slot)
                 self.slots[i] = slot

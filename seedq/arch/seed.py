@@ -24,6 +24,7 @@ from seedq.broker.router import Broker
 from seedq.broker.security import bind_router, secure_server
 from seedq.broker.shards import ShardHub
 from seedq.envs import env_spec
+from seedq.envs.config import resumed_seed
 from seedq.launch import remote_launcher
 from seedq.launch.actors import ActorPool, RestartPolicy, spawn_local
 from seedq.launch.shards import start_shard
@@ -146,7 +147,8 @@ class SeedRun(TrainingRun):
             num_actors=self.remote.num_actors if self.remote else cfg.actor.num_actors,
             batches_per_actor=cfg.actor.batches_per_actor,
             envs_per_batch=cfg.actor.envs_per_batch,
-            seed=cfg.seed,
+            # Fresh episodes on resume, from seeds no earlier start of this run used.
+            seed=resumed_seed(cfg.seed, self.stats.env_steps),
             run_dir=self.dist.rank_dir(run_dir),
             python=cfg.launcher.python,
             keys_dir=self.keys_dir,

@@ -17,6 +17,13 @@ from seedq.schema import positive, setting
 # The largest run seed: env i of a run is seeded with seed + i, and ale_py's seeds are 31-bit.
 MAX_SEED = 2**30
 
+
+def resumed_seed(seed: int, env_steps: int) -> int:
+    """The env seed of a start of a run ``env_steps`` in: one no earlier start used (each start
+    reset its envs with the first start's seeds, replaying their episode starts and sticky
+    actions), kept in ``[0, MAX_SEED]`` so ``seed + env index`` stays below ale_py's 2^31."""
+    return (seed + env_steps) % (MAX_SEED + 1)
+
 KIND_HELP = (
     "The env family, which picks the backend and the other env keys: env=<kind> sets it with "
     "its keys (seedq-train --keys lists the kinds, --keys env=<kind> a kind's keys)."
