@@ -24,6 +24,7 @@ def resumed_seed(seed: int, env_steps: int) -> int:
     actions), kept in ``[0, MAX_SEED]`` so ``seed + env index`` stays below ale_py's 2^31."""
     return (seed + env_steps) % (MAX_SEED + 1)
 
+
 KIND_HELP = (
     "The env family, which picks the backend and the other env keys: env=<kind> sets it with "
     "its keys (seedq-train --keys lists the kinds, --keys env=<kind> a kind's keys)."
