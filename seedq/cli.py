@@ -208,15 +208,13 @@ def supervise(cfg: DictConfig, hydra_cfg: Any) -> int:
 def another_run_in(run_dir: str) -> str:
     """What of a run ``run_dir`` holds ("" if nothing): its newest checkpoint, or the metrics
     of a run stopped before its first checkpoint (which resume=auto starts over)."""
-    from seedq.arch.resume import has_rows
-    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints
-    from seedq.metrics import EPISODES_NAME, METRICS_NAME
+    from seedq.arch.resume import metrics_in
+    from seedq.learner.checkpoint_files import DIR_NAME, newest_checkpoint
 
-    if saved := list_checkpoints(Path(run_dir) / DIR_NAME):
-        return f"{DIR_NAME}/{saved[-1].name}"
-    for name in (METRICS_NAME, EPISODES_NAME):
-        if has_rows(Path(run_dir) / name):  # a header and a row
-            return f"{name}, no checkpoint"
+    if saved := newest_checkpoint(run_dir):
+        return f"{DIR_NAME}/{saved.name}"
+    if name := metrics_in(run_dir):
+        return f"{name}, no checkpoint"
     return ""
 
 
@@ -356,7 +354,7 @@ def _train_job(cfg: DictConfig) -> float | None:
         if config is None:
             return None
         if config.hardware.learners > 1:
-            if not config.launcher.learner_hosts:
+            if not config.launcher.learner_hosts and config.hardware.learners != ranks_here:
                 # A resumed run's own count, when the command line does not set it.
                 check_ranks_fit(config.hardware.learners, usable_cores())
             COMMAND.started = True
@@ -394,9 +392,10 @@ def _train_job(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_RUN_FAILED)
     finally:
         ended_quietly_on_stop_signals()
-    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints
+    from seedq.learner.checkpoint_files import newest_checkpoint
 
-    on_disk = bool(list_checkpoints(Path(run.run_dir) / DIR_NAME))
+    # A checkpoint to go on from: the last one written, or (when it failed) an earlier one.
+    on_disk = run.last_checkpoint_written or newest_checkpoint(run.run_dir) is not None
     if summary.stop_reason == STOPPED:
         saved = (
             "with a checkpoint"
@@ -489,7 +488,8 @@ def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
 def stopped_ranks_message(signal_name: str, run_dir: str) -> str:
     """What ``seedq-train`` says when a stop signal ended its learner ranks: a checkpoint to
     continue with ``resume=auto``, or (stopped while they started) that nothing was saved."""
-    from seedq.learner_ranks import how_to_go_on, newest_checkpoint
+    from seedq.learner.checkpoint_files import newest_checkpoint
+    from seedq.learner_ranks import how_to_go_on
 
     if newest_checkpoint(run_dir) is not None:
         return (
@@ -1042,8 +1042,8 @@ def train_main() -> None:
         exit_while_starting("seedq-train", exc)
     except SystemExit as exc:
         if multirun and COMMAND.job_codes:
-            # Hydra reports the first failed job once all have run: the sweep's status is
-            # its worst job's (a refusal 2, a failure 3, a stop 75).
+            # Hydra itself ended the sweep after a job failed (the jobs return, so this is
+            # rare): the sweep's status is still its worst job's (2, 3, 75).
             raise SystemExit(max(COMMAND.job_codes)) from None
         if exc.code == HYDRA_ERROR and not COMMAND.composed:
             # Hydra refused the command line (an unknown key or group option, a value of the

@@ -49,9 +49,6 @@ from seedq.schema import (
 from seedq.security import SecurityConfig, validate_security
 from seedq.tracking.config import LoggerConfig, validate_logger
 
-# The largest broker.max_message_bytes: ZeroMQ's ZMQ_MAXMSGSIZE is an int64.
-MAX_MESSAGE_BYTES = 2**63 - 1
-
 __all__ = ["ConfigError", "SeedqConfig", "register_configs", "validate", "schema_for"]
 
 
@@ -221,13 +218,6 @@ def validate(cfg: Any) -> None:
             f"launcher.learner_hosts=[{','.join(cfg.launcher.learner_hosts)}] run learner ranks "
             "when hardware.learners > 1; with hardware.learners=1 the one learner runs here "
             "and they would be ignored: set hardware.learners, or drop the key"
-        )
-    # ZeroMQ takes the limit as a signed 64-bit count (ZMQ_MAXMSGSIZE); a larger one is an
-    # OverflowError when the broker binds. (The broker's own section is checked above.)
-    if cfg.broker.max_message_bytes > MAX_MESSAGE_BYTES:
-        raise ConfigError(
-            f"broker.max_message_bytes={cfg.broker.max_message_bytes} is out of range; at most "
-            f"{MAX_MESSAGE_BYTES} (2^63 - 1, ZeroMQ's limit)"
         )
     validate_checkpoint(cfg.checkpoint)
     validate_supervisor(cfg.supervisor)

@@ -28,10 +28,9 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from seedq.exit_status import EXIT_RANK_LOST, EXIT_STOPPED
+from seedq.exit_status import EXIT_RANK_LOST, EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_STOPPED
 from seedq.parallel.ranks import (
     RankInfo,
     check_learners,
@@ -42,8 +41,6 @@ from seedq.parallel.ranks import (
 
 log = logging.getLogger(__name__)
 
-EXIT_REFUSED = 2
-EXIT_RUN_FAILED = 3
 # How often the launcher looks at its ranks (a dead one is noticed this fast).
 MONITOR_INTERVAL_S = 0.5
 RANK_LOG_FORMAT = (
@@ -172,26 +169,18 @@ def describe_refusal(rank: int, failure: Any) -> str:
     return f"learner rank {rank} (pid {failure.pid}) on {host()} refused the run: {reason}"
 
 
-def newest_checkpoint(run_dir: str) -> Path | None:
-    """The newest checkpoint in ``run_dir``, or None before the run's first."""
-    from seedq.learner.checkpoint_files import DIR_NAME, list_checkpoints
-
-    saved = list_checkpoints(Path(run_dir) / DIR_NAME)
-    return saved[-1] if saved else None
-
-
 def how_to_go_on(run_dir: str) -> str:
     """What a run of ranks that ended early left in ``run_dir``, and the command that goes on
     from it: a checkpoint to resume, metrics rows to start over beside, or nothing at all."""
-    from seedq.arch.resume import has_rows
-    from seedq.metrics import EPISODES_NAME, METRICS_NAME
+    from seedq.arch.resume import metrics_in
+    from seedq.learner.checkpoint_files import newest_checkpoint
 
     if newest_checkpoint(run_dir) is not None:
         return (
             f"The newest checkpoint is in {run_dir}/checkpoints: seedq-train resume={run_dir} "
             "continues it, with any hardware.learners"
         )
-    if any(has_rows(Path(run_dir) / name) for name in (METRICS_NAME, EPISODES_NAME)):
+    if metrics_in(run_dir):
         return (
             "No checkpoint was saved, nothing to resume: the same command with resume=auto and "
             f"run_dir={run_dir} starts the run again (its metrics so far are kept aside)"

@@ -262,8 +262,13 @@ def test_once_warmed_up_the_returns_are_run_once_per_unroll(monkeypatch):
     restored.load_state_dict(scaler.state_dict())
     restored.scale(*data[0], env_id)
 
-    # The first unroll: an unscreened pass (3 arguments), then the screened one (4).
-    assert passes == [3, 4] + [4] * 3 + [4]
+    # Host arrays of clean rewards: each unroll's plain pass (3 arguments) stands, none of its
+    # returns lying outside the bounds; a screened one (4) only where one does.
+    assert passes == [3] * 5
+    garbage = [a.copy() for a in data[0]]
+    garbage[0][4, 2] = GARBAGE
+    restored.scale(*garbage, env_id)
+    assert passes[5:] == [3, 4]
 
 
 def scaled_std(data: list[tuple[np.ndarray, ...]]) -> tuple[float, RewardScaler]:

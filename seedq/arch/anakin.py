@@ -31,6 +31,7 @@ from seedq.arch.base import TrainingRun
 from seedq.arch.rollout import DeviceRollout
 from seedq.core.agent import RunContext
 from seedq.core.stats import RunStats
+from seedq.envs.config import resumed_seed
 from seedq.envs.tensor import make_tensor_env
 from seedq.launch.sizing import sized
 from seedq.learner.device import AMP_DTYPES, prepare_learner_process
@@ -58,7 +59,7 @@ class AnakinRun(TrainingRun):
         env_seed = cfg.seed
         if resume is not None:
             # Fresh episodes on resume, from a seed no earlier start of this run used.
-            env_seed = cfg.seed + int(resume["env_steps"])
+            env_seed = resumed_seed(cfg.seed, int(resume["env_steps"]))
         self.env = make_tensor_env(
             cfg.env.id,
             anakin.num_envs,

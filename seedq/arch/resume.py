@@ -58,6 +58,12 @@ def has_rows(path: Path) -> bool:
         return False
 
 
+def metrics_in(run_dir: str | Path) -> str | None:
+    """The name of ``run_dir``'s first log that holds rows (``metrics.csv``, ``episodes.csv``),
+    or None: a run stopped before its first checkpoint left them."""
+    return next((n for n in (METRICS_NAME, EPISODES_NAME) if has_rows(Path(run_dir) / n)), None)
+
+
 def _free_name(path: Path, before: str, after: str = "") -> Path:
     """The first of ``before + after``, ``before + "2" + after``, ... not taken in ``path``'s
     folder: an earlier copy set aside is never replaced."""

@@ -144,7 +144,7 @@ class SeedRun(TrainingRun):
         self.actors = ActorPool(
             endpoint=",".join(endpoints),
             env=cfg.env,
-            num_actors=self.remote.num_actors if self.remote else cfg.actor.num_actors,
+            num_actors=num_actors,
             batches_per_actor=cfg.actor.batches_per_actor,
             envs_per_batch=cfg.actor.envs_per_batch,
             # Fresh episodes on resume, from seeds no earlier start of this run used.

@@ -210,8 +210,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     for key in ("generators", "parallel"):
         if options[key] < 0:
             raise BenchError(f"{key}={options[key]} is not allowed; it must be >= 0")
-    if min(options["streams"], default=0) < 1 or min(options["envs"], default=0) < 1:
-        raise BenchError("streams= and envs= take positive counts, e.g. streams=1,16,256")
+    positive_sizes("streams", options["streams"], "1,16,256")
+    positive_sizes("envs", options["envs"], "16")
     if options["stages"]:
         return stages(options, specs, cfg.broker.max_batch)
     raise_open_file_limit()

@@ -88,8 +88,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     unknown = [m for m in options["models"] if m not in OBS]
     if unknown:
         raise BenchError(f"models={unknown}: choose from {list(OBS)}")
-    if not options["batch_sizes"] or min(options["batch_sizes"]) < 1:
-        raise BenchError(f"batch_sizes={options['batch_sizes']}: give sizes >= 1, e.g. 1,64,256")
+    positive_sizes("batch_sizes", options["batch_sizes"], "1,64,256")
     positive_sizes("num_actions", options["num_actions"], "6")
     hw, alg = cfg.hardware, cfg.algorithm
     device = resolve_device(hw.device)

@@ -42,12 +42,20 @@ class BrokerConfig:
 
 
 MAX_SHARDS = 64
+# The largest broker.max_message_bytes: ZeroMQ's ZMQ_MAXMSGSIZE is an int64.
+MAX_MESSAGE_BYTES = 2**63 - 1
 
 
 def validate_broker(broker: BrokerConfig) -> None:
     check_positive(
         broker, "broker", ["max_batch", "deadline_ms", "max_message_bytes", "shards", "io_threads"]
     )
+    if broker.max_message_bytes > MAX_MESSAGE_BYTES:
+        # A larger one is an OverflowError when the broker binds.
+        raise ConfigError(
+            f"broker.max_message_bytes={broker.max_message_bytes} is out of range; at most "
+            f"{MAX_MESSAGE_BYTES} (2^63 - 1, ZeroMQ's limit)"
+        )
     if broker.shards > MAX_SHARDS:
         raise ConfigError(
             f"broker.shards={broker.shards}: at most {MAX_SHARDS} (one per core is the most "

@@ -153,9 +153,13 @@ def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
         cause = _os_error_in(exc)
         if cause is None:
             raise
+        try:
+            earlier = bool(list_checkpoints(path.parent))
+        except OSError:  # a failing disk: the write's own error is the one to report
+            earlier = True
         kept = (
             "the previous checkpoint is kept"
-            if list_checkpoints(path.parent)
+            if earlier
             else "no checkpoint of this run is on disk yet"
         )
         raise CheckpointWriteError(

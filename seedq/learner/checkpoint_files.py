@@ -19,6 +19,12 @@ def list_checkpoints(folder: Path) -> list[Path]:
     return sorted(folder.glob(f"{PREFIX}*.pt"))
 
 
+def newest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint of the run in ``run_dir``, or None before its first."""
+    saved = list_checkpoints(Path(run_dir) / DIR_NAME)
+    return saved[-1] if saved else None
+
+
 def find_checkpoint(path: str) -> Path:
     """A checkpoint file itself, or the newest checkpoint of a run directory."""
     target = Path(path)

@@ -548,16 +548,23 @@ class RewardScaler:
                 [self._returns.get(int(e), 0.0) for e in env_id], dtype=torch.float64
             )
         moments = tuple(m.to(rewards.device) for m in self._moments)
-        # The bounds come from the running statistics, or (the first batches) from these
-        # returns as they would be unscreened, a pass of their own; then the returns again,
-        # each one screened before it is carried on. A normal unroll's two passes give the same
-        # returns. How many rows were merged is known here without reading the device.
+        # The bounds come from the running statistics (how many rows were merged is known here
+        # without reading the device), or (the first batches) from these returns as they would
+        # be unscreened. Screening changes nothing unless a return lies outside them, so on the
+        # host the plain pass stands when none does (one host read, ~8 ops a step fewer); on a
+        # device, which is never read, the returns are screened as they are carried on.
+        on_host = rewards.device.type == "cpu"
+        plain = None
+        if on_host or self._rows < OUTLIER_WARMUP_ROWS:
+            plain = self._returns_seen(start, rewards, dones)
         if self._rows >= OUTLIER_WARMUP_ROWS:
             bounds = running_bounds(moments[1], moments[2])
         else:
-            unscreened, _, _ = self._returns_seen(start, rewards, dones)
-            bounds = outlier_bounds(*moments, unscreened.reshape(-1))
-        seen, last, screened = self._returns_seen(start, rewards, dones, bounds)
+            bounds = outlier_bounds(*moments, plain[0].reshape(-1))
+        if on_host and not bool(((plain[0] - bounds[0]).abs() > bounds[1]).any()):
+            seen, last, screened = plain
+        else:
+            seen, last, screened = self._returns_seen(start, rewards, dones, bounds)
         self._rows += seen.numel()
         self.outliers.add(screened)
         if isinstance(reward, Tensor):
