@@ -614,6 +614,67 @@ def foreign_algorithm_key(argv: list[str]) -> str | None:
     return None
 
 
+# Keys an architecture never reads, and what stands for them there (None: nothing does).
+# arch.<option>.* belongs to that option alone; see arch_ignores.
+ARCH_IGNORES: dict[str, dict[str, str | None]] = {
+    "sebulba": {
+        "actor.num_actors": "arch.sebulba.threads",
+        "actor.batches_per_actor": "arch.sebulba.threads",
+        "actor.envs_per_batch": "arch.sebulba.envs_per_thread",
+        "broker.max_batch": "arch.sebulba.threads x arch.sebulba.envs_per_thread",
+        "broker": None,  # no sockets: the env threads hand their batches to inference
+        **dict.fromkeys(
+            f"actor.{key}"
+            for key in (
+                "transport",
+                "max_restarts",
+                "restart_window_s",
+                "restart_backoff_s",
+                "reply_timeout_s",
+                "learner_lost_s",
+            )
+        ),
+    },
+    "anakin": {"actor": "arch.anakin.num_envs", "broker": None},
+}
+
+
+def arch_ignores(arch: str, key: str) -> tuple[str, str | None] | None:
+    """``(what it belongs to, what ``arch`` reads instead)`` when ``arch`` would ignore the
+    config key ``key``; None when it reads it."""
+    section, _, rest = key.partition(".")
+    if section == "arch" and (option := rest.partition(".")[0]) in ("sebulba", "anakin"):
+        return (f"arch={option}", None) if option != arch else None
+    for prefix, instead in ARCH_IGNORES.get(arch, {}).items():
+        if key == prefix or key.startswith(f"{prefix}."):
+            owner = "arch=seed" if section == "broker" else "arch=seed (actor processes)"
+            return owner, instead
+    return None
+
+
+def foreign_arch_key(argv: list[str]) -> str | None:
+    """The refusal of the first key on the command line that the chosen architecture (every
+    one of a sweep) never reads: another option's ``arch.<option>.*``, actor process and broker
+    keys under ``arch=anakin``, the actor layout under ``arch=sebulba`` (its threads stand for
+    it); None if there is none. A resumed run's arch is not known here: not checked."""
+    arches, _ = group_overrides(argv, "arch")
+    keys = [
+        o.key_or_group
+        for o in parsed_overrides(argv)
+        if "." in o.key_or_group and o.package is None
+    ]
+    for arch in arches:
+        for key in keys:
+            if ignored := arch_ignores(arch, key):
+                owner, instead = ignored
+                there = f"; its counterpart here is {instead}" if instead else ""
+                return (
+                    f"{key} is read by {owner} only; this run is arch={arch}, which would "
+                    f"ignore it{there} (drop the key, or choose the arch that reads it)"
+                )
+    return None
+
+
 def misspelt_key(argv: list[str]) -> str | None:
     """The refusal of the first plain ``key=value`` that names no config key of the run (its
     algorithm and env family; any of them when ``resume=<run>`` hides which), with the keys
@@ -805,6 +866,7 @@ def key_refusal(argv: list[str]) -> str | None:
         or foreign_env_key(argv)
         or foreign_algorithm_key(argv)
         or misspelt_key(argv)
+        or foreign_arch_key(argv)
     )
 
 

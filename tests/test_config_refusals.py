@@ -202,3 +202,45 @@ def test_glibc_is_never_given_a_trim_threshold_past_a_c_int(monkeypatch):
     monkeypatch.setattr(memory, "_kept_bytes", memory._kept_bytes)  # the process's budget, kept
     assert memory.keep_freed_memory(4096)
     assert dict(given)[memory.M_TRIM_THRESHOLD] == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        # Each ran without a word: the run used none of them.
+        (["arch.sebulba.threads=4"], "arch.sebulba.threads is read by arch=sebulba only"),
+        (["arch=sebulba", "arch.anakin.num_envs=64"], "this run is arch=sebulba"),
+        (["arch=anakin", "actor.num_actors=4"], "counterpart here is arch.anakin.num_envs"),
+        (["arch=anakin", "broker.deadline_ms=2"], "broker.deadline_ms is read by arch=seed"),
+        (["arch=sebulba", "actor.envs_per_batch=8"], "is arch.sebulba.envs_per_thread"),
+        (["arch=sebulba", "broker.max_batch=8"], "this run is arch=sebulba"),
+        (["arch=sebulba", "actor.max_restarts=1"], "actor.max_restarts is read by arch=seed"),
+        (["-m", "arch=seed,sebulba", "arch.sebulba.threads=4"], "this run is arch=seed"),
+    ],
+)
+def test_a_key_the_chosen_arch_never_reads_is_refused(argv, says):
+    refused = key_refusal(argv)
+    assert refused is not None and says in refused, refused
+
+
+def test_keys_the_chosen_arch_reads_pass_and_resumed_runs_are_not_checked():
+    assert [
+        key_refusal(argv)
+        for argv in (
+            ["arch=sebulba", "arch.sebulba.threads=4", "actor.max_envs=64"],
+            ["arch=sebulba", "actor.env_timeout_s=30", "actor.max_rejoins=2"],
+            ["arch=anakin", "arch.anakin.num_envs=64"],
+            ["actor.num_actors=4", "broker.deadline_ms=2"],
+            ["resume=runs/x", "arch.anakin.num_envs=64"],
+        )
+    ] == [None] * 5
+
+
+def test_seedq_train_refuses_a_key_of_another_arch_in_one_line(tmp_path):
+    result = run_cli("arch.anakin.num_envs=64", f"run_dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "Traceback" not in result.stdout, result.stdout
+    assert result.stdout.strip().splitlines() == [
+        "seedq-train: arch.anakin.num_envs is read by arch=anakin only; this run is arch=seed, "
+        "which would ignore it (drop the key, or choose the arch that reads it)"
+    ]
+    assert not (tmp_path / "run").exists()
