@@ -1,4 +1,5 @@
-"""Operating-system limits a process holding thousands of connections runs into.
+"""Operating-system limits: the open files a process holding thousands of connections runs
+into, and the memory a run may take before the kernel's OOM killer ends it without a word.
 
 Every TCP connection is a file descriptor, and each ZeroMQ socket adds one or two more (its
 mailbox), so a learner serving thousands of actor streams, or a load generator imitating them,
@@ -33,3 +34,15 @@ def raise_open_file_limit() -> tuple[int, int]:
         log.info("open-file limit raised from %d to %d (the hard limit)", soft, target)
         return (soft, target)
     return (soft, soft)
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -206,3 +206,46 @@ def test_a_config_built_in_code_with_minibatches_0_is_sized_as_seed_and_sebulba_
     # 4 minibatches of 256. The caller's config is left as it was.
     assert (run.cfg.algorithm.minibatches, cfg.algorithm.minibatches) == (4, 0)
     assert run.agent.alg.minibatches == 4
+
+
+def test_more_envs_than_memory_holds_are_refused_before_any_is_built(tmp_path, monkeypatch):
+    # 1e9 CartPole envs were an OOM kill: exit 137 and an empty log.
+    import seedq.arch.anakin as anakin
+
+    monkeypatch.setattr(anakin, "available_bytes", lambda device: 2**30)
+    built = []
+    monkeypatch.setattr(anakin, "make_tensor_env", lambda *a, **k: built.append(a))
+    with pytest.raises(ConfigError) as caught:
+        anakin_run(tmp_path, "arch.anakin.num_envs=1000000")
+    says = str(caught.value)
+    assert says.startswith("arch.anakin.num_envs=1000000 needs at least ") and not built, says
+    fits = int(says.split("use arch.anakin.num_envs=")[1].split()[0])
+    assert 0 < fits < 1_000_000 and fits % 2 == 0  # a multiple of TINY's 2 minibatches
+    # The suggestion passes the same check, and a run of fewer envs is built as before.
+    cfg = compose([*TINY, f"arch.anakin.num_envs={fits}"])
+    model = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Linear(64, 2))
+    cartpole = anakin.tensor_env_class("CartPole-v1")
+    anakin.check_envs_fit(cfg.arch.anakin, cartpole, model, 16, 2**30, torch.device("cpu"))
+    monkeypatch.undo()
+    assert anakin_run(tmp_path / "fits").env.num_envs == 128
+
+
+def test_the_memory_floor_counts_the_unroll_the_state_and_an_updates_share():
+    from seedq.arch.anakin import ROW_FIELD_BYTES, bytes_per_env
+    from seedq.envs.tensor import tensor_env_class
+
+    cartpole = tensor_env_class("CartPole-v1")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Linear(32, 2))
+    rows, row = 17, 2 * 4 * 4 + ROW_FIELD_BYTES + 4 * 2
+    assert bytes_per_env(cartpole, model, 16, 1, 8) == 4 * 8 + rows * row + rows * 4 * 34
+    assert bytes_per_env(cartpole, model, 16, 2, 8, copies=3) == (
+        4 * 8 + rows * row + rows * 4 * 3 * 34 // 2
+    )
+
+
+def test_seedq_train_refuses_anakin_envs_past_memory_in_one_line(tmp_path):
+    result = run_cli(
+        "arch=anakin", "env=cartpole", "arch.anakin.num_envs=1000000000000", f"run_dir={tmp_path}"
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stdout, result.stdout[-2000:]
+    assert "arch.anakin.num_envs=1000000000000 needs at least" in result.stdout

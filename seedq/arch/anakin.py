@@ -21,6 +21,7 @@ envs start fresh episodes from a seed derived from the run's seed and step count
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -32,16 +33,88 @@ from seedq.arch.rollout import DeviceRollout
 from seedq.core.agent import RunContext
 from seedq.core.stats import RunStats
 from seedq.envs.config import resumed_seed
-from seedq.envs.tensor import make_tensor_env
+from seedq.envs.tensor import make_tensor_env, tensor_env_class
 from seedq.launch.sizing import sized
 from seedq.learner.device import AMP_DTYPES, prepare_learner_process
+from seedq.limits import available_memory_bytes
 from seedq.messages import EnvSpec
+from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["AnakinRun"]
 
 ENV_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# Bytes of the fields an unroll row holds beside its two observations (reward, done, truncated,
+# truncation value, action; the behaviour logits are per action): DeviceRollout's buffers.
+ROW_FIELD_BYTES = 4 + 1 + 1 + 4 + 8
+# Float32 copies of each activation an update holds (bytes_per_env).
+TYPICAL_COPIES = 3
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for the run on ``device``: the GPU's free memory, or the host's
+    MemAvailable; None where it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory_bytes()
+
+
+def bytes_per_env(
+    env_class: type,
+    model: torch.nn.Module,
+    unroll_length: int,
+    minibatches: int,
+    env_bytes: int,
+    copies: int = 1,
+) -> int:
+    """The memory one env of an Anakin run takes: its state and its column of the rollout
+    (``unroll_length + 1`` rows of two observations and the step's fields), and its share of
+    an update's activations (an update trains ``1 / minibatches`` of the columns): ``copies``
+    float32 values of each linear layer's output for every row. One copy, what autograd keeps
+    at the least, makes this a floor; an update holds about three (the output, its gradient,
+    the next layer's saved input: CartPole's 32-32 MLP took 11.9 KiB per env with one
+    minibatch, against 14.3 estimated with three)."""
+    rows = unroll_length + 1
+    obs = math.prod(env_class.obs_shape) * torch.empty((), dtype=env_class.obs_dtype).element_size()
+    row = 2 * obs + ROW_FIELD_BYTES + 4 * env_class.num_actions
+    widths = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
+    activations = rows * 4 * copies * widths / minibatches
+    return int(env_class.state_size * env_bytes + rows * row + activations)
+
+
+def check_envs_fit(
+    anakin: Any,
+    env_class: type,
+    model: torch.nn.Module,
+    unroll_length: int,
+    available: int | None,
+    device: torch.device,
+) -> None:
+    """Refuse ``arch.anakin.num_envs`` when even the floor of :func:`bytes_per_env` passes the
+    memory ``available`` on ``device``: the kernel would kill the run without a word (1e9
+    CartPole envs were an OOM kill, exit 137, an empty log)."""
+    if available is None:
+        return
+    env_bytes = ENV_DTYPES[anakin.env_dtype].itemsize
+    per_env = bytes_per_env(env_class, model, unroll_length, anakin.minibatches, env_bytes)
+    needed = anakin.num_envs * per_env
+    if needed <= available:
+        return
+    # The suggestion must run, so it counts the copies an update holds, not the floor's one.
+    typical = bytes_per_env(
+        env_class, model, unroll_length, anakin.minibatches, env_bytes, TYPICAL_COPIES
+    )
+    fits = available // typical // anakin.minibatches * anakin.minibatches
+    where = "GPU" if device.type == "cuda" else "host"
+    raise ConfigError(
+        f"arch.anakin.num_envs={anakin.num_envs} needs at least {needed / 2**30:.2f} GiB "
+        f"({per_env / 2**10:.3g} KiB per env: its state, its {unroll_length + 1}-row column of "
+        f"the unroll and its share of an update), but the {where} has "
+        f"{available / 2**30:.2f} GiB free; use arch.anakin.num_envs={fits} or fewer (a "
+        f"multiple of arch.anakin.minibatches={anakin.minibatches}; more minibatches shrink "
+        "an update's share)"
+    )
 
 
 class AnakinRun(TrainingRun):
@@ -60,18 +133,11 @@ class AnakinRun(TrainingRun):
         if resume is not None:
             # Fresh episodes on resume, from a seed no earlier start of this run used.
             env_seed = resumed_seed(cfg.seed, int(resume["env_steps"]))
-        self.env = make_tensor_env(
-            cfg.env.id,
-            anakin.num_envs,
-            self.device,
-            seed=env_seed,
-            max_episode_steps=cfg.env.max_episode_steps,
-            dtype=ENV_DTYPES[anakin.env_dtype],
-        )
+        env_class = tensor_env_class(cfg.env.id)
         self.spec = EnvSpec(
-            tuple(self.env.obs_shape),
-            str(self.env.obs_dtype).removeprefix("torch."),
-            self.env.num_actions,
+            tuple(env_class.obs_shape),
+            str(env_class.obs_dtype).removeprefix("torch."),
+            env_class.num_actions,
         )
         self.agent = build_agent(
             RunContext(
@@ -84,6 +150,22 @@ class AnakinRun(TrainingRun):
                 compile_training=hw.compile,
                 collective=self.dist.collective,
             )
+        )
+        check_envs_fit(
+            anakin,
+            env_class,
+            self.agent.model,
+            self.unroll_length,
+            available_bytes(self.device),
+            self.device,
+        )
+        self.env = make_tensor_env(
+            cfg.env.id,
+            anakin.num_envs,
+            self.device,
+            seed=env_seed,
+            max_episode_steps=cfg.env.max_episode_steps,
+            dtype=ENV_DTYPES[anakin.env_dtype],
         )
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         if resume is not None:

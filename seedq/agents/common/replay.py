@@ -326,18 +326,6 @@ class SequenceReplay:
         return np.maximum(np.asarray(priorities, dtype=np.float64), 1e-6) ** self.alpha
 
 
-def available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def check_fits(
     needed: int,
     available: int | None,

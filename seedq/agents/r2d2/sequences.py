@@ -16,16 +16,12 @@ import threading
 import numpy as np
 import torch
 
-from seedq.agents.common.replay import (
-    RateLimiter,
-    SequenceReplay,
-    available_memory_bytes,
-    check_fits,
-)
+from seedq.agents.common.replay import RateLimiter, SequenceReplay, check_fits
 from seedq.agents.common.targets import transition_rewards
 from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
 from seedq.core.unroll import Unroll
+from seedq.limits import available_memory_bytes
 from seedq.messages import EnvSpec
 
 log = logging.getLogger(__name__)

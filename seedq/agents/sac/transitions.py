@@ -16,14 +16,10 @@ import threading
 
 import numpy as np
 
-from seedq.agents.common.replay import (
-    RateLimiter,
-    SequenceReplay,
-    available_memory_bytes,
-    check_fits,
-)
+from seedq.agents.common.replay import RateLimiter, SequenceReplay, check_fits
 from seedq.agents.sac.config import SACConfig
 from seedq.core.unroll import Unroll
+from seedq.limits import available_memory_bytes
 from seedq.messages import EnvSpec
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from seedq.envs.tensor.acrobot import Acrobot
 from seedq.envs.tensor.base import EpisodeStats, TensorEnv, TensorEnvBase, TensorStep
 from seedq.envs.tensor.cartpole import CartPole
 from seedq.envs.tensor.mountain_car import MountainCar
-from seedq.envs.tensor.registry import make_tensor_env, tensor_env_ids
+from seedq.envs.tensor.registry import make_tensor_env, tensor_env_class, tensor_env_ids
 
 __all__ = [
     "Acrobot",
@@ -24,5 +24,6 @@ __all__ = [
     "TensorEnvBase",
     "TensorStep",
     "make_tensor_env",
+    "tensor_env_class",
     "tensor_env_ids",
 ]

@@ -15,7 +15,7 @@ from seedq.envs.tensor.base import TensorEnvBase
 from seedq.envs.tensor.cartpole import CartPole
 from seedq.envs.tensor.mountain_car import MountainCar
 
-__all__ = ["make_tensor_env", "tensor_env_ids"]
+__all__ = ["make_tensor_env", "tensor_env_class", "tensor_env_ids"]
 
 _TENSOR_ENVS: dict[str, type[TensorEnvBase]] = {
     cls.env_id: cls for cls in (CartPole, Acrobot, MountainCar)
@@ -50,8 +50,19 @@ def make_tensor_env(
         ValueError: ``env_id`` has no tensor implementation (the message lists those that do),
             or an argument is out of range.
     """
+    cls = tensor_env_class(env_id)
+    return cls(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, dtype=dtype)
+
+
+def tensor_env_class(env_id: str) -> type[TensorEnvBase]:
+    """The class of ``env_id``'s tensor env: its ``obs_shape``, ``obs_dtype``,
+    ``num_actions`` and ``state_size`` before any env is built.
+
+    Raises:
+        ValueError: ``env_id`` has no tensor implementation (the message lists those that do).
+    """
     try:
-        cls = _TENSOR_ENVS[env_id]
+        return _TENSOR_ENVS[env_id]
     except KeyError:
         close = difflib.get_close_matches(str(env_id), _TENSOR_ENVS, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -60,4 +71,3 @@ def make_tensor_env(
             f"{', '.join(tensor_env_ids())}; other gymnasium ids run through the actor "
             "backends (arch=seed or sebulba)."
         ) from None
-    return cls(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, dtype=dtype)
