@@ -6,6 +6,7 @@ nothing asserts on time.
 """
 
 import os
+import signal
 import threading
 import time
 
@@ -16,7 +17,7 @@ from test_pipeline import columns_by_env, expected_stream, run_pipeline, stitch
 
 from seedq.broker.config import BrokerConfig
 from seedq.broker.router import ActorSlot
-from seedq.broker.shards import BrokerShardLost, ShardHub
+from seedq.broker.shards import SILENT_AT_LEAST_S, BrokerShardLost, ShardHub
 from seedq.launch.shards import start_shard
 from seedq.learner.central_inference import CentralInference
 from seedq.messages import Actions, EnvSpec, Error, Hello, Step, decode_reply, encode
@@ -181,3 +182,31 @@ def test_a_sharded_run_trains_on_exactly_what_each_env_produced(tmp_path):
         [[0, 2], [1, 3]],
         True,
     )
+
+
+def test_a_shard_that_hangs_stops_the_hub_with_its_name():
+    # A stopped (hung) shard process is alive: is_alive() alone never noticed, and its actors
+    # waited for answers for good. Idle shards still send their heartbeat.
+    settings = {**SETTINGS, "silent_timeout_s": 1.0}  # the hub waits SILENT_AT_LEAST_S
+    hub = ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 2, settings, start_shard)
+    failed = []
+
+    def serve():
+        try:
+            hub.serve(threading.Event())
+        except BrokerShardLost as exc:
+            failed.append(str(exc))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    try:
+        thread.start()
+        time.sleep(SILENT_AT_LEAST_S + 2)  # idle, each shard heard from by its heartbeat
+        assert thread.is_alive() and not failed
+        os.kill(hub.procs[1].pid, signal.SIGSTOP)
+        thread.join(timeout=60)
+    finally:
+        os.kill(hub.procs[1].pid, signal.SIGCONT)
+        hub.close()
+    assert (thread.is_alive(), len(failed)) == (False, 1)
+    assert failed[0].startswith("broker shard 1 (pid "), failed[0]
+    assert "is alive but hung" in failed[0]

@@ -33,6 +33,9 @@ from seedq.schema import ConfigError
 log = logging.getLogger(__name__)
 
 COUNTERS_EVERY_S = 0.25
+# A shard with nothing to count still sends an empty count this often: its heartbeat.
+HEARTBEAT_S = 1.0
+EMPTY_COUNT = {"messages": 0, "evicted": 0, "refused": 0, "bad": {}}
 
 
 class ShardStopped(Exception):
@@ -193,15 +196,20 @@ class _Counters:
     def __init__(self, hub: HubLink, stats: RunStats, curve: Any = None) -> None:
         self.hub, self.stats, self.curve = hub, stats, curve
         self.sent = {"messages": 0, "evicted": 0, "refused": 0, "bad": {}}
-        self.next = 0.0
+        self.next = self.last_sent = 0.0
 
     def maybe_send(self) -> None:
         now = time.monotonic()
         if now >= self.next:
             self.next = now + COUNTERS_EVERY_S
-            self.send()
+            if not self.send() and now - self.last_sent >= HEARTBEAT_S:
+                # Nothing to count: an empty count says the loop still turns (ShardHub
+                # takes a shard silent past broker.silent_timeout_s for hung).
+                self.hub.send(link.COUNTERS, link.pack(EMPTY_COUNT))
+                self.last_sent = now
 
-    def send(self) -> None:
+    def send(self) -> bool:
+        """Send what was counted since the last send; False when there was nothing."""
         stats, sent = self.stats, self.sent
         bad = {code: n for code, n in stats.bad_messages.items() if n}
         refused = self.curve.refused if self.curve is not None else 0
@@ -211,11 +219,16 @@ class _Counters:
             "refused": refused - sent["refused"],
             "bad": {code: n - sent["bad"].get(code, 0) for code, n in bad.items()},
         }
-        if delta["messages"] or delta["evicted"] or delta["refused"] or any(delta["bad"].values()):
-            self.hub.send(link.COUNTERS, link.pack(delta))
-            self.sent = {
-                "messages": stats.messages,
-                "evicted": stats.evicted,
-                "refused": refused,
-                "bad": bad,
-            }
+        if not (
+            delta["messages"] or delta["evicted"] or delta["refused"] or any(delta["bad"].values())
+        ):
+            return False
+        self.hub.send(link.COUNTERS, link.pack(delta))
+        self.last_sent = time.monotonic()
+        self.sent = {
+            "messages": stats.messages,
+            "evicted": stats.evicted,
+            "refused": refused,
+            "bad": bad,
+        }
+        return True

@@ -35,6 +35,8 @@ from seedq.messages import EnvSpec, ProtocolError, decode_header, decode_hello
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# The shortest silence taken for a hung shard: several of its heartbeats (HEARTBEAT_S) missed.
+SILENT_AT_LEAST_S = 5.0
 
 # Starts shard ``index``: (index, bind, link endpoint, spec dict, settings, keys_dir) -> a
 # process handle with is_alive(), join(timeout), kill() and exitcode (seedq.launch.shards).
@@ -79,6 +81,10 @@ class ShardHub:
     ) -> None:
         self.spec = spec
         self.consumer = consumer
+        self.settings = settings
+        # A heartbeat is due each HEARTBEAT_S: a limit of a few of them at the least.
+        timeout = float(settings.get("silent_timeout_s", 0.0))
+        self.silent_limit_s = max(timeout, SILENT_AT_LEAST_S) if timeout else 0.0
         self.stats = stats if stats is not None else RunStats()
         self.registry = registry if registry is not None else ActorRegistry()
         self.ctx = zmq.Context()
@@ -131,15 +137,38 @@ class ShardHub:
     def serve(self, stop: threading.Event) -> None:
         items = [(sock, zmq.POLLIN) for sock in self.links]
         next_check = 0.0
+        heard = [time.monotonic()] * len(self.links)
         while not stop.is_set():
             for sock, _ in zmq.zmq_poll(items, 100):
                 index = self.links.index(sock)
                 while sock.poll(0):
                     self._handle(index, sock.recv_multipart(copy=False))
+                heard[index] = time.monotonic()
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + 1.0
                 self._check_processes()
+                self._check_heard(heard, now)
+
+    def _check_heard(self, heard: list[float], now: float) -> None:
+        """A shard whose process lives but that sent nothing, not even its heartbeat (an
+        empty count each shard_process.HEARTBEAT_S), for ``silent_timeout_s`` is hung: its
+        actors wait for answers that never come. The hub owes a shard nothing between turns
+        (it answers each request as it reads it), so the silence is the shard's."""
+        limit = self.silent_limit_s
+        if not limit:
+            return
+        for index, last in enumerate(heard):
+            if now - last > limit and self.links[index].poll(0):
+                heard[index] = now  # it spoke while the hub served another shard
+            elif now - last > limit:
+                raise BrokerShardLost(
+                    f"broker shard {index} (pid {self.procs[index].pid}) has sent nothing, "
+                    f"not even its heartbeat, for {now - last:.0f} s (broker.silent_timeout_s="
+                    f"{self.settings['silent_timeout_s']:g}): its process is alive but hung, "
+                    "and its actors cannot reach the learner. supervise=true restarts the run "
+                    "from its newest checkpoint"
+                )
 
     def _handle(self, shard: int, frames: list) -> None:
         op = frames[0].bytes
