@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from seedq.agents.common import normalize
 from seedq.agents.common.normalize import (
     OUTLIER_REPORT_EVERY,
     OUTLIER_STDS,
+    OUTLIER_WARMUP_ROWS,
     RewardScaler,
     RunningNorm,
     merge_moments,
@@ -301,3 +303,24 @@ def test_a_peer_whose_every_reward_is_1e30_leaves_the_return_statistics_near_the
     std, _ = scaled_std(data)
 
     assert clean_std / 1.3 < std < 1.3 * clean_std
+
+
+def test_host_batches_skip_the_batch_median_once_trusted_and_merge_as_tensors_do(monkeypatch):
+    # The batch's median and MAD were taken on every batch and discarded once the running
+    # statistics were trusted; screening a batch with nothing outside changed nothing.
+    calls = []
+    real = normalize.outlier_bounds
+    monkeypatch.setattr(normalize, "outlier_bounds", lambda *a: calls.append(1) or real(*a))
+    host, tensors = RunningNorm((3,)), RunningNorm((3,))
+    rng = np.random.default_rng(7)
+    batches = [rng.normal(size=(100, 3)) for _ in range(8)]
+    batches[5][4] = GARBAGE  # after warm-up: screened on both paths
+    for batch in batches:
+        valid = torch.ones(len(batch), dtype=torch.bool)
+        valid[-1] = False  # a row left out, as update_obs_norm leaves out non-finite ones
+        host.update(batch, valid)
+        tensors.update(torch.from_numpy(batch), valid)
+    warmup = -(-OUTLIER_WARMUP_ROWS // 99)  # batches until 256 rows were merged
+    assert len(calls) == warmup + len(batches)  # the host's warm-up, every tensor batch
+    assert all(torch.equal(a, b) for a, b in zip(host.buffers(), tensors.buffers(), strict=True))
+    assert host.outliers.total == tensors.outliers.total == 3
