@@ -115,6 +115,7 @@ class Gaussian:
         self._scale = torch.where(constant, torch.ones_like(self.half_range), self.half_range)
         self.log_half_range = float(torch.log(self._scale).sum())
         self._on_device: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
+        self._varies_on: dict[torch.device, Tensor] = {}
 
     @property
     def maps_to_bounds(self) -> bool:
@@ -134,6 +135,7 @@ class Gaussian:
         self.varies = None
         self.log_half_range = 0.0
         self._on_device.clear()
+        self._varies_on.clear()
 
     def _split(self, params: Tensor) -> tuple[Tensor, Tensor]:
         mean, log_std = params.split(self.dim, dim=-1)
@@ -164,7 +166,10 @@ class Gaussian:
     def _sum_varying(self, terms: Tensor) -> Tensor:
         """``[..., D]`` -> ``[...]``, summed over the dimensions that are not constant."""
         if self.varies is not None:
-            terms = torch.where(self.varies.to(terms.device), terms, torch.zeros_like(terms))
+            varies = self._varies_on.get(terms.device)
+            if varies is None:  # copied once per device, as the bounds are
+                varies = self._varies_on[terms.device] = self.varies.to(terms.device)
+            terms = torch.where(varies, terms, torch.zeros_like(terms))
         return terms.sum(-1)
 
     def sample(self, params: Tensor, generator: torch.Generator | None = None) -> Tensor:
