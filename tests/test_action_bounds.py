@@ -185,3 +185,19 @@ def test_a_policy_trained_before_the_bounds_map_goes_on_acting_in_env_units(capl
     torch.testing.assert_close(
         fresh.distribution.mode(params), torch.tensor([[15 + 5 * 12.5, 1.0]])
     )
+
+
+def test_a_head_acts_as_the_last_checkpoint_it_loaded_was_trained():
+    # The units lived in the buffer and in the Gaussian: one that loaded an env-units
+    # checkpoint and then a bound-units one went on acting in env units.
+    spec = continuous_spec([10.0, -2.0], [20.0, 2.0])
+    trained = PPOAgent.build_model(spec, PPOConfig(), channels_last=False).state_dict()
+    old = {k: v for k, v in trained.items() if not k.endswith("acts_in_bound_units")}
+    params = torch.tensor([[12.5, 0.5, -1.0, -1.0]])
+    model = PPOAgent.build_model(spec, PPOConfig(), channels_last=False)
+    model.load_state_dict(old)
+    torch.testing.assert_close(model.distribution.mode(params), torch.tensor([[12.5, 0.5]]))
+    model.load_state_dict(trained)
+    torch.testing.assert_close(
+        model.distribution.mode(params), torch.tensor([[15 + 5 * 12.5, 1.0]])
+    )

@@ -107,35 +107,34 @@ class Gaussian:
                 raise ValueError("a squashed Gaussian needs finite action bounds low and high")
         if low is None or high is None:
             low, high = torch.full((dim,), -math.inf), torch.full((dim,), math.inf)
-        self.center, self.half_range = unit_to_bounds(low, high)
-        constant = self.half_range == 0
+        self._bound_map = unit_to_bounds(low, high)
+        self._on_device: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
+        self._varies_on: dict[torch.device, Tensor] = {}
+        self.act_in_bound_units(True)
+
+    def act_in_bound_units(self, bound_units: bool) -> None:
+        """Map an unsquashed sample into the Box's bounds (True, the default since 2026-12-07)
+        or send it in the env's own units, the env clipping it (False: how every continuous
+        policy without ``squash`` acted before, kept for checkpoints trained so;
+        :class:`~seedq.agents.common.policy_head.PolicyHead` sets it from the checkpoint). A
+        squashed sample is always mapped into the bounds."""
+        center, half_range = self._bound_map
+        if not (bound_units or self.squash):
+            center, half_range = torch.zeros_like(center), torch.ones_like(half_range)
+        self.center, self.half_range = center, half_range
+        constant = half_range == 0
         # A zero-width dimension's log(half_range) is -inf: it is left out of the sums (mask of
         # the dimensions that vary) and inverted with a stand-in scale of 1, which keeps u finite.
         self.varies = None if not constant.any() else ~constant
-        self._scale = torch.where(constant, torch.ones_like(self.half_range), self.half_range)
+        self._scale = torch.where(constant, torch.ones_like(half_range), half_range)
         self.log_half_range = float(torch.log(self._scale).sum())
-        self._on_device: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
-        self._varies_on: dict[torch.device, Tensor] = {}
+        self._on_device.clear()
+        self._varies_on.clear()
 
     @property
     def maps_to_bounds(self) -> bool:
         """Whether an unsquashed sample is mapped at all (False: sent in the env's units)."""
         return bool((self.center != 0).any() or (self.half_range != 1).any())
-
-    def in_env_units(self) -> None:
-        """Send unsquashed samples as they are, the env clipping them: how every continuous
-        policy without ``squash`` acted before 2026-12-07, kept for checkpoints trained so
-        (:class:`~seedq.agents.common.policy_head.PolicyHead` reads which). A squashed sample
-        was always mapped into the bounds: unchanged."""
-        if self.squash:
-            return
-        self.center = torch.zeros_like(self.center)
-        self.half_range = torch.ones_like(self.half_range)
-        self._scale = torch.ones_like(self._scale)
-        self.varies = None
-        self.log_half_range = 0.0
-        self._on_device.clear()
-        self._varies_on.clear()
 
     def _split(self, params: Tensor) -> tuple[Tensor, Tensor]:
         mean, log_std = params.split(self.dim, dim=-1)

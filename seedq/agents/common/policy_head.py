@@ -74,14 +74,19 @@ class PolicyHead(nn.Module):
         )
         units = getattr(self, UNITS_BUFFER, None)
         dist = self.distribution
-        if units is not None and float(units) == 0 and isinstance(dist, Gaussian):
+        if units is None or not isinstance(dist, Gaussian):
+            return
+        # The buffer alone says how the loaded policy acts: a head that loads a checkpoint of
+        # either kind after one of the other acts as the last one was trained.
+        dist.act_in_bound_units(True)
+        if float(units) == 0:
             if dist.maps_to_bounds and not dist.squash:
                 log.warning(
                     "this checkpoint's policy was trained before 2026-12-07, when its Gaussian "
                     "acted in the env's units (clipped to the Box): it goes on acting so; a new "
                     "run's acts in units of the Box's bounds (centre + half-range x sample)"
                 )
-            dist.in_env_units()
+            dist.act_in_bound_units(False)
 
     def forward(self, features: Tensor) -> Tensor:
         out = self.out(features)
