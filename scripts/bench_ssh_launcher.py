@@ -10,6 +10,7 @@ ssh clients and the sshd sessions (sampled from /proc every 0.5 s while the run 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -76,9 +77,13 @@ def run(label: str, args: list[str], run_dir: Path, config: str, sshd_dirs: list
     }
 
 
-def main() -> None:
-    seconds = float(sys.argv[1])
-    overrides = [*sys.argv[2:], f"max_minutes={seconds / 60}", "log_interval_s=5"]
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("seconds", type=float, help="training seconds of each run")
+    parser.add_argument("overrides", nargs="*", help="seedq-train overrides for both runs")
+    args = parser.parse_args(argv)
+    seconds = args.seconds
+    overrides = [*args.overrides, f"max_minutes={seconds / 60}", "log_interval_s=5"]
     tmp = Path(scratch_dir("seedq-bench-ssh-"))  # keys, sshd dirs, run dirs: gone at exit
     key = user_key(tmp)
     hosts = [SshdHost(tmp / "a", key), SshdHost(tmp / "b", key)]

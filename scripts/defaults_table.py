@@ -172,7 +172,7 @@ def table(root: Path, selected: list[tuple[str, Env]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path("runs/defaults"))
     parser.add_argument("--only", action="append", default=[], help="run names containing this")
     parser.add_argument("--rerun", action="store_true", help="run finished rows again")
