@@ -153,13 +153,19 @@ def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> 
         }
     config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
-    skip = int(config["env"].get("frame_skip", 4))
+    env = config["env"]
+    # Atari's frame skip (4) and sticky actions (0.25) are its family's defaults; another
+    # family's run (CartPole, MinAtar) steps one frame per env step and has no sticky actions
+    # unless its config says so.
+    atari = env.get("kind", "atari") == "atari"
+    skip = int(env.get("frame_skip", 4 if atari else 1))
+    sticky = env.get("repeat_action_probability", 0.25 if atari else None)
     return {
         **read_logs(run_dir / "metrics.csv", run_dir / "episodes.csv", skip),
         "dir": run_dir,
-        "game": game_of(config["env"]["id"]),
+        "game": game_of(env["id"]),
         "algorithm": config["algorithm"]["name"],
-        "sticky": float(config["env"].get("repeat_action_probability", 0.25)),
+        "sticky": None if sticky is None else float(sticky),
         "overrides": [line[2:] for line in overrides.splitlines() if line.startswith("- ")],
         "entropy_cost": config["algorithm"].get("entropy_cost"),
     }
@@ -367,16 +373,11 @@ def plot(runs: list[dict], out: Path) -> None:
         for run, differs in zip(runs, labels, strict=True):
             if run["game"] != game:
                 continue
-            if run["sticky"] is None:  # a bare metrics CSV: its name says what it is
+            if "label" in run:  # a bare metrics CSV: its name says what it is
                 label = run["label"]
             else:
-                label = ", ".join(
-                    [
-                        f"{run['dir'].name}: {run['algorithm']}",
-                        f"sticky {run['sticky']:g}",
-                        *differs,
-                    ]
-                )
+                sticky = [] if run["sticky"] is None else [f"sticky {run['sticky']:g}"]
+                label = ", ".join([f"{run['dir'].name}: {run['algorithm']}", *sticky, *differs])
             ax.plot([f / 1e6 for f in run["frames"]], run["returns"], label=label)
         ax.set_title(game)
         ax.set_xlabel("frames (M)")

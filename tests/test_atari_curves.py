@@ -126,6 +126,31 @@ def test_the_last_episodes_column_averages_the_episode_log(curves, tmp_path, cap
     assert "| - | 12.5 at 1.60 M | - |" in old_row
 
 
+def test_a_run_of_another_env_family_counts_one_frame_per_step_and_no_sticky_actions(
+    curves, tmp_path, capsys
+):
+    """getting-started's `atari_curves.py table RUN_DIR --last 20` on the default CartPole run
+    gave it Atari's frame skip of 4 (0.81 M frames for 202 k steps) and sticky actions 0.25."""
+    cartpole = fake_run(
+        tmp_path / "cartpole",
+        {"kind": "cartpole", "id": "CartPole-v1"},
+        [(100_000, 200.0), (200_000, 475.0)],
+        episodes=[500.0, 500.0],
+    )
+    minatar = fake_run(
+        tmp_path / "minatar",
+        {"kind": "minatar", "id": "breakout", "repeat_action_probability": 0.1},
+        [(100_000, 3.0)],
+    )
+
+    plot = tmp_path / "curves.png"
+    status = curves.main(["table", str(cartpole), str(minatar), "--plot", str(plot)])
+    cartpole_row, minatar_row = capsys.readouterr().out.splitlines()[2:4]
+    assert (status, plot.exists()) == (0, True)
+    assert "| CartPole | vtrace | - | 0.20 M | 475.0 |" in cartpole_row
+    assert "| breakout | vtrace | 0.1 | 0.10 M | 3.0 |" in minatar_row
+
+
 def test_the_best_mean_is_the_first_time_the_highest_mean_was_logged(curves, tmp_path):
     run = fake_run(
         tmp_path / "breakout",
