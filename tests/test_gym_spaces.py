@@ -351,6 +351,42 @@ def test_seedq_eval_maps_the_policys_index_as_training_does(monkeypatch) -> None
     assert [total for total, _ in evaluate._gym_episodes(Index7(), cfg, 1, 0, False)] == [4.0]
 
 
+class _ContainsOnly(_EchoAction):
+    """Refuses an action outside its space, as envs that assert ``action_space.contains`` do."""
+
+    def step(self, action):  # noqa: ANN001, ANN202
+        if not self.action_space.contains(action):
+            raise ValueError(f"{action!r} is not in {self.action_space}")
+        self.last_action = action
+        return super().step(action)
+
+
+def _make_contains_only(env_id: str, max_episode_steps: int | None, **kwargs) -> gym.Env:  # noqa: ANN003
+    return _ContainsOnly(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("space", "sent", "taken"),
+    [
+        # float32's 0.3 and -0.1 lie outside a float64 Box of those bounds
+        (spaces.Box(-0.1, 0.3, (2,), np.float64), [5.0, -5.0], [0.3, -0.1]),
+        (spaces.Box(0, 10, (3,), np.int64), [9.6, 0.4, 6.5], [10, 0, 6]),
+    ],
+    ids=["float64-box", "integer-box"],
+)
+def test_box_actions_reach_the_env_inside_its_box(space, sent, taken) -> None:
+    env = GymVectorBatch(
+        "CartPole-v1", 1, seed=0, make_one=_make_contains_only, make_kwargs={"action_space": space}
+    )
+    try:
+        env.reset()
+        env.step(np.array([sent], np.float32))
+        action = env._env.envs[0].last_action
+        assert action.dtype == space.dtype and action.tolist() == taken
+    finally:
+        env.close()
+
+
 def test_seedq_eval_clips_box_actions_to_the_bounds_as_training_does(monkeypatch) -> None:
     from seedq import evaluate
 

@@ -7,8 +7,8 @@
 * ``gym``: any gymnasium id with a ``Discrete`` or 1-D ``Box`` action space, in a
   ``SyncVectorEnv`` or ``AsyncVectorEnv`` with ``AutoresetMode.SAME_STEP``
   (``info["final_obs"]`` is an object array of per-env observations, ``info["_final_obs"]``
-  its mask). Box actions are clipped to the space's bounds (``BatchBase._check_continuous``;
-  :func:`env_actions` does the same for ``seedq-eval`` and ``seedq.load_policy``).
+  its mask). Box actions are clipped to the space's own bounds, in its dtype, an integer Box's
+  rounded (:func:`env_actions`, as ``seedq-eval`` and ``seedq.load_policy`` map them).
 
 gymnasium is imported when an env is built, not with this module.
 """
@@ -445,16 +445,27 @@ def continuous_actions(space: Any) -> bool:
 def env_actions(env_id: str, space: Any) -> Callable[[np.ndarray], np.ndarray]:
     """How a batch of the policy's actions becomes a batch of ``space``'s, as training steps
     them (and ``seedq-eval`` and ``seedq.load_policy``'s policies act): a 1-D Box's float
-    vectors ``[B, D]`` clipped to its bounds and cast to its dtype, a discrete space's indices
-    ``[B]`` through :func:`joint_actions`."""
+    vectors ``[B, D]`` through :func:`box_actions`, a discrete space's indices ``[B]`` through
+    :func:`joint_actions`."""
     if not continuous_actions(space):
         return joint_actions(env_id, space)[1]
-    low, high, dtype = space.low, space.high, np.dtype(space.dtype)
-    return lambda actions: np.clip(actions, low, high).astype(dtype, copy=False)
+    return functools.partial(
+        box_actions, low=space.low, high=space.high, dtype=np.dtype(space.dtype)
+    )
 
 
-def _as_dtype(actions: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    return actions.astype(dtype, copy=False)
+def box_actions(
+    actions: np.ndarray, *, low: np.ndarray, high: np.ndarray, dtype: np.dtype
+) -> np.ndarray:
+    """Float ``actions [B, D]`` as a Box of ``low``, ``high`` and ``dtype`` holds them: clipped
+    to the Box's own bounds (a float64 Box's 0.3 is below float32's 0.3, which an env that
+    asserts ``action_space.contains`` refused), rounded to the nearest whole number for an
+    integer Box (a cast alone truncates: 9.99 became 9, and a squashed policy never reached
+    the upper bound)."""
+    clipped = np.clip(actions, low, high)
+    if dtype.kind in "iu":
+        clipped = np.rint(clipped)
+    return clipped.astype(dtype, copy=False)
 
 
 def _async_context() -> str | None:
@@ -527,9 +538,9 @@ class GymVectorBatch(BatchBase):
         continuous = continuous_actions(action_space)
         try:
             if continuous:
-                # _check_continuous has clipped them to the bounds already: only the dtype.
+                # _check_continuous clips to float32 bounds: env_actions to the Box's own.
                 width = int(action_space.shape[0])
-                to_env = functools.partial(_as_dtype, dtype=np.dtype(action_space.dtype))
+                to_env = env_actions(env_id, action_space)
             else:  # refuses the spaces seedq cannot act in
                 width, to_env = joint_actions(env_id, action_space)
             transform, obs_shape, obs_dtype = obs_transform(env_id, obs_space)
