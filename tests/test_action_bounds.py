@@ -41,12 +41,32 @@ def continuous_spec(low, high) -> EnvSpec:
 
 
 def test_unit_to_bounds_maps_finite_dimensions_and_leaves_infinite_ones():
-    low = torch.tensor([10.0, -1.0, -INF, 0.0, -3.0e38])
-    high = torch.tensor([20.0, 1.0, 5.0, 0.0, 3.0e38])
+    low = torch.tensor([10.0, -1.0, -INF, 0.0, -3.0e38, 0.0])
+    high = torch.tensor([20.0, 1.0, 5.0, 0.0, 3.0e38, 1e9])
     centre, half_range = unit_to_bounds(low, high)
-    torch.testing.assert_close(centre, torch.tensor([15.0, 0.0, 0.0, 0.0, 0.0]))
-    # float32-max bounds: halved before subtracting, so the half-range does not overflow.
-    torch.testing.assert_close(half_range, torch.tensor([5.0, 1.0, 1.0, 0.0, 3.0e38]))
+    # float32-max bounds stand for none, as infinite ones do; 1e9 is still a bound.
+    torch.testing.assert_close(centre, torch.tensor([15.0, 0.0, 0.0, 0.0, 0.0, 5e8]))
+    torch.testing.assert_close(half_range, torch.tensor([5.0, 1.0, 1.0, 0.0, 1.0, 5e8]))
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize("bound", [F32_MAX, float(2**63 - 1), 1e10])
+def test_ppo_acts_on_a_box_whose_bounds_stand_for_none_in_env_units(bound):
+    # Mapped into [-3.4e38, 3.4e38], u ~ N(0, 1) became +-inf: the actors refused every reply.
+    spec = continuous_spec([-bound, -1.0], [bound, 1.0])
+    for squash in (False, True):
+        model = PPOAgent.build_model(spec, PPOConfig(squash=squash), channels_last=False)
+        out, _ = model(torch.zeros(1, 256, 2), torch.zeros(1, 256, dtype=torch.bool), ())
+        actions = PPOAgent.make_selector(PPOConfig())(out, None, torch.Generator()).actions
+        assert actions.isfinite().all() and actions[:, 0].abs().max() < 10
+
+
+def test_sac_refuses_a_box_whose_bounds_stand_for_none_at_start():
+    spec = continuous_spec([-F32_MAX, -1.0], [F32_MAX, 1.0])
+    with pytest.raises(ConfigError, match=r"stand for none .*: use algorithm=ppo"):
+        build_sac(spec, SACConfig())
 
 
 def test_unsquashed_gaussian_acts_and_scores_in_units_of_the_bounds():

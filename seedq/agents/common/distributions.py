@@ -16,7 +16,8 @@ importance weights, SAC's replayed actions).
   first: ``a = centre + half_range * tanh(u)``, so
   ``log p(a) = log N(u) - sum log(1 - tanh(u)^2) - sum log(half_range)``
   (Haarnoja et al. 2018, "Soft Actor-Critic", appendix C). A dimension with an infinite bound
-  is not mapped; one of zero width is the constant ``low``.
+  (or one beyond ``NO_BOUND``, which stands for none) is not mapped; one of zero width is the
+  constant ``low``.
 """
 
 from __future__ import annotations
@@ -71,11 +72,28 @@ class Categorical:
         return -(probs * torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))).sum(-1)
 
 
+# A bound this large stands for none: envs write np.finfo(np.float32).max, sys.maxsize or 1e10
+# for an unbounded action. Mapped into such a range, u ~ N(0, 1) became +-inf (3.4e38 * u
+# overflows float32: the actors refused every reply) or steps of 1e10 (SAC's rewards -inf).
+NO_BOUND = 1e10
+
+
+def bounded(low: Tensor, high: Tensor) -> Tensor:
+    """``[D]`` bool: whether each dimension has both bounds, finite and within ``NO_BOUND``."""
+    return (low.abs() < NO_BOUND) & (high.abs() < NO_BOUND)
+
+
+def spec_bounded(spec: EnvSpec) -> bool:
+    """Whether every action dimension of a continuous ``spec`` is :func:`bounded`."""
+    values = [*spec.action_low, *spec.action_high]
+    return bool(values) and all(abs(v) < NO_BOUND for v in values)
+
+
 def unit_to_bounds(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
     """``(centre [D], half_range [D])`` of the map ``a = centre + half_range * x`` that takes
-    ``x`` in ``[-1, 1]`` to ``[low, high]``; a dimension with an infinite bound keeps ``a = x``
-    (centre 0, half-range 1). Halving first: ``high - low`` overflows for float32-max bounds."""
-    finite = low.isfinite() & high.isfinite()
+    ``x`` in ``[-1, 1]`` to ``[low, high]``; a dimension without a bound (infinite, or beyond
+    ``NO_BOUND``) keeps ``a = x`` (centre 0, half-range 1)."""
+    finite = bounded(low, high)
     centre = torch.where(finite, high / 2 + low / 2, torch.zeros_like(low))
     half_range = torch.where(finite, high / 2 - low / 2, torch.ones_like(low))
     return centre, half_range
@@ -103,7 +121,7 @@ class Gaussian:
         self.num_params = 2 * dim
         self.squash = squash
         if squash:
-            if low is None or high is None or not (low.isfinite().all() and high.isfinite().all()):
+            if low is None or high is None or not bounded(low, high).all():
                 raise ValueError("a squashed Gaussian needs finite action bounds low and high")
         if low is None or high is None:
             low, high = torch.full((dim,), -math.inf), torch.full((dim,), math.inf)

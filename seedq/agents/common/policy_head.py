@@ -17,7 +17,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from seedq.agents.common.distributions import ActionDistribution, Gaussian, distribution_for
+from seedq.agents.common.distributions import (
+    ActionDistribution,
+    Gaussian,
+    distribution_for,
+    spec_bounded,
+)
 from seedq.agents.common.torsos import orthogonal_
 from seedq.agents.config import LOG_STD_KINDS, POLICY_INIT_GAIN
 from seedq.core.agent import Selection
@@ -47,7 +52,7 @@ class PolicyHead(nn.Module):
         super().__init__()
         if log_std not in LOG_STD_KINDS:
             raise ValueError(f"log_std={log_std!r}: choose one of {list(LOG_STD_KINDS)}")
-        self.distribution = distribution_for(spec, squash=squash and _finite(spec))
+        self.distribution = distribution_for(spec, squash=squash and spec_bounded(spec))
         self.continuous = spec.continuous
         # A small gain (0.01 by default): a near-uniform (or near-zero-mean) initial policy.
         self.out = nn.Linear(in_features, spec.num_actions)
@@ -98,12 +103,6 @@ class PolicyHead(nn.Module):
             assert self.log_std_layer is not None
             log_std = self.log_std_layer(features)
         return torch.cat([out, log_std], dim=-1)
-
-
-def _finite(spec: EnvSpec) -> bool:
-    # A Box without finite bounds cannot be squashed into them: sample unsquashed instead.
-    values = [*spec.action_low, *spec.action_high]
-    return bool(values) and all(abs(v) < float("inf") for v in values)
 
 
 class SampleFromDistribution:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from seedq.agents.common.distributions import ActionDistribution, Gaussian
+from seedq.agents.common.distributions import ActionDistribution, Gaussian, spec_bounded
 from seedq.agents.common.models import CoreState
 from seedq.agents.common.normalize import RunningNorm
 from seedq.agents.common.policy_head import PolicyHead
@@ -121,11 +121,12 @@ def check_spec(spec: EnvSpec) -> None:
             f"algorithm=sac needs continuous (Box) actions; this env has {spec.num_actions} "
             "discrete ones: use algorithm=ppo, vtrace or r2d2"
         )
-    bounds = [*spec.action_low, *spec.action_high]
-    if not all(math.isfinite(b) for b in bounds):
+    if not spec_bounded(spec):
         raise ConfigError(
             "algorithm=sac squashes actions into the env's bounds; this env's Box has infinite "
-            f"bounds (low {spec.action_low}, high {spec.action_high}): use algorithm=ppo"
+            "bounds, or bounds so large (1e10 or more: np.finfo(np.float32).max, sys.maxsize) "
+            f"that they stand for none (low {spec.action_low}, high {spec.action_high}): use "
+            "algorithm=ppo"
         )
     pairs = zip(spec.action_low, spec.action_high, strict=True)
     fixed = [i for i, (lo, hi) in enumerate(pairs) if lo == hi]
