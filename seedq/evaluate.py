@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import logging
 import math
 import os
 import sys
@@ -73,9 +74,14 @@ from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
 from seedq.schema import FLOAT_NOTATION, ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
 
+logger = logging.getLogger(__name__)
+
 MODES = ("sample", "greedy")
 # What seedq-eval does with a checkpoint, in the advice to take an older one.
 EVALUATE = "evaluate"
+# An episode of an env without a time limit says every this many steps that it goes on: a
+# policy that never ends one (CliffWalking-v1's greedy walk into a wall) ran silently for good.
+LONG_EPISODE_STEPS = 10_000
 
 
 class Policy:
@@ -273,13 +279,14 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
     # The policy's actions as the env takes them (a Discrete's start, a MultiDiscrete's
     # entries, a Box's bounds), as training's env batch maps them.
     to_env = env_actions(env_cfg.id, env.action_space)
+    unlimited = env.spec is None or env.spec.max_episode_steps is None
     try:
         for episode in range(episodes):
             with _env_call(episode, episodes):
                 obs, _ = env.reset(seed=seed + episode)
             policy.reset()
             frames = [_render(env)] if video else []
-            total, done = 0.0, False
+            total, done, steps = 0.0, False, 0
             while not done:
                 row = transform(batch_singles(env.observation_space, [obs]))[0]
                 action = to_env(np.asarray([policy.act(row)]))[0]
@@ -287,6 +294,16 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
                     obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated
+                steps += 1
+                if unlimited and not done and steps % LONG_EPISODE_STEPS == 0:
+                    logger.warning(
+                        "episode %d of %d: %d steps and not ended; %s has no time limit, "
+                        "env.max_episode_steps=N ends each episode after N steps",
+                        episode + 1,
+                        episodes,
+                        steps,
+                        env_cfg.id,
+                    )
                 if video:
                     frames.append(_render(env))
             yield total, frames

@@ -387,6 +387,53 @@ def test_box_actions_reach_the_env_inside_its_box(space, sent, taken) -> None:
         env.close()
 
 
+class _EndsAt(_EchoAction):
+    """Ends its episode at step ``length`` and not before: no time limit of its own."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(spaces.Discrete(2))
+        self.length, self.t = length, 0
+
+    def reset(self, *, seed=None, options=None):  # noqa: ANN001, ANN202
+        self.t = 0
+        return super().reset(seed=seed)
+
+    def step(self, action):  # noqa: ANN001, ANN202
+        self.t += 1
+        obs, reward, _, _, info = super().step(action)
+        return obs, reward, self.t >= self.length, False, info
+
+
+def test_seedq_eval_says_when_an_episode_without_a_time_limit_runs_long(
+    monkeypatch, caplog
+) -> None:
+    # A policy that never ends an episode of such an env ran silently for good.
+    from seedq import evaluate
+
+    monkeypatch.setattr(gym, "make", lambda env_id, **kwargs: _EndsAt(12))
+    monkeypatch.setattr(
+        evaluate, "make_env_batch", lambda *a, **k: GymVectorBatch("CartPole-v1", 1, 0)
+    )
+    monkeypatch.setattr(evaluate, "LONG_EPISODE_STEPS", 5)
+
+    class First:
+        def reset(self) -> None:
+            pass
+
+        def act(self, obs: np.ndarray) -> int:
+            return 0
+
+    cfg = GymConfig(id="Endless-v0")
+    with caplog.at_level("WARNING", logger="seedq.evaluate"):
+        assert len(list(evaluate._gym_episodes(First(), cfg, 1, 0, False))) == 1
+    said = [r.getMessage() for r in caplog.records if r.name == "seedq.evaluate"]
+    assert said == [
+        f"episode 1 of 1: {steps} steps and not ended; Endless-v0 has no time limit, "
+        "env.max_episode_steps=N ends each episode after N steps"
+        for steps in (5, 10)
+    ]
+
+
 def test_seedq_eval_clips_box_actions_to_the_bounds_as_training_does(monkeypatch) -> None:
     from seedq import evaluate
 
