@@ -434,6 +434,19 @@ def test_seedq_eval_says_when_an_episode_without_a_time_limit_runs_long(
     ]
 
 
+def _make_without_box2d(env_id: str, max_episode_steps: int | None, **kwargs) -> gym.Env:  # noqa: ANN003
+    # gymnasium's own line when Box2D is missing (LunarLander-v3, CarRacing-v3, BipedalWalker-v3)
+    raise gym.error.DependencyNotInstalled(
+        "Box2D is not installed, you can install it by run `pip install swig` followed by "
+        '`pip install "gymnasium[box2d]"`'
+    )
+
+
+def test_a_box2d_env_without_its_package_names_seedqs_extra() -> None:
+    with pytest.raises(EnvError, match=r"Box2D is not installed.*pip install 'seedq\[box2d\]'$"):
+        GymVectorBatch("LunarLander-v3", 1, seed=0, make_one=_make_without_box2d)
+
+
 def test_seedq_eval_clips_box_actions_to_the_bounds_as_training_does(monkeypatch) -> None:
     from seedq import evaluate
 

@@ -183,6 +183,16 @@ def _make_single_env(env_id: str, max_episode_steps: int | None, **kwargs: Any) 
     return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
 
 
+def install_hint(exc: BaseException) -> str:
+    """``"; pip install 'seedq[box2d]'"`` for gymnasium's error that a Box2D env's package is
+    missing, else "". gymnasium's own line asks for swig and gymnasium[box2d]; seedq's extra
+    holds the box2d wheel (no swig, no compiler) and pygame, which CarRacing draws with."""
+    text = str(exc)
+    if "Box2D" in text or "gymnasium[box2d]" in text:
+        return "; seedq's extra installs what the Box2D envs need: pip install 'seedq[box2d]'"
+    return ""
+
+
 def single_action_space(env_id: str, make_kwargs: Mapping[str, Any] | None = None) -> Any:
     """The action space of ``env_id`` made with gymnasium.make's ``make_kwargs``
     (``env.kwargs``): one env built, read and closed."""
@@ -195,7 +205,9 @@ def single_action_space(env_id: str, make_kwargs: Mapping[str, Any] | None = Non
     except Exception as exc:  # the env's constructor: whatever it raises
         with_kwargs = f" with env.kwargs={make_kwargs}" if make_kwargs else ""
         kind = "" if isinstance(exc, gym.error.Error) else f"{type(exc).__name__}: "
-        raise EnvError(f"cannot build gymnasium env {env_id!r}{with_kwargs}: {kind}{exc}") from exc
+        raise EnvError(
+            f"cannot build gymnasium env {env_id!r}{with_kwargs}: {kind}{exc}{install_hint(exc)}"
+        ) from exc
     try:
         return env.action_space
     finally:
@@ -514,7 +526,9 @@ class GymVectorBatch(BatchBase):
                 )
         except (gym.error.Error, ImportError) as exc:
             # e.g. DependencyNotInstalled for box2d / mujoco envs; its message names the extra.
-            raise EnvError(f"cannot build gymnasium env {env_id!r}: {exc}") from exc
+            raise EnvError(
+                f"cannot build gymnasium env {env_id!r}: {exc}{install_hint(exc)}"
+            ) from exc
         except (BrokenPipeError, EOFError, ConnectionResetError) as exc:
             # A worker died while starting. With forkserver the usual cause is a main script
             # that starts envs at import time: workers re-import it and fail.
