@@ -221,6 +221,21 @@ def test_the_env_ids_of_the_runs_own_actors_are_kept_for_them():
     ), refused.value.detail
 
 
+def test_an_env_id_conflict_names_the_actor_ids_that_fit():
+    """A hand-started actor whose envs overlap a joined actor's was told "give each actor its
+    own first_env", a field seedq-actor has no option for; its remedy is --actor-ids."""
+    registry = ActorRegistry(launched=(4, 16))
+    shard = _Shard()
+    registry.join(hello(actor_id=0, n_envs=16), shard)  # 0..15
+    with pytest.raises(ProtocolError) as refused:
+        registry.join(hello(actor_id=1, n_envs=3), shard)  # 3..5
+    registry.join(hello(actor_id=22, n_envs=3), shard)  # the ids it names fit: 66..68
+    assert refused.value.detail.endswith(
+        "actor 0 already steps 0..15; start it with --actor-ids 22 or higher "
+        "(its envs start at actor id x 3)"
+    ), refused.value.detail
+
+
 def test_a_seed_run_keeps_the_env_ids_of_the_actors_it_launches(tmp_path):
     from fault_helpers import FAKE, make_run
 

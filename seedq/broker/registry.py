@@ -88,8 +88,8 @@ class ActorRegistry:
             bisect.insort(self._starts, entry)
 
     def _check_env_ids(self, actor_id: int, first: int, last: int) -> None:
+        n = last - first + 1
         if actor_id >= self.launched_ids and first < self.launched_envs:
-            n = last - first + 1
             raise ProtocolError(
                 "env_id_conflict",
                 f"actor {actor_id} claims env ids {first}..{last}, but env ids "
@@ -101,8 +101,12 @@ class ActorRegistry:
         at = bisect.bisect_right(self._starts, (last, float("inf"), 0))
         for lo, hi, other in self._starts[max(0, at - 2) : at]:
             if other != actor_id and first <= hi and last >= lo:
+                # The remedy a user has: seedq-actor has no first_env, its envs start at
+                # actor id x envs per batch; ids whose envs lie past every range in use fit.
+                free = max(self._starts[-1][1] + 1, self.launched_envs)
                 raise ProtocolError(
                     "env_id_conflict",
                     f"actor {actor_id} claims env ids {first}..{last}, actor {other} already "
-                    f"steps {lo}..{hi}; give each actor its own first_env",
+                    f"steps {lo}..{hi}; start it with --actor-ids {-(-free // n)} or higher "
+                    f"(its envs start at actor id x {n})",
                 )
