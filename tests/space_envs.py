@@ -3,7 +3,8 @@
 learner and its actors).
 
 Importing this module registers ``TinyFrames-v0``: float32 frames ``(2, 2, 2)``, smaller than
-any conv torso's kernel; two actions, episodes of 10 steps.
+any conv torso's kernel; and ``NoValues-v0``: observations of shape ``(0,)``; two actions,
+episodes of 10 steps.
 """
 
 import gymnasium as gym
@@ -33,4 +34,7 @@ class Observes(gym.Env):
 gym.register(
     "TinyFrames-v0",
     entry_point=lambda: Observes(gym.spaces.Box(0.0, 1.0, (2, 2, 2), np.float32)),
+)
+gym.register(
+    "NoValues-v0", entry_point=lambda: Observes(gym.spaces.Box(0.0, 1.0, (0,), np.float32))
 )

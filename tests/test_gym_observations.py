@@ -20,6 +20,7 @@ from space_envs import Observes
 from seedq.agents.common.torsos import MinAtarTorso, MLPTorso, NatureTorso
 from seedq.agents.torsos import auto_torso
 from seedq.agents.vtrace.network import ActorCriticNet
+from seedq.envs.base import EnvError
 from seedq.envs.gym import GymVectorBatch, batch_singles, obs_transform
 from seedq.schema import ConfigError
 
@@ -230,3 +231,27 @@ def test_seedq_train_refuses_frames_too_small_for_its_torso_in_one_line(monkeypa
     result = run_cli("env=gym", "env.id=space_envs:TinyFrames-v0", "total_env_steps=100")
     assert (result.returncode, "Traceback" in result.stdout) == (2, False), result.stdout
     assert "(2, 2, 2) is too small for the 'minatar' torso" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        spaces.Box(0.0, 1.0, (0,), np.float32),
+        spaces.Box(0, 255, (4, 0), np.uint8),
+        spaces.Dict({}),
+        spaces.Tuple([]),
+    ],
+    ids=["box-0", "frame-4x0", "empty-dict", "empty-tuple"],
+)
+def test_observations_of_no_values_are_refused_naming_the_space(space) -> None:
+    with pytest.raises(EnvError, match=r"observations of no values"):
+        obs_transform("x", space)
+
+
+def test_seedq_train_refuses_observations_of_no_values_in_one_line(monkeypatch) -> None:
+    # Its actors' hellos were refused (bad_shape) and the run went on with none stepping.
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", TESTS if not path else f"{TESTS}{os.pathsep}{path}")
+    result = run_cli("env=gym", "env.id=space_envs:NoValues-v0", "max_minutes=0.3")
+    assert (result.returncode, "Traceback" in result.stdout) == (2, False), result.stdout
+    assert "observations of no values" in result.stdout

@@ -235,10 +235,18 @@ def obs_transform(
         n, start = int(space.n), int(space.start)
         return (lambda x: one_hots(x, n, start, np.bool_)), (n,), np.dtype(np.bool_)
     if isinstance(space, spaces.Tuple | spaces.Dict | spaces.MultiBinary | spaces.MultiDiscrete):
-        return flat_transform(env_id, space)
-    if not isinstance(space, spaces.Box):
+        transform = flat_transform(env_id, space)
+    elif isinstance(space, spaces.Box):
+        transform = _box_transform(tuple(space.shape), np.dtype(space.dtype))
+    else:
         raise EnvError(f"{env_id} has {space}; seedq takes {OBS_SPACES} observation spaces")
-    return _box_transform(tuple(space.shape), np.dtype(space.dtype))
+    if 0 in transform[1]:
+        # The learner refused every actor's hello (bad_shape), and the run went on without one.
+        raise EnvError(
+            f"{env_id} has {space}: observations of no values, which no network reads; give "
+            "the env an observation of at least one value (a constant for a bandit)"
+        )
+    return transform
 
 
 def one_hots(x: Any, n: int, start: int, dtype: Any) -> np.ndarray:
