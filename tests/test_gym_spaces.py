@@ -325,6 +325,18 @@ def test_a_multi_discrete_space_too_large_to_enumerate_is_refused() -> None:
         )
 
 
+def test_a_box_of_no_action_values_is_refused() -> None:
+    # PPO built a policy head of no outputs and seedq-train ended in a ValueError traceback.
+    with pytest.raises(EnvError, match=r"Box\(.*\(0,\), float32\): no values to act with"):
+        GymVectorBatch(
+            "CartPole-v1",
+            1,
+            seed=0,
+            make_one=_make_echo,
+            make_kwargs={"action_space": spaces.Box(-1.0, 1.0, (0,), np.float32)},
+        )
+
+
 def test_seedq_eval_maps_the_policys_index_as_training_does(monkeypatch) -> None:
     from seedq import evaluate
 

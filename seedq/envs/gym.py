@@ -560,8 +560,13 @@ class GymVectorBatch(BatchBase):
         continuous = continuous_actions(action_space)
         try:
             if continuous:
-                # _check_continuous clips to float32 bounds: env_actions to the Box's own.
                 width = int(action_space.shape[0])
+                if not width:  # the policy head was built with no outputs: a traceback
+                    raise EnvError(
+                        f"{env_id} has the action space {action_space}: no values to act "
+                        f"with; seedq takes {ACTION_SPACES}, of at least one action"
+                    )
+                # _check_continuous clips to float32 bounds: env_actions to the Box's own.
                 to_env = env_actions(env_id, action_space)
             else:  # refuses the spaces seedq cannot act in
                 width, to_env = joint_actions(env_id, action_space)
