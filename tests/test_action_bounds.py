@@ -146,6 +146,12 @@ def test_sac_refuses_a_zero_width_action_dimension_at_start():
         build_sac(spec, SACConfig())
 
 
+def test_sac_refuses_frames_naming_the_algorithm_that_reads_them():
+    spec = EnvSpec((3, 16, 16), "uint8", 2, "continuous", (-1.0, -1.0), (1.0, 1.0))
+    with pytest.raises(ConfigError, match=r"frames of shape \(3, 16, 16\): use algorithm=ppo"):
+        build_sac(spec, SACConfig())
+
+
 def test_distribution_for_maps_an_unsquashed_box_to_its_bounds():
     dist = distribution_for(continuous_spec([10.0, -2.0], [20.0, 2.0]))
     assert isinstance(dist, Gaussian)

@@ -140,7 +140,8 @@ def check_spec(spec: EnvSpec) -> None:
         )
     if len(spec.obs_shape) != 1:
         raise ConfigError(
-            f"algorithm=sac builds MLPs over vector observations; got shape {spec.obs_shape}"
+            f"algorithm=sac builds MLPs over vector observations; this env's are frames of shape "
+            f"{spec.obs_shape}: use algorithm=ppo, whose conv torsos read them"
         )
 
 
