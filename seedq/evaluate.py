@@ -37,6 +37,7 @@ import os
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -272,7 +273,7 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
         kwargs["max_episode_steps"] = env_cfg.max_episode_steps
     # Rendering classic-control envs goes through pygame; no display is needed.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env = gym.make(env_cfg.id, **kwargs)
+    env = _make_rendering(env_cfg.id, kwargs) if video else gym.make(env_cfg.id, **kwargs)
     # The observations as training's env batch delivers them: one-hots of Discrete states,
     # channels-first images, float32 vectors.
     transform, _, _ = obs_transform(env_cfg.id, env.observation_space)
@@ -309,6 +310,38 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             yield total, frames
     finally:
         env.close()
+
+
+def _make_rendering(env_id: str, kwargs: dict[str, Any]) -> Any:
+    """``gymnasium.make(env_id, **kwargs)`` (``render_mode="rgb_array"`` among them) for
+    ``video=true``, or an EnvError before any episode when the env renders no frames: one that
+    takes no ``render_mode`` (a user's env) or names no ``rgb_array`` among its
+    ``metadata["render_modes"]`` ended the evaluation in a traceback."""
+    import gymnasium as gym
+
+    refusal = f"video=true: {env_id} renders no frames"
+    try:
+        with warnings.catch_warnings():
+            # gymnasium's warning that the mode is not the env's: the refusal below says it.
+            warnings.filterwarnings("ignore", message=".*render_mode.*")
+            env = gym.make(env_id, **kwargs)
+    except Exception as exc:
+        plain = {k: v for k, v in kwargs.items() if k != "render_mode"}
+        try:
+            gym.make(env_id, **plain).close()
+        except Exception:
+            raise exc from None  # not the render mode: the env's own error
+        raise EnvError(
+            f"{refusal} (made with render_mode='rgb_array' it raised {type(exc).__name__}: "
+            f"{exc}); evaluate without video"
+        ) from None
+    modes = list(env.metadata.get("render_modes") or [])
+    if "rgb_array" not in modes:
+        env.close()
+        raise EnvError(
+            f"{refusal} (its render_modes: {modes}, without 'rgb_array'); evaluate without video"
+        )
+    return env
 
 
 class EnvCrashed(EnvError):

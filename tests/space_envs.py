@@ -3,8 +3,9 @@
 learner and its actors).
 
 Importing this module registers ``TinyFrames-v0``: float32 frames ``(2, 2, 2)``, smaller than
-any conv torso's kernel; and ``NoValues-v0``: observations of shape ``(0,)``; two actions,
-episodes of 10 steps.
+any conv torso's kernel; ``NoValues-v0``: observations of shape ``(0,)``; and
+``Unrendered-v0``: vectors ``(3,)``, an env that takes gymnasium's ``render_mode`` but renders
+nothing; two actions, episodes of 10 steps.
 """
 
 import gymnasium as gym
@@ -38,3 +39,14 @@ gym.register(
 gym.register(
     "NoValues-v0", entry_point=lambda: Observes(gym.spaces.Box(0.0, 1.0, (0,), np.float32))
 )
+
+
+class Unrendered(Observes):
+    """Takes gymnasium's ``render_mode`` but renders nothing: ``metadata`` names no modes."""
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__(gym.spaces.Box(0.0, 1.0, (3,), np.float32))
+        self.render_mode = render_mode
+
+
+gym.register("Unrendered-v0", entry_point=Unrendered)

@@ -459,6 +459,31 @@ def test_a_box2d_env_without_its_package_names_seedqs_extra() -> None:
         GymVectorBatch("LunarLander-v3", 1, seed=0, make_one=_make_without_box2d)
 
 
+@pytest.mark.parametrize(
+    ("env_id", "why"),
+    [
+        ("space_envs:TinyFrames-v0", r"made with .* raised TypeError: .*render_mode"),  # none taken
+        ("space_envs:Unrendered-v0", r"its render_modes: \[\], without 'rgb_array'"),
+    ],
+)
+def test_seedq_eval_video_of_an_env_that_renders_no_frames_is_refused_in_one_line(
+    env_id, why
+) -> None:
+    # Both ended the evaluation in a traceback (exit 1).
+    from seedq import evaluate
+
+    class First:
+        def reset(self) -> None:
+            pass
+
+        def act(self, obs: np.ndarray) -> int:
+            return 0
+
+    episodes = evaluate._gym_episodes(First(), GymConfig(id=env_id), 1, 0, True)
+    with pytest.raises(EnvError, match=rf"^video=true: {env_id} renders no frames \({why}.*\); "):
+        next(episodes)
+
+
 def test_seedq_eval_clips_box_actions_to_the_bounds_as_training_does(monkeypatch) -> None:
     from seedq import evaluate
 
