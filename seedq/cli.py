@@ -977,6 +977,36 @@ def unwritable(folder: Path) -> str:
     return ""
 
 
+# Hydra launchers seedq's extras install, by the name of their option in hydra/launcher.
+LAUNCHER_PLUGINS = {
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+}
+
+
+def missing_launcher(argv: list[str]) -> str | None:
+    """The refusal of a ``hydra/launcher=`` whose plugin an extra of seedq installs but this
+    environment lacks; None if there is none. Hydra's own answer lists the launchers it has,
+    not how to get the one named."""
+    import importlib.util
+
+    for arg in argv:
+        key, _, option = arg.partition("=")
+        if key.lstrip("+") != "hydra/launcher" or option not in LAUNCHER_PLUGINS:
+            continue
+        module, extra = LAUNCHER_PLUGINS[option]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # no hydra_plugins package at all
+            found = False
+        if not found:
+            return (
+                f"hydra/launcher={option} needs Hydra's submitit launcher, which is not "
+                f"installed: pip install 'seedq[{extra}]'"
+            )
+    return None
+
+
 def shared_sweep_dir(argv: list[str]) -> str | None:
     """The refusal of a sweep (``-m``) whose jobs would all write into one ``run_dir=``; None
     if there is none. Each job needs its own folder: Hydra gives it one when run_dir is left
@@ -1082,7 +1112,12 @@ def train_main() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     sys.argv[1:] = argv = whole_numbers(sys.argv[1:])
-    if refusal := key_refusal(argv) or shared_sweep_dir(argv) or unusable_run_dir(argv):
+    if refusal := (
+        key_refusal(argv)
+        or missing_launcher(argv)
+        or shared_sweep_dir(argv)
+        or unusable_run_dir(argv)
+    ):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     sys.argv[1:] = with_hydra_dir(sys.argv[1:])

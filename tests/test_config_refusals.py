@@ -244,3 +244,19 @@ def test_seedq_train_refuses_a_key_of_another_arch_in_one_line(tmp_path):
         "which would ignore it (drop the key, or choose the arch that reads it)"
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_on_a_launcher_plugin_not_installed_names_the_extra(monkeypatch):
+    """getting-started's `seedq-train -m hydra/launcher=submitit_slurm seed=0,1,2` without
+    seedq[slurm] got Hydra's "Could not find 'hydra/launcher/submitit_slurm'", listing basic
+    and joblib, with nothing on how to get it."""
+    import importlib.util
+
+    from seedq.cli import missing_launcher
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    said = missing_launcher(["-m", "hydra/launcher=submitit_slurm", "seed=0,1,2"])
+    assert said == (
+        "hydra/launcher=submitit_slurm needs Hydra's submitit launcher, which is not "
+        "installed: pip install 'seedq[slurm]'"
+    )
