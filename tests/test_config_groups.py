@@ -25,6 +25,8 @@ def test_help_offers_the_groups_a_user_picks_and_no_schema():
     groups = result.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0]
     assert "_schema" not in groups, groups
     assert "logger: mlflow, tensorboard, wandb" in groups, groups
+    # It opened "cli is powered by Hydra.", the module's name.
+    assert result.stdout.startswith("seedq-train is powered by Hydra."), result.stdout[:80]
 
 
 @pytest.mark.parametrize(
