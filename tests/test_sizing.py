@@ -375,3 +375,19 @@ def test_minibatches_0_in_code_are_sized_in_the_copy():
     )
     copy = sized(cfg, cores=2)
     assert (cfg.algorithm.minibatches, copy.algorithm.minibatches) == (0, 4)
+
+
+@pytest.mark.parametrize("env", [["env=gym", "env.id=Pendulum-v1"], ["env=mujoco"]])
+def test_sacs_four_envs_are_four_on_sebulba_too(env):
+    # The preset's 4 envs (one update per env step: more envs only slow each episode) were
+    # the SEED path's alone: arch=sebulba stepped its default, threads x 32 envs.
+    cfg = compose_config("algorithm=sac", *env, "arch=sebulba")
+    size_config(cfg, cores=16)
+    assert (cfg.arch.sebulba.threads, cfg.arch.sebulba.envs_per_thread) == (1, 4)
+    seed = compose_config("algorithm=sac", *env)
+    size_config(seed, cores=16)
+    assert (seed.actor.num_actors, seed.actor.batches_per_actor, seed.actor.envs_per_batch) == (
+        1,
+        1,
+        4,
+    )
