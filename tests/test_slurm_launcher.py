@@ -165,6 +165,22 @@ def test_srun_args_that_would_move_or_multiply_actors_are_refused():
     validate_launcher(LauncherConfig(name="slurm", srun_args=["--mem=4G", "--nice=10"]))
 
 
+def test_the_srun_args_example_of_its_help_and_docs_is_an_override_hydra_takes():
+    """`launcher.srun_args=[--mem-per-cpu=2G]`, the example of the key's help and
+    docs/multi-host.md, is refused by Hydra's override grammar (no viable alternative at
+    input '[--mem-per-cpu='); an option holding = must be quoted."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from seedq.config import schema_for
+    from seedq.schema import describe
+
+    helps = {d.key: d.help for d in describe(schema_for("vtrace"))}
+    help_text = helps["launcher.srun_args"]
+    example = re.search(r"'(launcher\.srun_args=[^']*)'", help_text).group(1)
+    (override,) = OverridesParser.create().parse_overrides([example])
+    assert override.value() == ["--mem-per-cpu=2G"]
+
+
 def test_actors_dial_the_learner_s_host_name_and_a_loopback_broker_stays_on_one_machine():
     assert advertise_host("0.0.0.0", "", ["cpu1", "cpu2"], "cpu1.cluster") == "cpu1.cluster"
     assert advertise_host("0.0.0.0", "ib-cpu1", ["cpu1"], "cpu1") == "ib-cpu1"

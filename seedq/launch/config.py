@@ -36,7 +36,8 @@ class LauncherConfig:
     )
     srun_args: list[str] = setting(
         help="slurm: extra options for every srun call, after seedq's own (e.g. "
-        "[--mem-per-cpu=2G])",
+        "'launcher.srun_args=[\"--mem-per-cpu=2G\"]': an option holding = is quoted, which "
+        "Hydra's override grammar needs)",
         factory=list,
     )
     workdir: str = setting(
