@@ -1102,14 +1102,47 @@ class RunDirRecord:
             parent.rmdir()
 
 
+# Hydra's options that print something and exit, trained nothing.
+PRINTING_OPTIONS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve")
+
+
+def reader_left() -> None:
+    """After a BrokenPipeError on stdout (``seedq-train --help | head``: the reader left):
+    point stdout at /dev/null, or Python's flush at exit raises again on the same pipe."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class ReaderMayLeave:
+    """stdout for what Hydra prints and exits (help, the config): a reader that left
+    (``| head``) ends the printing quietly, where Hydra reported the BrokenPipeError with a
+    traceback (exit 1) or let it escape."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            reader_left()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            reader_left()
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - the stream's own attributes
+        return getattr(self._stream, name)
+
+
 def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         try:
             print_keys(sys.argv[2:])
         except BrokenPipeError:
-            # `seedq-train --keys | head`: the reader left; Python's flush at exit would raise
-            # again on the same pipe.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            reader_left()
         return
     sys.argv[1:] = argv = whole_numbers(sys.argv[1:])
     if refusal := (
@@ -1127,6 +1160,8 @@ def train_main() -> None:
     multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
     stop_while_starting()
+    if any(a in PRINTING_OPTIONS for a in sys.argv[1:]):
+        sys.stdout = ReaderMayLeave(sys.stdout)  # `seedq-train --help | head`
     try:
         _train()
     except KeyboardInterrupt as exc:

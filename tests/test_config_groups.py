@@ -1,5 +1,8 @@
 """What seedq-train --help offers, and the logger group."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,24 @@ def test_help_offers_the_groups_a_user_picks_and_no_schema():
     assert "logger: mlflow, tensorboard, wandb" in groups, groups
     # It opened "cli is powered by Hydra.", the module's name.
     assert result.stdout.startswith("seedq-train is powered by Hydra."), result.stdout[:80]
+
+
+@pytest.mark.parametrize("option", ["--help", "--hydra-help", "--cfg=job"])
+def test_help_into_a_closed_pipe_ends_quietly(option):
+    # `seedq-train --help | head -2` ended in a BrokenPipeError traceback.
+    read, write = os.pipe()
+    os.close(read)  # the reader left before the first byte
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "seedq.cli", *option.split("=")],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 @pytest.mark.parametrize(
