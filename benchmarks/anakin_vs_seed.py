@@ -23,7 +23,7 @@ from typing import Any
 from seedq.agents.registry import AGENTS, config_class
 from seedq.arch import run_class
 from seedq.arch.config import ARCH_NEEDS
-from seedq.bench.common import compose, print_json, print_table, split_args
+from seedq.bench.common import compose, print_json, print_table, script_main, split_args
 
 OPTIONS = {"seconds": 60.0, "seeds": [0], "target": None, "envs": [], "algorithms": []}
 
@@ -110,4 +110,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(script_main(main, __doc__, sys.argv[1:]))

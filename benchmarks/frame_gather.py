@@ -9,7 +9,7 @@ bound by the bytes it moves, not by how it is called.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 import numpy as np
@@ -26,7 +26,9 @@ def per_call_us(fn, repeats: int) -> float:  # noqa: ANN001
 
 
 def main() -> None:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repeats", nargs="?", default=200, type=int, help="gathers timed each way")
+    repeats = parser.parse_args().repeats
     torch.set_num_threads(1)
     frames = torch.randint(0, 255, (512, 4, 84, 84), dtype=torch.uint8)
     index = torch.randperm(512)[:128]

@@ -11,6 +11,7 @@ A third argument ``ops`` also counts the aten ops of each part of one minibatch 
 
 from __future__ import annotations
 
+import argparse
 import queue
 import sys
 import time
@@ -36,9 +37,19 @@ def first_batch(model: str) -> tuple[object, object]:
             continue
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", default="zero", choices=["zero", "real"])
+    parser.add_argument("repeats", nargs="?", default=5, type=int, help="batches timed")
+    parser.add_argument(
+        "ops", nargs="?", choices=["ops"], help="also count each part's aten ops (torch.profiler)"
+    )
+    return parser.parse_args(argv)
+
+
 def main() -> None:
-    model = sys.argv[1] if len(sys.argv) > 1 else "zero"
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    args = parse_args(sys.argv[1:])
+    model, repeats = args.model, args.repeats
     learner, batch = first_batch(model)
     cfg, clock, spent = learner.cfg, time.thread_time, {}
 
@@ -77,7 +88,7 @@ def main() -> None:
     for _ in range(repeats):
         learner.train_batch(batch)
     print(f"{'train_batch itself':28s} {(clock() - start) / steps * 1e6:7.1f} µs/step")
-    if len(sys.argv) > 3 and sys.argv[3] == "ops":
+    if args.ops:
         count_ops(learner, batch)
 
 

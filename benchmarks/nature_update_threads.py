@@ -5,7 +5,7 @@ training thread's cores on the CPU"). ``python benchmarks/nature_update_threads.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 import torch
@@ -45,7 +45,9 @@ def time_threads(threads: int, frames: torch.Tensor) -> tuple[float, float]:
 
 def main() -> None:
     frames = torch.randint(0, 255, (FRAMES, 4, 84, 84), dtype=torch.uint8)
-    for threads in [int(a) for a in sys.argv[1:]] or [1, 2]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].split(". ")[0])
+    parser.add_argument("threads", nargs="*", type=int, default=[1, 2], help="torch threads")
+    for threads in parser.parse_args().threads:
         fwd, upd = time_threads(threads, frames)
         print(
             f"{threads} thread(s): forward {fwd:.1f} ms, forward+backward+Adam {upd:.1f} ms "

@@ -8,7 +8,7 @@ a minibatch (128) and an inference batch (16) (benchmarks/RESULTS.md, ninth sess
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 import torch
@@ -32,4 +32,6 @@ def main(repeats: int = 20) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repeats", nargs="?", default=20, type=int, help="forwards timed")
+    main(parser.parse_args().repeats)

@@ -24,7 +24,7 @@ import torch
 
 from seedq.agents.registry import build_agent
 from seedq.bench import inference, raw_env, train
-from seedq.bench.common import compose, frames_per_step, split_args
+from seedq.bench.common import compose, frames_per_step, script_main, split_args
 from seedq.core.agent import RunContext
 from seedq.core.unroll import Unroll
 from seedq.messages import EnvSpec
@@ -103,4 +103,4 @@ def main(argv: list[str]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(script_main(main, __doc__, sys.argv[1:]))

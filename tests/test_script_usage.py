@@ -26,3 +26,36 @@ def test_defaults_table_help_gives_its_whole_first_sentence():
     """The description was the docstring's first line, cut off at "the defaults table of"."""
     result = script("defaults_table.py", "--help")
     assert "the defaults\ntable of benchmarks/RESULTS.md." in result.stdout
+
+
+BENCHMARKS = SCRIPTS.parent / "benchmarks"
+
+
+def benchmark(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_benchmark_answers_help_with_its_usage_and_runs_nothing():
+    """Five crashed on ``--help`` (an int() or a key=value parse of it);
+    learner_update_parts.py ran a benchmark with "--help" for its model."""
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        result = benchmark(path.name, "--help")
+        first = (path.read_text().split('"""')[1].split()[0]).strip("`")
+        assert (result.returncode, result.stderr) == (0, ""), (path.name, result.stderr[-500:])
+        assert first in result.stdout, (path.name, result.stdout[:300])
+
+
+def test_a_benchmarks_bad_argument_is_one_line_exit_2():
+    assert [
+        (r.returncode, len(r.stderr.strip().splitlines()), "Traceback" in r.stderr)
+        for r in (
+            benchmark("frame_gather.py", "many"),
+            benchmark("anakin_vs_seed.py", "seconds=abc"),
+            benchmark("learner_update_parts.py", "big"),
+        )
+    ] == [(2, 2, False), (2, 1, False), (2, 2, False)]

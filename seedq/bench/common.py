@@ -8,13 +8,15 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import seedq
 from seedq.config import ConfigError, SeedqConfig, register_configs
+from seedq.envs import EnvError
 from seedq.launch.sizing import size_run
 
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
@@ -25,6 +27,21 @@ MAX_SECONDS = 7 * 24 * 3600.0  # a bench's seconds or warm-up; inf or 1e12 overf
 
 class BenchError(ValueError):
     """A bench argument is wrong; the message names it and what is allowed."""
+
+
+def script_main(main: Callable[[list[str]], Any], doc: str, argv: list[str]) -> int:
+    """A benchmark script's ``main(argv)`` of ``key=value`` arguments run as a command: ``-h``
+    or ``--help`` prints ``doc`` (its usage), a refused argument, config or env one line; the
+    exit status (0, or 2 refused), as ``seedq-bench`` answers."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(doc.strip())
+        return 0
+    try:
+        main(argv)
+    except (BenchError, ConfigError, EnvError) as exc:
+        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
