@@ -110,9 +110,10 @@ def test_an_actor_restarting_on_another_shard_is_dropped_on_the_first(hub):
     )
 
 
-def test_a_shard_that_dies_stops_the_hub_with_its_name():
-    hub = ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 2, SETTINGS, start_shard)
-    failed = []
+def serving_until_lost(hub: ShardHub) -> tuple[threading.Thread, list[str]]:
+    """A started thread serving ``hub`` until a shard is lost, and the list its
+    BrokerShardLost message goes into."""
+    failed: list[str] = []
 
     def serve():
         try:
@@ -121,8 +122,14 @@ def test_a_shard_that_dies_stops_the_hub_with_its_name():
             failed.append(str(exc))
 
     thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, failed
+
+
+def test_a_shard_that_dies_stops_the_hub_with_its_name():
+    hub = ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 2, SETTINGS, start_shard)
+    thread, failed = serving_until_lost(hub)
     try:
-        thread.start()
         hub.procs[1].kill()
         thread.join(timeout=30)
     finally:
@@ -189,17 +196,8 @@ def test_a_shard_that_hangs_stops_the_hub_with_its_name():
     # waited for answers for good. Idle shards still send their heartbeat.
     settings = {**SETTINGS, "silent_timeout_s": 1.0}  # the hub waits SILENT_AT_LEAST_S
     hub = ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 2, settings, start_shard)
-    failed = []
-
-    def serve():
-        try:
-            hub.serve(threading.Event())
-        except BrokerShardLost as exc:
-            failed.append(str(exc))
-
-    thread = threading.Thread(target=serve, daemon=True)
+    thread, failed = serving_until_lost(hub)
     try:
-        thread.start()
         time.sleep(SILENT_AT_LEAST_S + 2)  # idle, each shard heard from by its heartbeat
         assert thread.is_alive() and not failed
         os.kill(hub.procs[1].pid, signal.SIGSTOP)

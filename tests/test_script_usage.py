@@ -7,13 +7,14 @@ from pathlib import Path
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
-def script(name: str, *args: str) -> subprocess.CompletedProcess:
+def run_file(path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPTS / name), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, str(path), *args], capture_output=True, text=True, timeout=120
     )
+
+
+def script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return run_file(SCRIPTS / name, *args)
 
 
 def test_bench_ssh_launcher_help_names_its_seconds_and_overrides():
@@ -32,12 +33,7 @@ BENCHMARKS = SCRIPTS.parent / "benchmarks"
 
 
 def benchmark(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(BENCHMARKS / name), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_file(BENCHMARKS / name, *args)
 
 
 def test_every_benchmark_answers_help_with_its_usage_and_runs_nothing():
