@@ -6,7 +6,8 @@
 path given alone is taken as it (``seedq-eval RUN_DIR episodes=5``, as ``seedq-plot`` takes
 run directories); one checkpoint per evaluation. V-trace
 policies sample from their softmax (``mode=greedy`` takes the argmax); R2D2 policies act
-epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it); PPO and SAC policies
+epsilon-greedily with the run's eval epsilon (``epsilon=`` to change it; ``mode=greedy`` takes
+the argmax, epsilon 0); PPO and SAC policies
 sample from their Gaussian (``mode=greedy``: its mean, mapped into the Box's bounds as in
 training). With
 ``video=true`` each episode is written as an MP4 under ``<run dir>/videos``: the rendered screen
@@ -33,6 +34,7 @@ import copy
 import dataclasses
 import logging
 import math
+import numbers
 import os
 import sys
 import tempfile
@@ -106,6 +108,7 @@ class Policy:
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not allowed; choose one of {list(MODES)}")
+        check_policy_arguments(epsilon=epsilon, seed=seed)
         self.model = model.eval()
         self.config = config
         self.algorithm = config["algorithm"]["name"]
@@ -120,7 +123,16 @@ class Policy:
                 f"epsilon={epsilon}: a {self.algorithm} policy has no epsilon (only R2D2's "
                 "acts epsilon-greedily); mode=greedy or mode=sample chooses how it acts"
             )
-        self.epsilon = default if epsilon is None else epsilon
+        if default is not None and mode == "greedy":
+            # Greedy is the argmax, as for every other policy; R2D2's eval epsilon acted
+            # at random now and then under mode=greedy.
+            if epsilon:
+                raise ValueError(
+                    f"epsilon={epsilon} with mode='greedy', which acts with epsilon 0: give "
+                    "mode='sample' to act epsilon-greedily"
+                )
+            default = 0.0
+        self.epsilon = default if epsilon is None else float(epsilon)
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_shape: tuple[int, ...] | None = None  # set by load_policy
         self.spec: EnvSpec | None = None  # set by load_policy
@@ -171,14 +183,7 @@ class Policy:
 
         ``obs`` is laid out as training's env batch delivered it (``self.obs_shape``);
         ``seedq.envs.gym.obs_transform`` turns a gymnasium env's raw ones into that layout."""
-        obs = np.asarray(obs)
-        if self.obs_shape is not None and obs.shape != self.obs_shape:
-            raise ValueError(
-                f"an observation of shape {obs.shape}; the policy was trained on "
-                f"{self.obs_shape} (a gymnasium env's raw observations take "
-                "seedq.envs.gym.obs_transform's layout: one-hots of Discrete states, "
-                "channels-first images)"
-            )
+        obs = self._checked_obs(obs)
         obs_t = torch.as_tensor(obs)[None, None]
         done = torch.tensor([[self._new_episode]])
         out, self._state = self.model(obs_t, done, self._state)
@@ -186,6 +191,82 @@ class Policy:
         epsilon = None if self.epsilon is None else torch.tensor([float(self.epsilon)])
         action = self.select(out, epsilon, self.generator).actions[0]
         return action.numpy() if action.is_floating_point() else int(action)
+
+    def _checked_obs(self, obs: Any) -> np.ndarray:
+        """``obs`` as an array of the shape and dtype training delivered (``self.spec``), or a
+        ValueError saying what to give instead: a string, a dict or a float frame reached the
+        network as a torch TypeError, or as an action chosen from garbage."""
+        if isinstance(obs, tuple) and len(obs) == 2 and isinstance(obs[1], dict):
+            raise ValueError(
+                "the policy was given an (obs, info) pair, what env.reset() returns; give it "
+                "the observation: obs, info = env.reset(); policy(obs)"
+            )
+        wanted = "" if self.spec is None else f" of shape {self.obs_shape} {self.spec.obs_dtype}"
+        try:
+            array = np.asarray(obs)
+        except ValueError:
+            array = np.asarray(None)  # ragged nested sequences: refused below, as objects
+        if array.dtype.kind not in "biuf":
+            raise ValueError(
+                f"an observation of {type(obs).__name__} {array.dtype}; the policy takes an "
+                f"array of numbers{wanted} ({OBS_LAYOUT})"
+            )
+        if self.spec is None:
+            return array
+        if array.shape != self.obs_shape:
+            batch = array.shape[1:] == self.obs_shape
+            raise ValueError(
+                f"an observation of shape {array.shape}; the policy was trained on "
+                f"{self.obs_shape} "
+                + (
+                    "and acts on one observation at a time, keeping one env's recurrent "
+                    "state: call it once per observation, one policy per env"
+                    if batch
+                    else f"({OBS_LAYOUT})"
+                )
+            )
+        trained = np.dtype(self.spec.obs_dtype)
+        if array.dtype == trained:
+            return array
+        if trained.kind in "ui" and array.dtype.kind == "f":
+            raise ValueError(
+                f"a {array.dtype} observation; the policy was trained on {trained} ones, as its "
+                f"env gave them (frames: 0 to 255, not scaled to [0, 1]): give {trained} values"
+            )
+        if trained.kind == "b" and not np.isin(array, (0, 1)).all():
+            raise ValueError(
+                "an observation with values other than 0 and 1; the policy was trained on bool "
+                "ones (one-hots of Discrete states, MultiBinary entries)"
+            )
+        if trained.kind in "ui" and array.size:
+            info = np.iinfo(trained)
+            if array.min() < info.min or array.max() > info.max:
+                raise ValueError(
+                    f"an observation with values in [{array.min()}, {array.max()}]; the policy "
+                    f"was trained on {trained} ones, in [{info.min}, {info.max}]"
+                )
+        return array.astype(trained)
+
+
+# What to give a policy whose observation was refused.
+OBS_LAYOUT = (
+    "a gymnasium env's raw observations take seedq.envs.gym.obs_transform's layout: one-hots "
+    "of Discrete states, Dict and Tuple ones flattened into a vector, channels-first images"
+)
+
+
+def check_policy_arguments(*, epsilon: Any, seed: Any) -> None:
+    """ValueError naming ``epsilon`` or ``seed`` where it is not a number in its range: an
+    epsilon of 2 or NaN acted at random or greedily without a word, and a seed out of
+    torch's range ended in its RuntimeError."""
+    real = isinstance(epsilon, numbers.Real) and not isinstance(epsilon, bool)
+    if epsilon is not None and not (real and 0.0 <= epsilon <= 1.0):
+        why = "is out of range" if real else "is not a number"
+        raise ValueError(f"epsilon={epsilon!r} {why}; it must be a number in [0, 1]")
+    whole = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+    if not (whole and 0 <= seed <= MAX_SEED):
+        why = "is out of range" if whole else "is not a whole number"
+        raise ValueError(f"seed={seed!r} {why}; it must be a whole number in [0, {MAX_SEED}]")
 
 
 def plays_gymnasium_id(kind: str | None) -> bool:
@@ -535,10 +616,7 @@ def check_arguments(*, episodes: int, epsilon: float | None, seed: int) -> None:
     """ValueError naming the first argument out of its range."""
     if episodes < 1:
         raise ValueError(f"episodes={episodes} is out of range; it must be > 0")
-    if epsilon is not None and not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon={epsilon} is out of range; it must be in [0, 1]")
-    if not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"seed={seed} is out of range; it must be in [0, {MAX_SEED}]")
+    check_policy_arguments(epsilon=epsilon, seed=seed)
 
 
 def whole_number(value: str) -> int:
