@@ -50,7 +50,7 @@ import numpy as np
 import torch
 import yaml
 
-from seedq.agents.registry import agent_class
+from seedq.agents.registry import agent_class, agent_names
 from seedq.envs import (
     EnvConfig,
     EnvError,
@@ -63,6 +63,7 @@ from seedq.envs import (
 from seedq.envs.base import env_spec_of
 from seedq.envs.config import MAX_SEED
 from seedq.envs.gym import (
+    ACTION_SPACES,
     batch_singles,
     continuous_actions,
     env_actions,
@@ -163,7 +164,18 @@ class Policy:
     def _check_action_space(self, env_id: str) -> None:
         """A ValueError unless ``self.action_space`` takes the actions the policy was trained
         on (a continuous policy's vector, mapped as a Discrete's index, went out as garbage)."""
+        from gymnasium import spaces
+
         space = self.action_space
+        if not isinstance(space, spaces.Space):
+            # A string or the env itself was read as the env's space and refused in its name.
+            instead = ", not the env" if hasattr(space, "action_space") else ""
+            raise ValueError(
+                f"action_space={space!r} is not a gymnasium space: give env.action_space{instead}"
+            )
+        discrete = spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary
+        if not (continuous_actions(space) or isinstance(space, discrete)):
+            raise ValueError(f"action_space={space}: a policy acts in {ACTION_SPACES}")
         if self.spec is None:
             return
         continuous = continuous_actions(space)
@@ -312,8 +324,19 @@ def load_policy(
     action_space: Any = None,
 ) -> Policy:
     """The policy of a checkpoint file or of a run directory's newest checkpoint that reads
-    (CPU). ``action_space``: the env's the policy acts in, if not the trained env's (read from
-    the checkpoint's config when first needed)."""
+    (CPU), acting on one observation at a time.
+
+    ``mode``: ``"sample"`` (V-trace's softmax, PPO's and SAC's Gaussian, R2D2 epsilon-greedy
+    with ``epsilon``, the run's eval epsilon if None) or ``"greedy"`` (the argmax, the mean).
+    ``seed``: of the policy's own random stream. ``action_space``: the env's the policy acts
+    in, if not the trained env's (read from the checkpoint's config when first needed).
+
+    Raises:
+        CheckpointError: no checkpoint at ``path``, or one that is damaged or not seedq's.
+        ValueError: a mode, epsilon, seed or action space the policy cannot act with.
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path={path!r}: give a run directory or a checkpoint file, a str or Path")
     read, state = read_checkpoint(path, EVALUATE)
     config = state["config"]
     if "spec" not in state:
@@ -321,7 +344,14 @@ def load_policy(
     spec = state["spec"]
     alg = config["algorithm"]
     model_cfg = SimpleNamespace(**alg["model"])
-    model = agent_class(alg["name"]).build_model(
+    if alg["name"] not in agent_names():
+        # A newer seedq's algorithm, or a file edited by hand: the registry's KeyError.
+        raise CheckpointError(
+            f"{read} was written by algorithm={alg['name']!r}, which this seedq does not have "
+            f"(it has {agent_names()}); load it with the seedq that trained it"
+        )
+    agent = agent_class(alg["name"])
+    model = agent.build_model(
         EnvSpec.from_dict(spec),
         SimpleNamespace(**{**alg, "model": model_cfg}),
         channels_last=config["hardware"]["channels_last"],
@@ -339,6 +369,9 @@ def load_policy(
     policy.obs_shape = tuple(spec["obs_shape"])
     policy.spec = EnvSpec.from_dict(spec)
     policy.path = read  # the checkpoint file it came from
+    if action_space is not None:
+        # Refused here, where it enters, not at the first step.
+        policy._check_action_space(config.get("env", {}).get("id", "the env"))
     return policy
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from test_evaluate_actions import untrained_run
 
 import seedq
+from seedq.learner.checkpoint import CheckpointError
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +89,39 @@ def test_a_one_hot_of_other_values_than_0_and_1_is_refused(tmp_path) -> None:
     assert policy(one_hot) == policy(one_hot.astype(bool))
     with pytest.raises(ValueError, match="values other than 0 and 1; .* bool ones"):
         policy(2 * one_hot)
+
+
+@pytest.mark.parametrize(
+    ("action_space", "message"),
+    [
+        # Each was named as the trained env's space: "CartPole-v1 has the action space ...".
+        ("Discrete(2)", r"action_space='Discrete\(2\)' is not a gymnasium space: give env\.acti"),
+        (gym.make("CartPole-v1"), r"is not a gymnasium space: give env\.action_space, not the env"),
+        (gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), r"action_space=Dict.*: a policy acts in"),
+    ],
+    ids=["string", "env", "dict"],
+)
+def test_an_action_space_that_no_policy_acts_in_is_refused_as_it_is_given(
+    cartpole, action_space, message
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        seedq.load_policy(cartpole, action_space=action_space)
+
+
+@pytest.mark.parametrize("path", [None, 3], ids=["none", "int"])
+def test_a_path_that_is_no_path_is_refused_naming_it(path) -> None:
+    # pathlib's "expected str, bytes or os.PathLike object, not NoneType".
+    with pytest.raises(TypeError, match=rf"path={path}: give a run directory or a checkpoint"):
+        seedq.load_policy(path)
+
+
+def test_a_checkpoint_of_an_algorithm_this_seedq_lacks_is_refused_naming_it(
+    cartpole, tmp_path
+) -> None:
+    policy = seedq.load_policy(cartpole)
+    state = torch.load(policy.path, weights_only=False)
+    state["config"]["algorithm"]["name"] = "dqn"
+    torch.save(state, tmp_path / "ckpt.pt")
+    # The registry's KeyError "algorithm 'dqn' is unknown".
+    with pytest.raises(CheckpointError, match=r"written by algorithm='dqn', which this seedq"):
+        seedq.load_policy(tmp_path / "ckpt.pt")
