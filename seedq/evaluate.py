@@ -204,6 +204,21 @@ class Policy:
         action = self.select(out, epsilon, self.generator).actions[0]
         return action.numpy() if action.is_floating_point() else int(action)
 
+    def _layout(self) -> str:
+        """Where observations in the policy's layout come from, for a refusal."""
+        kind = self.config.get("env", {}).get("kind")
+        if kind in KINDS and not plays_gymnasium_id(kind):
+            # obs_transform's advice was wrong here: Atari's are preprocessed stacks of frames.
+            return (
+                f"as seedq's env={kind} batch delivers them: seedq.envs.make_env_batch builds "
+                "it from seedq.envs.env_config(policy.config['env'])"
+            )
+        return (
+            "a gymnasium env's raw observations take seedq.envs.gym.obs_transform's layout: "
+            "one-hots of Discrete states, Dict and Tuple ones flattened into a vector, "
+            "channels-first images"
+        )
+
     def _checked_obs(self, obs: Any) -> np.ndarray:
         """``obs`` as an array of the shape and dtype training delivered (``self.spec``), or a
         ValueError saying what to give instead: a string, a dict or a float frame reached the
@@ -221,7 +236,7 @@ class Policy:
         if array.dtype.kind not in "biuf":
             raise ValueError(
                 f"an observation of {type(obs).__name__} {array.dtype}; the policy takes an "
-                f"array of numbers{wanted} ({OBS_LAYOUT})"
+                f"array of numbers{wanted} ({self._layout()})"
             )
         if self.spec is None:
             return array
@@ -234,7 +249,7 @@ class Policy:
                     "and acts on one observation at a time, keeping one env's recurrent "
                     "state: call it once per observation, one policy per env"
                     if batch
-                    else f"({OBS_LAYOUT})"
+                    else f"({self._layout()})"
                 )
             )
         trained = np.dtype(self.spec.obs_dtype)
@@ -258,13 +273,6 @@ class Policy:
                     f"was trained on {trained} ones, in [{info.min}, {info.max}]"
                 )
         return array.astype(trained)
-
-
-# What to give a policy whose observation was refused.
-OBS_LAYOUT = (
-    "a gymnasium env's raw observations take seedq.envs.gym.obs_transform's layout: one-hots "
-    "of Discrete states, Dict and Tuple ones flattened into a vector, channels-first images"
-)
 
 
 def check_policy_arguments(*, epsilon: Any, seed: Any) -> None:

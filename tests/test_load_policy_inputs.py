@@ -125,3 +125,10 @@ def test_a_checkpoint_of_an_algorithm_this_seedq_lacks_is_refused_naming_it(
     # The registry's KeyError "algorithm 'dqn' is unknown".
     with pytest.raises(CheckpointError, match=r"written by algorithm='dqn', which this seedq"):
         seedq.load_policy(tmp_path / "ckpt.pt")
+
+
+def test_a_policy_of_seedqs_own_env_names_its_env_batch_for_observations(tmp_path) -> None:
+    policy = seedq.load_policy(untrained_run(tmp_path, "env=catch"))
+    # It named obs_transform, which lays out a gymnasium env's observations, not Catch's.
+    with pytest.raises(ValueError, match=r"as seedq's env=catch batch delivers them: .*make_env"):
+        policy(np.zeros((84, 84, 3), np.uint8))
