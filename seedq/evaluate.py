@@ -255,10 +255,10 @@ class Policy:
         trained = np.dtype(self.spec.obs_dtype)
         if array.dtype == trained:
             return array
-        if trained.kind in "ui" and array.dtype.kind == "f":
+        if trained.kind in "ui" and array.dtype.kind == "f" and not (array % 1 == 0).all():
             raise ValueError(
-                f"a {array.dtype} observation; the policy was trained on {trained} ones, as its "
-                f"env gave them (frames: 0 to 255, not scaled to [0, 1]): give {trained} values"
+                f"a {array.dtype} observation of fractions; the policy was trained on {trained} "
+                f"ones, as its env gave them (frames: 0 to 255, not scaled to [0, 1])"
             )
         if trained.kind == "b" and not np.isin(array, (0, 1)).all():
             raise ValueError(

@@ -73,12 +73,12 @@ def test_an_observation_that_is_no_array_of_numbers_is_refused_naming_it(
         seedq.load_policy(cartpole)(obs)
 
 
-def test_a_frame_scaled_to_floats_is_refused_and_whole_numbers_are_taken(tmp_path) -> None:
+def test_a_frame_scaled_to_fractions_is_refused_and_whole_numbers_are_taken(tmp_path) -> None:
     policy = seedq.load_policy(untrained_run(tmp_path, "env=catch"), mode="greedy")
     frame = np.random.default_rng(0).integers(0, 256, policy.obs_shape, dtype=np.uint8)
-    assert policy.act(frame.astype(np.int64)) == policy.act(frame)
+    assert policy.act(frame.astype(np.int64)) == policy.act(frame.astype(np.float32))
     # Frames in [0, 1] met normalisation statistics of 0..255 and chose from garbage.
-    with pytest.raises(ValueError, match=r"a float32 observation; .* trained on uint8 ones"):
+    with pytest.raises(ValueError, match=r"float32 observation of fractions; .* on uint8 ones"):
         policy.act(frame.astype(np.float32) / 255)
 
 
