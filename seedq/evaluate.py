@@ -252,6 +252,14 @@ class Policy:
                     else f"({self._layout()})"
                 )
             )
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            # Training's broker refuses such rows too (seedq.messages.batch); the action chosen
+            # from one was whatever the argmax of NaN is.
+            bad = np.flatnonzero(~np.isfinite(array))[:5].tolist()
+            raise ValueError(
+                f"an observation holding NaN or inf (flat indices {bad}); the policy acts only "
+                "on finite ones, as training did"
+            )
         trained = np.dtype(self.spec.obs_dtype)
         if array.dtype == trained:
             return array

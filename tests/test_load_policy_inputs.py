@@ -61,10 +61,12 @@ def test_an_epsilon_or_seed_out_of_range_is_refused_naming_it(r2d2, arguments, m
         (np.array(["a", "b", "c", "d"]), r"of ndarray <U1; .* numbers of shape \(4,\) float32"),
         ({"position": 0.0}, r"of dict object; .*obs_transform"),
         (np.ones(4, complex), r"of ndarray complex128"),
+        # The action was the argmax of NaN logits, 0.
+        (np.array([0.0, np.nan, 0.0, np.inf]), r"NaN or inf \(flat indices \[1, 3\]\)"),
         # Named only as a wrong shape, with obs_transform's layout as the way out.
         (np.zeros((2, 4), np.float32), r"\(2, 4\); .* one observation at a time"),
     ],
-    ids=["reset-pair", "strings", "dict", "complex", "batch"],
+    ids=["reset-pair", "strings", "dict", "complex", "nan", "batch"],
 )
 def test_an_observation_that_is_no_array_of_numbers_is_refused_naming_it(
     cartpole, obs, message
