@@ -226,6 +226,20 @@ def test_metrics_past_the_checkpoint_are_dropped_in_the_csv_and_in_tensorboard(t
     )
 
 
+def test_a_tensorboard_dir_that_cannot_be_written_costs_its_purge_not_the_resume(
+    tmp_path, monkeypatch, caplog
+):
+    write_rows(tmp_path, [0, 100, 200, 300])
+
+    def read_only(**kwargs):
+        raise PermissionError(13, "Permission denied", kwargs["log_dir"])
+
+    monkeypatch.setattr("seedq.arch.resume.SummaryWriter", read_only)
+    continue_metrics(str(tmp_path), 250)
+    assert "events after env step 250 not hidden" in caplog.text
+    assert read_steps(tmp_path / "metrics.csv") == [0, 100, 200]
+
+
 def test_episodes_past_the_checkpoint_are_dropped_too(tmp_path):
     writer = MetricsWriter(str(tmp_path), [])
     writer.write_episodes([(120, -21.0, 800), (250, 3.0, 900), (260, 5.0, 950)])

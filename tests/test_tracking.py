@@ -17,7 +17,7 @@ from cli_helpers import run_cli
 from seedq import metrics
 from seedq.core.stats import RunStats
 from seedq.metrics import MetricsWriter
-from seedq.tracking import loggable
+from seedq.tracking import Evaluation, attach_evaluation, loggable
 
 wandb = pytest.importorskip("wandb", reason="pip install 'seedq[wandb]'")
 mlflow = pytest.importorskip("mlflow", reason="pip install 'seedq[mlflow]'")
@@ -204,6 +204,21 @@ def test_a_failing_tracker_is_dropped_and_metrics_csv_goes_on(tmp_path):
     writer.close()
     assert [r["env_steps"] for r in csv_rows(tmp_path)] == [10, 20]
     assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1
+
+
+def test_a_tensorboard_dir_that_cannot_be_opened_costs_tensorboard_not_the_run(tmp_path, caplog):
+    (tmp_path / "tb").write_text("")  # a file where the events folder goes
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.write({"wall_time": 1.0, "env_steps": 8, "return_mean": 4.0})
+    writer.close()
+    assert "logger=tensorboard could not start" in caplog.text
+    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [8]
+
+
+def test_a_damaged_tracking_json_costs_the_tracked_runs_not_the_evaluation(tmp_path, caplog):
+    (tmp_path / "tracking.json").write_text('{"wandb": {"id": "ab')  # cut short by a kill
+    assert attach_evaluation(Evaluation("ckpt.pt", [1.0]), tmp_path) == []
+    assert "tracking.json could not be read" in caplog.text
 
 
 def Finished(**episodes):  # noqa: N802 - what the stats read of a Step

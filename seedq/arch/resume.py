@@ -84,7 +84,10 @@ def continue_metrics(run_dir: str, env_steps: int) -> int:
     if tb.is_dir() and any(tb.iterdir()):
         # A SessionLog START at step S makes TensorBoard drop the events of earlier files from
         # step S on (SummaryWriter's purge_step): the killed run's tail after the checkpoint.
-        SummaryWriter(log_dir=str(tb), purge_step=env_steps + 1).close()
+        try:
+            SummaryWriter(log_dir=str(tb), purge_step=env_steps + 1).close()
+        except OSError as exc:  # a read-only tb/: TensorBoard shows the tail, the run goes on
+            log.error("%s: the events after env step %d not hidden (%s)", tb, env_steps, exc)
     if dropped or episodes:
         log.info(
             "metrics: %d rows and %d episodes after env step %d dropped (the resumed run "

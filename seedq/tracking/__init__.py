@@ -124,7 +124,14 @@ def run_info(cfg: Any, run_dir: str) -> RunInfo:
 
 def _read_sessions(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     path = Path(run_dir, SESSION_FILE)
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        sessions = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # damaged: new tracked runs, not a dead resume
+        log.error("%s could not be read (%s); the trackers start new runs", path, exc)
+        return {}
+    return sessions if isinstance(sessions, dict) else {}
 
 
 def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
@@ -132,10 +139,10 @@ def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
     reopening the tracked runs of ``<run dir>/tracking.json`` when a run is resumed."""
     logger = getattr(cfg, "logger", None)
     backends = enabled_backends(logger)
-    if backends == ["tensorboard"]:  # no config or run info needed
-        return [_load("tensorboard")(run_dir)]
-    info = run_info(cfg, run_dir)
-    sessions = _read_sessions(run_dir)
+    if backends == ["tensorboard"]:  # no config, run info or sessions needed
+        info, sessions = None, {}
+    else:
+        info, sessions = run_info(cfg, run_dir), _read_sessions(run_dir)
     opened: dict[str, Tracker] = {}
     for backend in backends:
         try:
@@ -149,7 +156,10 @@ def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
     # Merged, so a resumed run that leaves a backend out keeps that backend's ids.
     sessions.update({b: t.session() for b, t in opened.items() if t.session()})
     if sessions:
-        Path(run_dir, SESSION_FILE).write_text(json.dumps(sessions, indent=2))
+        try:
+            Path(run_dir, SESSION_FILE).write_text(json.dumps(sessions, indent=2))
+        except OSError as exc:  # a resume or seedq-eval then cannot find these tracked runs
+            log.error("%s could not be written (%s)", Path(run_dir, SESSION_FILE), exc)
     return list(opened.values())
 
 
