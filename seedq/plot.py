@@ -76,7 +76,7 @@ def group_key(run_dir: Path) -> str:
 def read_curve(run_dir: Path) -> RunCurve:
     """The run's return curve. Rows that do not read as numbers (a row torn by a killed
     writer, a damaged file) are left out and counted on stderr; a file without seedq's
-    columns is a ValueError naming them."""
+    columns, or whose env steps go back (the rows of two runs), is a ValueError naming it."""
     path = run_dir / "metrics.csv"
     with open(path, newline="", errors="replace") as f:
         rows = list(csv.DictReader(f))
@@ -99,6 +99,15 @@ def read_curve(run_dir: Path) -> RunCurve:
         print(f"seedq-plot: {path}: {skipped} rows left out (not numbers)", file=sys.stderr)
     table = np.array(points, dtype=float).reshape(-1, 3)  # env steps, seconds, return
     steps, seconds, returns = table.T
+    back = np.flatnonzero(np.diff(steps) < 0)
+    if len(back):
+        # Two runs' rows in one file (appended, or concatenated): drawn as one, the curve
+        # zigzagged between them and a seed band interpolated over the mix.
+        at = back[0]
+        raise ValueError(
+            f"{path}: env_steps goes back from {steps[at]:.0f} to {steps[at + 1]:.0f}, so it "
+            "holds the rows of more than one run; give each run a metrics.csv of its own"
+        )
     return RunCurve(
         name=run_dir.name,
         group=group_key(run_dir),

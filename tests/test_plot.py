@@ -117,3 +117,13 @@ def test_cli_names_an_output_it_cannot_write(tmp_path, capsys):
     for out in (tmp_path / "nope" / "x.png", tmp_path / "x.xyz"):
         assert main([str(tmp_path / "runs"), "-o", str(out)]) == 2
         assert f"seedq-plot: cannot write {out}" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_metrics_file_holding_the_rows_of_two_runs(tmp_path, capsys):
+    run = fake_run(tmp_path / "r", ["seed=0"], [1, 2, 3])
+    rows = (run / "metrics.csv").read_text().splitlines(keepends=True)
+    with open(run / "metrics.csv", "a") as f:
+        f.writelines(rows)  # a second run's file appended, header and all
+    assert main([str(run), "-o", str(tmp_path / "r.png")]) == 2
+    assert "env_steps goes back from 3000 to 1000" in capsys.readouterr().err
+    assert not (tmp_path / "r.png").exists()
