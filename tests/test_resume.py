@@ -818,6 +818,13 @@ def test_starting_over_twice_keeps_both_earlier_curves(tmp_path):
     assert read_steps(tmp_path / "metrics.earlier2.csv") == [0, 300]
 
 
+def test_starting_over_gives_the_trackers_new_runs_instead_of_rewinding_theirs(tmp_path):
+    write_rows(tmp_path, [0, 100])
+    (tmp_path / "tracking.json").write_text('{"wandb": {"id": "killed"}}')
+    assert start_over(str(tmp_path)) == ["metrics.earlier.csv", "tracking.earlier.json"]
+    assert not (tmp_path / "tracking.json").exists()
+
+
 def test_undecodable_bytes_in_the_metrics_cost_their_rows_not_the_resume(tmp_path):
     write_rows(tmp_path, [0, 100, 200, 300])
     with open(tmp_path / "metrics.csv", "ab") as f:

@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,9 +16,10 @@ import pytest
 from cli_helpers import run_cli
 
 from seedq import metrics
+from seedq.arch.resume import continue_metrics
 from seedq.core.stats import RunStats
 from seedq.metrics import MetricsWriter
-from seedq.tracking import Evaluation, attach_evaluation, loggable
+from seedq.tracking import Evaluation, LoggerConfig, attach_evaluation, loggable
 
 wandb = pytest.importorskip("wandb", reason="pip install 'seedq[wandb]'")
 mlflow = pytest.importorskip("mlflow", reason="pip install 'seedq[mlflow]'")
@@ -338,6 +340,33 @@ def test_a_metrics_log_on_a_full_disk_costs_its_rows_not_the_run(tmp_path, caplo
     assert "the metrics row at env_steps 8 could not be written to" in caplog.text
     assert "No space left on device" in caplog.text
     assert [row["env_steps"] for row in seen] == [8, 16]  # the trackers still get every row
+
+
+@dataclass
+class TrackedConfig:
+    logger: LoggerConfig
+
+
+def write_steps(run_dir: Path, steps: list[int], cfg) -> None:
+    writer = MetricsWriter(str(run_dir), [], cfg)
+    for step in steps:
+        writer.write({"wall_time": 1.0, "env_steps": step, "return_mean": 1.0})
+    writer.close()
+
+
+def test_a_resume_sends_the_trackers_no_step_they_hold_already(tmp_path):
+    # A run killed after its checkpoint at 250 had sent rows up to 400 to MLflow; the resumed
+    # run's rows from 250 on would put a second value at 300 and draw the curve back.
+    logger = LoggerConfig()
+    logger.tensorboard.enabled, logger.mlflow.enabled = False, True
+    logger.mlflow.tracking_uri = f"file:{tmp_path / 'mlruns'}"
+    cfg = TrackedConfig(logger)
+    write_steps(tmp_path, [100, 200, 300, 400], cfg)  # the killed run
+    continue_metrics(str(tmp_path), 250)
+    write_steps(tmp_path, [300, 500], cfg)  # the resumed one
+    run_id = json.loads((tmp_path / "tracking.json").read_text())["mlflow"]["run_id"]
+    history = mlflow_client(tmp_path / "mlruns").get_metric_history(run_id, "env_steps")
+    assert sorted(m.step for m in history) == [100, 200, 300, 400, 500]
 
 
 def test_trackers_get_the_values_as_the_csv_has_them():

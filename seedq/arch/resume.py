@@ -18,6 +18,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 
 from seedq.metrics import EPISODES_NAME, METRICS_NAME, replace_text
+from seedq.tracking import SESSION_FILE, hold_back_trackers
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,8 @@ def start_over(run_dir: str) -> list[str]:
     """``resume=auto`` with no checkpoint that reads: the run starts from step 0 in
     ``run_dir``. Metrics and episodes already there (a start killed before its first
     checkpoint, or a run whose checkpoints were deleted or all damaged) are moved aside, not
-    cut, so no curve is lost; TensorBoard is told to hide its earlier events. Returns the
-    names they were moved to."""
+    cut, so no curve is lost, and so is ``tracking.json`` (new W&B and MLflow runs); TensorBoard
+    is told to hide its earlier events. Returns the names they were moved to."""
     moved = []
     for name in (METRICS_NAME, EPISODES_NAME):
         path = Path(run_dir) / name
@@ -38,6 +39,13 @@ def start_over(run_dir: str) -> list[str]:
             aside = _free_name(path, f"{stem}.earlier", f"{dot}{ext}")
             path.replace(aside)
             moved.append(aside.name)
+    sessions = Path(run_dir) / SESSION_FILE
+    if sessions.exists():
+        # The W&B and MLflow runs it names hold those rows: this start from step 0 gets runs
+        # of its own, instead of rewinding theirs.
+        aside = _free_name(sessions, "tracking.earlier", ".json")
+        sessions.replace(aside)
+        moved.append(aside.name)
     if moved:
         log.warning(
             "%s holds metrics but no checkpoint to continue them from; the run starts at env "
@@ -78,8 +86,10 @@ def continue_metrics(run_dir: str, env_steps: int) -> int:
     removed from ``metrics.csv`` (and a row cut short by a kill), and TensorBoard is told to
     hide its events past it; so are the episodes past it from ``episodes.csv``. Returns the
     metrics rows removed."""
-    dropped = _truncate_csv(Path(run_dir) / METRICS_NAME, env_steps)
-    episodes = _truncate_csv(Path(run_dir) / EPISODES_NAME, env_steps)
+    dropped, furthest = _truncate_csv(Path(run_dir) / METRICS_NAME, env_steps)
+    episodes, _ = _truncate_csv(Path(run_dir) / EPISODES_NAME, env_steps)
+    if furthest is not None:
+        hold_back_trackers(run_dir, furthest)
     tb = Path(run_dir) / TENSORBOARD_DIR
     if tb.is_dir() and any(tb.iterdir()):
         # A SessionLog START at step S makes TensorBoard drop the events of earlier files from
@@ -121,9 +131,11 @@ def recent_episodes(run_dir: str, keep: int = 100) -> tuple[list[float], list[in
     return list(returns), list(lengths)
 
 
-def _truncate_csv(path: Path, env_steps: int) -> int:
+def _truncate_csv(path: Path, env_steps: int) -> tuple[int, int | None]:
+    """Drop the rows of ``path`` past ``env_steps``: ``(rows dropped, the furthest step among
+    them or None)``."""
     if not path.exists():
-        return 0
+        return 0, None
     raw = path.read_bytes()
     # Bytes that are not text (a disk or copy that damaged the file) become U+FFFD: a row they
     # break is dropped below, as a row cut short is, not the resume.
@@ -132,7 +144,7 @@ def _truncate_csv(path: Path, env_steps: int) -> int:
         text = text[: text.rfind("\n") + 1]  # a row cut short when the writer was killed
     lines = text.splitlines(keepends=True)
     if not lines:
-        return 0
+        return 0, None
     header = next(csv.reader([lines[0]]), [])
     if "env_steps" not in header:
         # Its rows cannot be placed against the checkpoint: kept beside, and the resumed run
@@ -145,22 +157,25 @@ def _truncate_csv(path: Path, env_steps: int) -> int:
             path,
             aside.name,
         )
-        return len(lines) - 1
+        return len(lines) - 1, None
     column = header.index("env_steps")
-    kept = [lines[0]]
+    kept, furthest = [lines[0]], None
     for line in lines[1:]:
         row = next(csv.reader([line]), [])
         try:
             # A row of another width is damaged (a row glued onto half of another, written by
             # a seedq before whole-row appends): dropped, as a row cut short is.
-            if len(row) == len(header) and int(row[column]) <= env_steps:
+            step = int(row[column])
+            if len(row) == len(header) and step <= env_steps:
                 kept.append(line)
+            elif len(row) == len(header):
+                furthest = max(step, furthest or step)
         except (IndexError, ValueError):
             continue
     dropped = len(lines) - len(kept)
     if dropped or text.encode() != raw:
         replace_text(str(path), "".join(kept))
-    return dropped
+    return dropped, furthest
 
 
 def read_steps(path: Path) -> list[int]:

@@ -43,6 +43,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SESSION_FILE = "tracking.json"
+# A session's key: the env step up to which its tracked run holds rows a resume redid.
+HELD_BACK = "rows_held_to_env_step"
 TRACKERS = {
     "tensorboard": "seedq.tracking.tensorboard_log:TensorBoardTracker",
     "wandb": "seedq.tracking.wandb_log:WandbTracker",
@@ -161,6 +163,36 @@ def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
         except OSError as exc:  # a resume or seedq-eval then cannot find these tracked runs
             log.error("%s could not be written (%s)", Path(run_dir, SESSION_FILE), exc)
     return list(opened.values())
+
+
+def hold_back_trackers(run_dir: str | Path, furthest: int) -> None:
+    """A resume dropped ``metrics.csv``'s rows past its checkpoint, up to env step
+    ``furthest``: the tracked runs of ``tracking.json`` got them already and cannot take them
+    back (W&B and MLflow keep what they were sent). Noted there, so that the resumed run sends
+    them rows past ``furthest`` only: its rows before it would put a second value at steps
+    they hold, and draw the curve back to the checkpoint."""
+    sessions = _read_sessions(run_dir)
+    if not sessions:
+        return
+    for session in sessions.values():
+        session[HELD_BACK] = max(furthest, session.get(HELD_BACK, furthest))
+    try:
+        Path(run_dir, SESSION_FILE).write_text(json.dumps(sessions, indent=2))
+    except OSError as exc:
+        log.error("%s could not be written (%s)", Path(run_dir, SESSION_FILE), exc)
+        return
+    log.warning(
+        "the tracked runs (%s) hold this run's rows up to env step %d, past its checkpoint; "
+        "the resumed run's rows go to them from there on (metrics.csv and TensorBoard get all)",
+        ", ".join(sessions),
+        furthest,
+    )
+
+
+def held_back(session: Mapping[str, Any], values: Mapping[str, float]) -> bool:
+    """Whether the tracked run of ``session`` holds this row's step already: a resumed run's row
+    at or before the furthest step of the rows its resume dropped (:func:`hold_back_trackers`)."""
+    return values["env_steps"] <= session.get(HELD_BACK, -1)
 
 
 def loggable(row: Mapping[str, str]) -> dict[str, float]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from seedq.tracking import Evaluation, RunInfo, videos_by_name
+from seedq.tracking import Evaluation, RunInfo, held_back, videos_by_name
 from seedq.tracking.config import MlflowConfig
 
 DEFAULT_STORE = "runs/mlflow.db"
@@ -123,6 +123,8 @@ class MlflowTracker:
     def log_row(self, values: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
 
+        if held_back(self._session, values):
+            return
         stamp, step = int(time.time() * 1000), int(values["env_steps"])
         metrics = [Metric(key, float(value), stamp, step) for key, value in values.items()]
         self.client.log_batch(self.run_id, metrics=metrics)

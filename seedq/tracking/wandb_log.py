@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from seedq.tracking import Evaluation, RunInfo, videos_by_name
+from seedq.tracking import Evaluation, RunInfo, held_back, videos_by_name
 from seedq.tracking.config import WandbConfig
 
 
@@ -58,7 +58,8 @@ class WandbTracker:
         )
 
     def log_row(self, values: Mapping[str, float]) -> None:
-        self.run.log(dict(values))
+        if not held_back(self._session, values):
+            self.run.log(dict(values))
 
     def session(self) -> dict[str, Any]:
         return dict(self._session)
