@@ -19,7 +19,8 @@ from seedq import metrics
 from seedq.arch.resume import continue_metrics
 from seedq.core.stats import RunStats
 from seedq.metrics import MetricsWriter
-from seedq.tracking import Evaluation, LoggerConfig, attach_evaluation, loggable
+from seedq.schema import ConfigError
+from seedq.tracking import Evaluation, LoggerConfig, attach_evaluation, loggable, validate_logger
 
 wandb = pytest.importorskip("wandb", reason="pip install 'seedq[wandb]'")
 mlflow = pytest.importorskip("mlflow", reason="pip install 'seedq[mlflow]'")
@@ -185,6 +186,26 @@ def test_a_missing_tracker_package_exits_2_with_the_install_command(tmp_path, ba
     output = result.stdout + result.stderr
     assert (result.returncode, f"pip install 'seedq[{backend}]'" in output) == (2, True), output
     assert not (tmp_path / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        # Each started the run and cost its tracker, logged mid-start (W&B's in seven lines).
+        ("wandb.project", "", "logger.wandb.project is empty"),
+        ("wandb.tags", ["t" * 300], "is 300 characters; W&B takes tags of 1 to 64"),
+        ("mlflow.experiment", " ", "logger.mlflow.experiment is empty"),
+        ("mlflow.tracking_uri", "file:/etc/hostname", "is a file; MLflow's file store is a folder"),
+        ("mlflow.tracking_uri", "sqlite:////tmp", "is a folder; a SQLite store is a file"),
+    ],
+)
+def test_a_tracker_value_its_service_refuses_is_refused_at_start(key, value, says):
+    logger = LoggerConfig()
+    logger.wandb.enabled = logger.mlflow.enabled = True
+    section, name = key.split(".")
+    setattr(getattr(logger, section), name, value)
+    with pytest.raises(ConfigError, match=says):
+        validate_logger(logger)
 
 
 # ------------------------------------------------------------------------- the writer itself

@@ -17,7 +17,9 @@ process starts.
 from __future__ import annotations
 
 import importlib
+import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from seedq.schema import ConfigError, choice, setting
@@ -29,6 +31,7 @@ INSTALL = {
     "mlflow": ("mlflow", "pip install 'seedq[mlflow]'"),
 }
 WANDB_MODES = ("offline", "online", "disabled")
+WANDB_TAG_CHARS = 64  # W&B refuses a run whose tags are longer (or empty)
 
 
 @dataclass
@@ -92,9 +95,48 @@ def missing_package(backend: str) -> str | None:
 
 
 def validate_logger(logger: Any) -> None:
-    """Check the settings, and that every chosen backend's package can be imported."""
+    """Check the settings, and that every chosen backend's package can be imported.
+
+    The chosen backends' values are checked here as their services would check them: a bad
+    one started the run and cost its tracker, logged in the middle of the start's output."""
     choice("logger.wandb.mode", logger.wandb.mode, WANDB_MODES)
-    for backend in enabled_backends(logger):
+    backends = enabled_backends(logger)
+    if "wandb" in backends:
+        _check_wandb(logger.wandb)
+    if "mlflow" in backends:
+        _check_mlflow(logger.mlflow)
+    for backend in backends:
         error = missing_package(backend)
         if error:
             raise ConfigError(error)
+
+
+def _check_wandb(settings: WandbConfig) -> None:
+    if not str(settings.project).strip():
+        raise ConfigError("logger.wandb.project is empty: name the W&B project (default: seedq)")
+    for tag in settings.tags:
+        if not 1 <= len(str(tag)) <= WANDB_TAG_CHARS:
+            raise ConfigError(
+                f"logger.wandb.tags: {str(tag)[:20]!r}... is {len(str(tag))} characters; W&B "
+                f"takes tags of 1 to {WANDB_TAG_CHARS}"
+            )
+
+
+def _check_mlflow(settings: MlflowConfig) -> None:
+    if not str(settings.experiment).strip():
+        raise ConfigError(
+            "logger.mlflow.experiment is empty: name the MLflow experiment (default: seedq)"
+        )
+    uri = settings.tracking_uri or ""
+    if uri.startswith("file:") or (uri and "://" not in uri):
+        path = Path(urllib.parse.urlparse(uri).path if uri.startswith("file:") else uri)
+        if path.exists() and not path.is_dir():
+            raise ConfigError(
+                f"logger.mlflow.tracking_uri={uri} is a file; MLflow's file store is a folder "
+                "(file:/path/mlruns), or name a database: sqlite:///path.db"
+            )
+    elif uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).is_dir():
+        raise ConfigError(
+            f"logger.mlflow.tracking_uri={uri} is a folder; a SQLite store is a file "
+            "(sqlite:///path/mlflow.db)"
+        )
