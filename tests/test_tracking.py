@@ -5,6 +5,7 @@ import csv
 import glob
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -388,6 +389,18 @@ def test_a_resume_sends_the_trackers_no_step_they_hold_already(tmp_path):
     run_id = json.loads((tmp_path / "tracking.json").read_text())["mlflow"]["run_id"]
     history = mlflow_client(tmp_path / "mlruns").get_metric_history(run_id, "env_steps")
     assert sorted(m.step for m in history) == [100, 200, 300, 400, 500]
+
+
+def test_a_wandb_folder_removed_mid_run_is_reported_and_the_run_goes_on(tmp_path, caplog):
+    logger = LoggerConfig()
+    logger.tensorboard.enabled, logger.wandb.enabled = False, True
+    writer = MetricsWriter(str(tmp_path), [], TrackedConfig(logger))
+    writer.write({"wall_time": 1.0, "env_steps": 100, "return_mean": 1.0})
+    shutil.rmtree(tmp_path / "wandb")  # W&B wrote on into the removed file, without a word
+    writer.write({"wall_time": 2.0, "env_steps": 200, "return_mean": 1.0})
+    writer.close()
+    assert (writer.trackers, "was removed" in caplog.text) == ([], True)
+    assert [r["env_steps"] for r in csv_rows(tmp_path)] == [100, 200]
 
 
 def test_trackers_get_the_values_as_the_csv_has_them():

@@ -8,6 +8,7 @@ directory and the checkpoint folder are in its summary (``seedq/run_dir``,
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +59,10 @@ class WandbTracker:
         )
 
     def log_row(self, values: Mapping[str, float]) -> None:
+        if self._session["mode"] == "offline" and not os.path.exists(self.run.settings.sync_file):
+            # W&B's service writes on into the file it opened: a folder removed under it took
+            # every later row without a word, and the run was lost to wandb sync.
+            raise FileNotFoundError(f"{self.run.settings.sync_file} was removed")
         if not held_back(self._session, values):
             self.run.log(dict(values))
 
