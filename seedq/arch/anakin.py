@@ -76,7 +76,7 @@ def bytes_per_env(
     the next layer's saved input: CartPole's 32-32 MLP took 11.9 KiB per env with one
     minibatch, against 14.3 estimated with three)."""
     rows = unroll_length + 1
-    obs = math.prod(env_class.obs_shape) * torch.empty((), dtype=env_class.obs_dtype).element_size()
+    obs = math.prod(env_class.obs_shape) * env_class.obs_dtype.itemsize
     row = 2 * obs + ROW_FIELD_BYTES + 4 * env_class.num_actions
     widths = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
     activations = rows * 4 * copies * widths / minibatches

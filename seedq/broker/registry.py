@@ -94,8 +94,7 @@ class ActorRegistry:
                 "env_id_conflict",
                 f"actor {actor_id} claims env ids {first}..{last}, but env ids "
                 f"0..{self.launched_envs - 1} are kept for this run's own actors (ids "
-                f"0..{self.launched_ids - 1}); start it with --actor-ids "
-                f"{-(-self.launched_envs // n)} or higher (its envs start at actor id x {n})",
+                f"0..{self.launched_ids - 1}); {_ids_that_fit(self.launched_envs, n)}",
             )
         # Ranges do not overlap, so only the last one starting at or before `last` can.
         at = bisect.bisect_right(self._starts, (last, float("inf"), 0))
@@ -107,6 +106,11 @@ class ActorRegistry:
                 raise ProtocolError(
                     "env_id_conflict",
                     f"actor {actor_id} claims env ids {first}..{last}, actor {other} already "
-                    f"steps {lo}..{hi}; start it with --actor-ids {-(-free // n)} or higher "
-                    f"(its envs start at actor id x {n})",
+                    f"steps {lo}..{hi}; {_ids_that_fit(free, n)}",
                 )
+
+
+def _ids_that_fit(free: int, n: int) -> str:
+    """The remedy of an env-id conflict: ``seedq-actor`` has no first env id, its envs start
+    at actor id x ``n`` (envs per batch); ids whose envs start at ``free`` or past it fit."""
+    return f"start it with --actor-ids {-(-free // n)} or higher (its envs start at actor id x {n})"

@@ -158,11 +158,19 @@ def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
     # Merged, so a resumed run that leaves a backend out keeps that backend's ids.
     sessions.update({b: t.session() for b, t in opened.items() if t.session()})
     if sessions:
-        try:
-            Path(run_dir, SESSION_FILE).write_text(json.dumps(sessions, indent=2))
-        except OSError as exc:  # a resume or seedq-eval then cannot find these tracked runs
-            log.error("%s could not be written (%s)", Path(run_dir, SESSION_FILE), exc)
+        _write_sessions(run_dir, sessions)
     return list(opened.values())
+
+
+def _write_sessions(run_dir: str | Path, sessions: dict[str, dict[str, Any]]) -> bool:
+    """Write ``tracking.json``; False, logged, where it cannot be written (a resume or
+    seedq-eval then cannot find these tracked runs: they start new ones)."""
+    try:
+        Path(run_dir, SESSION_FILE).write_text(json.dumps(sessions, indent=2))
+    except OSError as exc:
+        log.error("%s could not be written (%s)", Path(run_dir, SESSION_FILE), exc)
+        return False
+    return True
 
 
 def hold_back_trackers(run_dir: str | Path, furthest: int) -> None:
@@ -176,10 +184,7 @@ def hold_back_trackers(run_dir: str | Path, furthest: int) -> None:
         return
     for session in sessions.values():
         session[HELD_BACK] = max(furthest, session.get(HELD_BACK, furthest))
-    try:
-        Path(run_dir, SESSION_FILE).write_text(json.dumps(sessions, indent=2))
-    except OSError as exc:
-        log.error("%s could not be written (%s)", Path(run_dir, SESSION_FILE), exc)
+    if not _write_sessions(run_dir, sessions):
         return
     log.warning(
         "the tracked runs (%s) hold this run's rows up to env step %d, past its checkpoint; "

@@ -85,8 +85,9 @@ def bounded(low: Tensor, high: Tensor) -> Tensor:
 
 def spec_bounded(spec: EnvSpec) -> bool:
     """Whether every action dimension of a continuous ``spec`` is :func:`bounded`."""
-    values = [*spec.action_low, *spec.action_high]
-    return bool(values) and all(abs(v) < NO_BOUND for v in values)
+    low = torch.tensor(spec.action_low, dtype=torch.float64)
+    high = torch.tensor(spec.action_high, dtype=torch.float64)
+    return bool(len(low)) and bool(bounded(low, high).all())
 
 
 def unit_to_bounds(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
