@@ -4,6 +4,8 @@ frame scaled to floats; and R2D2's ``mode="greedy"`` is the argmax, as every pol
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -115,6 +117,18 @@ def test_a_path_that_is_no_path_is_refused_naming_it(path) -> None:
     # pathlib's "expected str, bytes or os.PathLike object, not NoneType".
     with pytest.raises(TypeError, match=rf"path={path}: give a run directory or a checkpoint"):
         seedq.load_policy(path)
+
+
+@pytest.mark.parametrize("within", ["", "checkpoints"], ids=["run", "folder"])
+def test_a_path_under_the_home_folder_is_read_as_the_shell_would(
+    cartpole, within, tmp_path, monkeypatch
+) -> None:
+    # "~/..." was taken as a folder named "~" in the working directory: no checkpoint there.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "run").symlink_to(cartpole)
+    policy = seedq.load_policy(f"~/run/{within}")
+    assert policy.path.resolve().parent == (Path(cartpole) / "checkpoints").resolve()
+    assert seedq.load_policy(f"~/run/checkpoints/{policy.path.name}").path == policy.path
 
 
 def test_a_checkpoint_of_an_algorithm_this_seedq_lacks_is_refused_naming_it(

@@ -309,10 +309,10 @@ def read_checkpoint(path: str, purpose: str = RESUME) -> tuple[Path, dict[str, A
     its newest checkpoint that reads, a damaged newer one skipped with a warning (moving
     nothing: what ``seedq-eval`` and ``resume=<run dir>`` read). ``purpose``: what the reader
     does with it, for the advice to take an older one ("resume from", "evaluate")."""
-    target = Path(path)
+    target = Path(path).expanduser()  # "~/runs/x" from Python or a quoted override
     if target.is_file():
         return target, load_checkpoint(target, purpose)
-    newest = find_checkpoint(path)  # CheckpointError when there is none
+    newest = find_checkpoint(str(target))  # CheckpointError when there is none
     path_, state, _ = newest_that_reads(newest.parent, purpose)  # not None: it holds `newest`
     return path_, state
 

@@ -27,7 +27,7 @@ def newest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def find_checkpoint(path: str) -> Path:
     """A checkpoint file itself, or the newest checkpoint of a run directory."""
-    target = Path(path)
+    target = Path(path).expanduser()
     if target.is_file():
         return target
     for folder in (target / DIR_NAME, target):
