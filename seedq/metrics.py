@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from seedq.files import replace_text  # noqa: F401 - this module's API too
 from seedq.tracking import loggable, open_trackers
 
 REQUIRED_COLUMNS = ("wall_time", "env_steps", "return_mean", "steps_per_s")
@@ -22,26 +23,6 @@ EPISODES_NAME = "episodes.csv"
 EPISODE_COLUMNS = ("env_steps", "return", "length")
 
 log = logging.getLogger(__name__)
-
-
-def replace_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, fsync and a rename, so a crash
-    leaves either the old file or the new one whole."""
-    folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.tmp")
-    try:
-        with open(tmp, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk: the old file stays as it was, and no half-written temp file beside it.
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _continue_header(path: str, columns: list[str]) -> list[str]:

@@ -245,6 +245,30 @@ def test_a_damaged_tracking_json_costs_the_tracked_runs_not_the_evaluation(tmp_p
     assert "tracking.json could not be read" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "text", ['{"wandb": {"id": "ab', '{"wandb": 3}', "[]"], ids=["cut", "no-run", "list"]
+)
+def test_a_resume_sets_a_damaged_tracking_json_aside_and_reports_it_once(tmp_path, caplog, text):
+    # It was reported by the resume's hold-back and again by the trackers' start; a tracked
+    # run that is no object ({"wandb": 3}) ended the resume in a TypeError.
+    (tmp_path / "tracking.json").write_text(text)
+    (tmp_path / "metrics.csv").write_text("wall_time,env_steps\n1.0,10\n2.0,20\n")
+    continue_metrics(str(tmp_path), 10)
+    continue_metrics(str(tmp_path), 10)
+    assert caplog.text.count("could not be read") == 1
+    assert "it is kept as tracking.damaged.json" in caplog.text
+    assert (tmp_path / "tracking.damaged.json").read_text() == text
+    assert not (tmp_path / "tracking.json").exists()
+
+
+def test_a_damaged_tracking_json_is_left_in_place_by_a_reader_that_does_not_hold_the_run(
+    tmp_path,
+):
+    (tmp_path / "tracking.json").write_text("{")
+    attach_evaluation(Evaluation("ckpt.pt", [1.0]), tmp_path)  # seedq-eval beside a live run
+    assert (tmp_path / "tracking.json").read_text() == "{"
+
+
 def Finished(**episodes):  # noqa: N802 - what the stats read of a Step
     return SimpleNamespace(**episodes)
 

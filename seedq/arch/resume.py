@@ -17,7 +17,8 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-from seedq.metrics import EPISODES_NAME, METRICS_NAME, replace_text
+from seedq.files import free_name, replace_text
+from seedq.metrics import EPISODES_NAME, METRICS_NAME
 from seedq.tracking import SESSION_FILE, hold_back_trackers
 
 log = logging.getLogger(__name__)
@@ -36,14 +37,14 @@ def start_over(run_dir: str) -> list[str]:
         path = Path(run_dir) / name
         if has_rows(path):
             stem, dot, ext = name.rpartition(".")
-            aside = _free_name(path, f"{stem}.earlier", f"{dot}{ext}")
+            aside = free_name(path, f"{stem}.earlier", f"{dot}{ext}")
             path.replace(aside)
             moved.append(aside.name)
     sessions = Path(run_dir) / SESSION_FILE
     if sessions.exists():
         # The W&B and MLflow runs it names hold those rows: this start from step 0 gets runs
         # of its own, instead of rewinding theirs.
-        aside = _free_name(sessions, "tracking.earlier", ".json")
+        aside = free_name(sessions, "tracking.earlier", ".json")
         sessions.replace(aside)
         moved.append(aside.name)
     if moved:
@@ -70,15 +71,6 @@ def metrics_in(run_dir: str | Path) -> str | None:
     """The name of ``run_dir``'s first log that holds rows (``metrics.csv``, ``episodes.csv``),
     or None: a run stopped before its first checkpoint left them."""
     return next((n for n in (METRICS_NAME, EPISODES_NAME) if has_rows(Path(run_dir) / n)), None)
-
-
-def _free_name(path: Path, before: str, after: str = "") -> Path:
-    """The first of ``before + after``, ``before + "2" + after``, ... not taken in ``path``'s
-    folder: an earlier copy set aside is never replaced."""
-    n = 1
-    while (aside := path.with_name(f"{before}{n if n > 1 else ''}{after}")).exists():
-        n += 1
-    return aside
 
 
 def continue_metrics(run_dir: str, env_steps: int) -> int:
@@ -149,7 +141,7 @@ def _truncate_csv(path: Path, env_steps: int) -> tuple[int, int | None]:
     if "env_steps" not in header:
         # Its rows cannot be placed against the checkpoint: kept beside, and the resumed run
         # starts the file again.
-        aside = _free_name(path, f"{path.name}.damaged")
+        aside = free_name(path, f"{path.name}.damaged")
         path.replace(aside)
         log.warning(
             "%s has no env_steps column in its header (damaged); moved to %s, and the resumed "

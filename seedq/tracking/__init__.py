@@ -17,6 +17,7 @@ once in the log and dropped: the run and its ``metrics.csv`` go on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from seedq.files import free_name, replace_text
 from seedq.tracking.config import LoggerConfig, enabled_backends, missing_package, validate_logger
 
 __all__ = [
@@ -124,16 +126,26 @@ def run_info(cfg: Any, run_dir: str) -> RunInfo:
     return RunInfo(os.path.abspath(run_dir), config_dict(cfg), job or Path(run_dir).name, group)
 
 
-def _read_sessions(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+def _read_sessions(run_dir: str | Path, owner: bool = False) -> dict[str, dict[str, Any]]:
+    """The tracked runs of ``tracking.json``; none where it is damaged. The run that holds
+    ``run_dir`` (``owner``) sets a damaged one aside, so it is reported once and kept to read."""
     path = Path(run_dir, SESSION_FILE)
     if not path.exists():
         return {}
     try:
         sessions = json.loads(path.read_text())
+        runs = sessions.values() if isinstance(sessions, dict) else [None]
+        if not all(isinstance(run, dict) for run in runs):
+            raise ValueError("not an object of tracked runs")
     except (OSError, ValueError) as exc:  # damaged: new tracked runs, not a dead resume
-        log.error("%s could not be read (%s); the trackers start new runs", path, exc)
+        aside = ""
+        if owner and not isinstance(exc, OSError):
+            with contextlib.suppress(OSError):
+                aside = path.replace(free_name(path, "tracking.damaged", ".json")).name
+        kept = f"; it is kept as {aside}" if aside else ""
+        log.error("%s could not be read (%s); the trackers start new runs%s", path, exc, kept)
         return {}
-    return sessions if isinstance(sessions, dict) else {}
+    return sessions
 
 
 def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
@@ -144,7 +156,7 @@ def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
     if backends == ["tensorboard"]:  # no config, run info or sessions needed
         info, sessions = None, {}
     else:
-        info, sessions = run_info(cfg, run_dir), _read_sessions(run_dir)
+        info, sessions = run_info(cfg, run_dir), _read_sessions(run_dir, owner=True)
     opened: dict[str, Tracker] = {}
     for backend in backends:
         try:
@@ -165,8 +177,8 @@ def open_trackers(cfg: Any, run_dir: str) -> list[Tracker]:
 def _write_sessions(run_dir: str | Path, sessions: dict[str, dict[str, Any]]) -> bool:
     """Write ``tracking.json``; False, logged, where it cannot be written (a resume or
     seedq-eval then cannot find these tracked runs: they start new ones)."""
-    try:
-        Path(run_dir, SESSION_FILE).write_text(json.dumps(sessions, indent=2))
+    try:  # whole or not at all: a kill mid-write must not leave half of it
+        replace_text(str(Path(run_dir, SESSION_FILE)), json.dumps(sessions, indent=2))
     except OSError as exc:
         log.error("%s could not be written (%s)", Path(run_dir, SESSION_FILE), exc)
         return False
@@ -179,7 +191,7 @@ def hold_back_trackers(run_dir: str | Path, furthest: int) -> None:
     back (W&B and MLflow keep what they were sent). Noted there, so that the resumed run sends
     them rows past ``furthest`` only: its rows before it would put a second value at steps
     they hold, and draw the curve back to the checkpoint."""
-    sessions = _read_sessions(run_dir)
+    sessions = _read_sessions(run_dir, owner=True)
     if not sessions:
         return
     for session in sessions.values():
