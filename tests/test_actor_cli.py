@@ -65,6 +65,12 @@ def actor(*args: str) -> subprocess.CompletedProcess:
         # Its first env id, 2**30 x 2, is past the protocol's bound.
         ([*TO_NOWHERE, "--actor-ids", str(2**30)], "is out of range"),
         ([*TO_NOWHERE, "--seed", "-5000"], "must be >= 0"),
+        # Were "no reply from the learner for -1 s" at once, and a wait for ever for nan.
+        ([*TO_NOWHERE, "--reply-timeout-s", "-1"], "--reply-timeout-s=-1.0 is out of range"),
+        ([*TO_NOWHERE, "--reply-timeout-s", "nan"], "--reply-timeout-s=nan is out of range"),
+        ([*TO_NOWHERE, "--learner-lost-s", "0"], "--learner-lost-s=0.0 is out of range"),
+        ([*TO_NOWHERE, "--max-rejoins", "-1"], "--max-rejoins=-1 is out of range"),
+        ([*TO_NOWHERE, "--env-timeout-s", "inf"], "--env-timeout-s=inf is out of range"),
     ],
 )
 def test_arguments_it_cannot_use_exit_2_naming_them(args, says):

@@ -37,6 +37,7 @@ from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
 from seedq.messages import env_json
+from seedq.schema import positive
 from seedq.security import client_options
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,20 @@ def check_endpoints(endpoint: str) -> list[str]:
             "ipc://PATH, inproc://NAME), several separated by commas"
         )
     return endpoints
+
+
+def check_patience(patience: Patience) -> None:
+    """A ValueError naming the first of ``--reply-timeout-s``, ``--learner-lost-s``,
+    ``--max-rejoins``, ``--env-timeout-s`` out of range: the bounds of their ``actor.*`` keys.
+    Unchecked, a negative or zero timeout ended the actor at once as "no reply from the learner
+    for -1 s", and nan waited for ever."""
+    for name, zero_ok in (
+        ("reply_timeout_s", False),
+        ("learner_lost_s", False),
+        ("max_rejoins", True),
+        ("env_timeout_s", True),
+    ):
+        positive(f"--{name.replace('_', '-')}", getattr(patience, name), zero_ok=zero_ok)
 
 
 async def _run(
@@ -318,11 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.parent_pid and not exit_with_parent(args.parent_pid):
         log.error("the learner (pid %d) that started this actor is gone; exiting", args.parent_pid)
         return 1
-    patience = Patience(
-        args.reply_timeout_s, args.learner_lost_s, args.max_rejoins, args.env_timeout_s
-    )
     raise_open_file_limit()
     try:
+        patience = Patience(
+            args.reply_timeout_s, args.learner_lost_s, args.max_rejoins, args.env_timeout_s
+        )
+        check_patience(patience)
         check_endpoints(args.endpoint)
         try:
             env_section = json.loads(args.env_config)
