@@ -9,6 +9,7 @@ import io
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -120,6 +121,18 @@ class _Outage:
             self.failures, self._logged_at = 0, -math.inf
 
 
+# How long the end of a run waits for a tracker that failed mid-run to close (its service may
+# still be gone).
+DROPPED_CLOSE_S = 10.0
+
+
+def _close_quietly(tracker: Any) -> None:
+    try:
+        tracker.close()
+    except Exception as exc:  # noqa: BLE001 - it failed once already; the run is over
+        log.warning("closing %s (dropped mid-run) failed: %s", type(tracker).__name__, exc)
+
+
 class MetricsWriter:
     """Writes one row per logging interval to ``metrics.csv`` and the same values, as written
     there, to each tracker.
@@ -140,6 +153,7 @@ class MetricsWriter:
         self._line = io.StringIO()
         self._csv = csv.DictWriter(self._line, fieldnames=self.columns, restval="")
         self.trackers = open_trackers(cfg, run_dir)
+        self.dropped: list[Any] = []  # trackers that failed: closed at the end if they can be
         self.episodes_path = os.path.join(run_dir, EPISODES_NAME)
         self._episodes: Any = None  # opened at the first finished episode
         self._metrics_outage = _Outage(self.path)
@@ -172,6 +186,7 @@ class MetricsWriter:
             except Exception as exc:  # noqa: BLE001 - metrics.csv has the row; the run goes on
                 log.error("%s failed (%s); no more rows go to it", type(tracker).__name__, exc)
                 self.trackers.remove(tracker)
+                self.dropped.append(tracker)
 
     def write_episodes(self, episodes: Sequence[tuple[int, float, int]]) -> None:
         """Append finished episodes (env steps when counted, return, length) to
@@ -194,6 +209,27 @@ class MetricsWriter:
                 "%d episodes not written to %s: %s", len(episodes), self.episodes_path, exc
             )
 
+    def _close_dropped(self) -> None:
+        """Close the trackers that failed mid-run, so that their tracked runs end as finished
+        (an MLflow run left open shows as running for good) where their service is back; each
+        in a daemon thread given ``DROPPED_CLOSE_S``, since a dead server can keep a close
+        waiting on its retries for minutes."""
+        for tracker in self.dropped:
+            name = type(tracker).__name__
+            closing = threading.Thread(
+                target=_close_quietly, args=(tracker,), name=f"close-{name}", daemon=True
+            )
+            closing.start()
+            closing.join(DROPPED_CLOSE_S)
+            if closing.is_alive():
+                log.warning(
+                    "%s (dropped mid-run) did not close within %g s; its tracked run may "
+                    "still show as running",
+                    name,
+                    DROPPED_CLOSE_S,
+                )
+        self.dropped = []
+
     def _take_line(self) -> str:
         text = self._line.getvalue()
         self._line.seek(0)
@@ -206,6 +242,7 @@ class MetricsWriter:
                 tracker.close()
             except Exception as exc:  # noqa: BLE001 - closing the others matters more
                 log.error("closing %s failed: %s", type(tracker).__name__, exc)
+        self._close_dropped()
         for name, file in (("metrics", self._file), ("episodes", self._episodes)):
             if file is None:
                 continue

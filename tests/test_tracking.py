@@ -9,6 +9,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -228,6 +229,39 @@ def test_a_failing_tracker_is_dropped_and_metrics_csv_goes_on(tmp_path):
     writer.close()
     assert [r["env_steps"] for r in csv_rows(tmp_path)] == [10, 20]
     assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1
+
+
+class BrokenUntilTheEnd(Broken):
+    closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_a_tracker_dropped_mid_run_is_still_closed_at_the_end(tmp_path):
+    # It was never closed: its MLflow run showed as running for good.
+    writer, tracker = MetricsWriter(str(tmp_path), []), BrokenUntilTheEnd()
+    writer.trackers.append(tracker)
+    writer.write({"wall_time": 1.0, "env_steps": 10, "return_mean": None})
+    assert tracker not in writer.trackers
+    writer.close()
+    assert tracker.closed == 1
+
+
+class Hanging(Broken):
+    def close(self):
+        threading.Event().wait()  # a dead server's retries
+
+
+def test_a_dropped_tracker_whose_close_hangs_costs_the_end_of_the_run_a_bounded_wait(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(metrics, "DROPPED_CLOSE_S", 0.05)
+    writer = MetricsWriter(str(tmp_path), [])
+    writer.trackers.append(Hanging())
+    writer.write({"wall_time": 1.0, "env_steps": 10, "return_mean": None})
+    writer.close()  # returns
+    assert "Hanging (dropped mid-run) did not close within 0.05 s" in caplog.text
 
 
 def test_a_tensorboard_dir_that_cannot_be_opened_costs_tensorboard_not_the_run(tmp_path, caplog):
