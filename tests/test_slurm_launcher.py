@@ -16,15 +16,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from ssh_hosts import processes_with_env
 
+from seedq.launch import slurm
 from seedq.launch.config import LauncherConfig, validate_launcher
 from seedq.launch.remote_actor import actor_host_script
 from seedq.launch.slurm import (
     Allocation,
     NotInAllocation,
+    SlurmLauncher,
     advertise_host,
     expand_nodelist,
     srun_command,
@@ -187,6 +190,22 @@ def test_actors_dial_the_learner_s_host_name_and_a_loopback_broker_stays_on_one_
     assert advertise_host("127.0.0.1", "", ["cpu1"], "cpu1.cluster") == "127.0.0.1"
     with pytest.raises(ConfigError, match=r"actor nodes \['cpu2.invalid'\] are other machines"):
         advertise_host("127.0.0.1", "", ["cpu1", "cpu2.invalid"], "cpu1")
+
+
+def test_a_loopback_broker_for_other_nodes_is_refused_before_any_node_is_checked(monkeypatch):
+    # Was refused only after every node had run its check as a job step.
+    monkeypatch.setattr(slurm, "expand_nodelist", lambda nodelist: ["cpu1.invalid", "cpu2.invalid"])
+    checked = []
+    monkeypatch.setattr(SlurmLauncher, "check_nodes", lambda *args: checked.append(args))
+    cfg = SimpleNamespace(
+        actor=SimpleNamespace(transport="tcp", num_actors=1),
+        launcher=LauncherConfig(name="slurm"),
+        broker=SimpleNamespace(host="127.0.0.1", advertise_host=""),
+    )
+    environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "cpu[1-2].invalid"}
+    with pytest.raises(ConfigError, match="broker.host='127.0.0.1' is loopback"):
+        SlurmLauncher.for_run(cfg, "/tmp", environ)
+    assert checked == []
 
 
 def test_with_a_shared_key_directory_no_key_is_shipped_and_actors_read_it_in_place():

@@ -8,6 +8,7 @@ hosts after each way of stopping.
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fault_helpers import alive, children, wait_for
@@ -369,6 +371,33 @@ def test_a_loopback_broker_cannot_serve_remote_hosts():
         advertise_host("127.0.0.1", "", remote)
     assert advertise_host("0.0.0.0", "", [SshHost("x", "127.0.0.1", 22, "me")]) == "127.0.0.1"
     assert advertise_host("0.0.0.0", "learner.example", remote) == "learner.example"
+
+
+@pytest.mark.parametrize(
+    ("broker_host", "says"),
+    [
+        # Was socket.gaierror's traceback, after every host had passed its check.
+        ("0.0.0.0", "set broker.advertise_host to the name or address the hosts reach"),
+        # Was refused only after the host checks had run.
+        ("127.0.0.1", "broker.host='127.0.0.1' is loopback"),
+    ],
+)
+def test_an_address_actors_cannot_dial_is_refused_before_any_host_is_checked(
+    tmp_path, monkeypatch, broker_host, says
+):
+    # A host behind a jump host: its name resolves there, not here, yet ssh reaches it.
+    config = tmp_path / "ssh_config"
+    config.write_text("Host behind-jump\n  HostName node7.cluster.invalid\n")
+    checked = []
+    monkeypatch.setattr(SshLauncher, "check_hosts", lambda *args: checked.append(args))
+    cfg = SimpleNamespace(
+        actor=SimpleNamespace(transport="tcp", num_actors=1),
+        launcher=LauncherConfig(name="ssh", hosts=["behind-jump"], ssh_args=["-F", str(config)]),
+        broker=SimpleNamespace(host=broker_host, advertise_host=""),
+    )
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        SshLauncher.for_run(cfg, str(tmp_path))
+    assert checked == []
 
 
 def test_remote_script_quotes_the_environment_and_execs_the_actor():

@@ -90,7 +90,17 @@ def advertise_host(broker_host: str, advertise: str, hosts: list[SshHost]) -> st
     if advertise:
         return advertise
     if broker_host in ("*", "0.0.0.0", "::", ""):
-        return route_address(hosts[0].hostname, hosts[0].port)
+        try:
+            return route_address(hosts[0].hostname, hosts[0].port)
+        except OSError as exc:
+            # A host reached through ProxyJump or a ProxyCommand may have a name only the
+            # jump host resolves: ssh reaches it, this machine has no route to look up.
+            raise ConfigError(
+                f"broker.host={broker_host!r} binds every interface, so actors dial this "
+                f"machine's address on the route to the first host, {hosts[0].entry} "
+                f"({hosts[0].hostname}), but there is none from here ({exc}); set "
+                "broker.advertise_host to the name or address the hosts reach this machine by"
+            ) from None
     if is_loopback(broker_host):
         remote = [h.entry for h in hosts if not is_loopback(h.hostname)]
         if remote:
@@ -132,6 +142,7 @@ class SshLauncher(RemoteLauncher):
             raise ConfigError("launcher=ssh needs actor.transport=tcp")
         per_host = cfg.launcher.actors_per_host or cfg.actor.num_actors
         launcher = cls(cfg.launcher, run_dir, per_host)
+        launcher.dialled_host(cfg.broker)  # an address actors cannot dial is refused first
         python = cfg.launcher.python or sys.executable
         launcher.check_hosts(cfg.env, python, shipped_keys_dir(cfg))
         return launcher
