@@ -33,6 +33,7 @@ from ssh_hosts import (
 from seedq.envs import EnvConfig
 from seedq.envs.gym import GymConfig
 from seedq.keys import create_keys
+from seedq.launch import ssh
 from seedq.launch.config import LauncherConfig
 from seedq.launch.remote_actor import remote_script
 from seedq.launch.ssh import (
@@ -371,6 +372,16 @@ def test_a_loopback_broker_cannot_serve_remote_hosts():
         advertise_host("127.0.0.1", "", remote)
     assert advertise_host("0.0.0.0", "", [SshHost("x", "127.0.0.1", 22, "me")]) == "127.0.0.1"
     assert advertise_host("0.0.0.0", "learner.example", remote) == "learner.example"
+
+
+def test_a_wildcard_broker_is_dialled_at_the_route_to_a_host_that_is_not_this_machine(
+    monkeypatch,
+):
+    monkeypatch.setattr(ssh, "route_address", lambda host, port: f"route-to-{host}")
+    here, away = SshHost("localhost", "127.0.0.1", 22, "me"), SshHost("cpu2", "10.1.2.3", 22, "me")
+    # Was the route to the first host, 127.0.0.1 here: cpu2's actors dialled their own loopback.
+    assert advertise_host("0.0.0.0", "", [here, away]) == "route-to-10.1.2.3"
+    assert advertise_host("0.0.0.0", "", [here]) == "route-to-127.0.0.1"
 
 
 @pytest.mark.parametrize(

@@ -86,20 +86,24 @@ def route_address(host: str, port: int) -> str:
 
 def advertise_host(broker_host: str, advertise: str, hosts: list[SshHost]) -> str:
     """The address remote actors dial: ``advertise`` if set, else ``broker_host`` unless it is
-    a wildcard (then the route to the first host); fails early where actors could not reach it."""
+    a wildcard (then the route to the first host that is not this machine); fails early where
+    actors could not reach it."""
     if advertise:
         return advertise
     if broker_host in ("*", "0.0.0.0", "::", ""):
+        # The route to this machine itself is 127.0.0.1, which the other hosts' actors would
+        # dial as their own loopback and wait there for a learner that never answers.
+        first = next((h for h in hosts if not is_loopback(h.hostname)), hosts[0])
         try:
-            return route_address(hosts[0].hostname, hosts[0].port)
+            return route_address(first.hostname, first.port)
         except OSError as exc:
             # A host reached through ProxyJump or a ProxyCommand may have a name only the
             # jump host resolves: ssh reaches it, this machine has no route to look up.
             raise ConfigError(
                 f"broker.host={broker_host!r} binds every interface, so actors dial this "
-                f"machine's address on the route to the first host, {hosts[0].entry} "
-                f"({hosts[0].hostname}), but there is none from here ({exc}); set "
-                "broker.advertise_host to the name or address the hosts reach this machine by"
+                f"machine's address on the route to host {first.entry} ({first.hostname}), "
+                f"but there is none from here ({exc}); set broker.advertise_host to the name or "
+                "address the hosts reach this machine by"
             ) from None
     if is_loopback(broker_host):
         remote = [h.entry for h in hosts if not is_loopback(h.hostname)]
