@@ -14,7 +14,8 @@ class BrokerConfig:
     advertise_host: str = setting(
         "",
         "address actors dial (empty: broker.host; with a wildcard broker.host, launcher=ssh: this "
-        "machine's address on the route to the first host, launcher=slurm: its host name)",
+        "machine's address on the route to the first host that is not this machine, "
+        "launcher=slurm: its host name)",
     )
     max_batch: int = setting(64, "envs per inference batch")
     deadline_ms: float = setting(
