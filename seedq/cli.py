@@ -309,22 +309,49 @@ def resolve_rank_config(cfg: DictConfig, hydra_cfg: Any, ranks_here: int) -> tup
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return _train_job(cfg)
+    COMMAND.next_job = hydra_cfg.job.num
+    COMMAND.sweep_hint = continue_sweep(hydra_cfg, cfg.resume == AUTO)
     try:
         return _train_job(cfg)
     except SystemExit as exc:
-        hydra_cfg = HydraConfig.get()
-        if hydra_cfg.mode != RunMode.MULTIRUN or exc.code in (0, None):
+        if exc.code in (0, None):
+            raise
+        COMMAND.job_codes.append(int(exc.code))
+        if exc.code == EXIT_STOPPED:
+            # A stop signal (Ctrl-C, a scheduler's SIGTERM) stops the sweep, not only the job
+            # it landed in: the next job started, and stopping a sweep took one per job.
+            log.warning(
+                "job %s of the sweep was stopped: the sweep stops with it, its later jobs are "
+                "not started; %s",
+                hydra_cfg.job.num,
+                COMMAND.sweep_hint,
+            )
             raise
         # A SystemExit would end the sweep here, its later jobs never run. The job returns
         # instead (an exception would be Hydra's failed job, printed with a traceback), and
         # the sweep ends with its worst job's status once all have run (train_main).
-        COMMAND.job_codes.append(int(exc.code))
         log.error(
             "job %s of the sweep ended with exit status %s (see above); its other jobs run",
             hydra_cfg.job.num,
             exc.code,
         )
         return None
+
+
+def continue_sweep(hydra_cfg: Any, resumes: bool) -> str:
+    """How a stopped sweep goes on: its jobs' folders again, with ``resume=auto`` (a finished
+    job is not trained again, the stopped one continues from its checkpoint)."""
+    if resumes:
+        return "the same command continues the sweep"
+    if fixed_run_dir(hydra_cfg):
+        return "the same command with resume=auto continues the sweep"
+    return (
+        f"the same command with resume=auto hydra.sweep.dir={hydra_cfg.sweep.dir} continues "
+        "the sweep"
+    )
 
 
 def _train_job(cfg: DictConfig) -> float | None:
@@ -384,6 +411,8 @@ def _train_job(cfg: DictConfig) -> float | None:
         )
         sys.exit(EXIT_RUN_FAILED)
     COMMAND.started = True
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        COMMAND.next_job = hydra_cfg.job.num + 1
     try:
         summary = run.run()
     except RunFault as exc:
@@ -391,7 +420,9 @@ def _train_job(cfg: DictConfig) -> float | None:
         log.error("run failed: %s (the newest checkpoint is in %s)", exc, run.run_dir)
         sys.exit(EXIT_RUN_FAILED)
     finally:
-        ended_quietly_on_stop_signals()
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            # A sweep's next job starts as a single run does: a signal then stops the sweep.
+            ended_quietly_on_stop_signals()
     from seedq.learner.checkpoint_files import newest_checkpoint
 
     # A checkpoint to go on from: the last one written, or (when it failed) an earlier one.
@@ -406,15 +437,18 @@ def _train_job(cfg: DictConfig) -> float | None:
             else "but its stop checkpoint could not be written (see above), and none was "
             "before it: nothing of the run is saved"
         )
-        log.warning(
-            "stopped by %s %s (exit status %d); the same command with resume=auto and "
-            "run_dir=%s %s",
-            run.stop_signal or "Ctrl-C",
-            saved,
-            EXIT_STOPPED,
-            run.run_dir,
-            "continues the run" if on_disk else "starts it again",
-        )
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            log.warning(
+                "stopped by %s %s (exit status %d); the same command with resume=auto and "
+                "run_dir=%s %s",
+                run.stop_signal or "Ctrl-C",
+                saved,
+                EXIT_STOPPED,
+                run.run_dir,
+                "continues the run" if on_disk else "starts it again",
+            )
+        else:
+            log.warning("stopped by %s %s", run.stop_signal or "Ctrl-C", saved)
         sys.exit(EXIT_STOPPED)
     if not run.last_checkpoint_written and run.weights_not_finite:
         # Not the disk: the training diverged, and a NaN state is never written.
@@ -1034,6 +1068,8 @@ class Command:
     started: bool = False
     composed: bool = False  # Hydra composed the config and called seedq
     job_codes: list[int] = dataclasses.field(default_factory=list)  # a sweep's failed jobs
+    next_job: int | None = None  # a sweep's first job whose run has not started
+    sweep_hint: str = ""  # how a stopped sweep goes on (continue_sweep)
 
 
 COMMAND = Command()
@@ -1137,6 +1173,19 @@ class ReaderMayLeave:
         return getattr(self._stream, name)
 
 
+def stopped_between_jobs(exc: KeyboardInterrupt) -> None:
+    """End a sweep a stop signal reached while no job's run held the signals (a job starting,
+    or Hydra between two jobs): one line and exit status 75, not a traceback."""
+    name = exc.name if isinstance(exc, StoppedWhileStarting) else "SIGINT"
+    print(
+        f"seedq-train: stopped by {name} before job {COMMAND.next_job} of the sweep started; "
+        f"it and the jobs after it are not run (exit status {EXIT_STOPPED}: "
+        f"{COMMAND.sweep_hint})",
+        file=sys.stderr,
+    )
+    sys.exit(max([*COMMAND.job_codes, EXIT_STOPPED]))
+
+
 def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         try:
@@ -1165,6 +1214,8 @@ def train_main() -> None:
     try:
         _train()
     except KeyboardInterrupt as exc:
+        if multirun and COMMAND.started:
+            stopped_between_jobs(exc)
         # Ctrl-C before the run took over the signal (imports, config, start-up): one line,
         # not an import's traceback. A started run saves a checkpoint and exits 75 itself.
         if COMMAND.started and not isinstance(exc, StoppedWhileStarting):

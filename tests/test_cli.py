@@ -456,6 +456,53 @@ def test_a_sweep_value_hydra_cannot_read_is_a_refusal_exit_2(tmp_path):
     assert "Value 'abc' of type 'str' could not be converted to Float" in result.stdout
 
 
+def start_fake_sweep(tmp_path, *overrides: str) -> subprocess.Popen:
+    """A two-job sweep (seed=0,1) of fake-env runs, job N in ``tmp_path/N``, output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", "-m", "seed=0,1", "env=fake"]
+        + ["actor.envs_per_batch=8", "log_interval_s=0.5", *overrides]
+        + [f"run_dir={tmp_path}/" + "${hydra:job.num}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_ctrl_c_in_a_sweep_stops_the_sweep_not_only_its_job(tmp_path):
+    # The job checkpointed and exited 75, then the next job started: stopping a sweep of N
+    # jobs took N Ctrl-Cs, and a scheduler's one SIGTERM stopped one job of it.
+    sweep = start_fake_sweep(tmp_path, "max_minutes=2")
+    deadline = time.monotonic() + 120
+    metrics = tmp_path / "0" / "metrics.csv"
+    while time.monotonic() < deadline and (
+        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
+    ):
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGINT)
+    output, _ = sweep.communicate(timeout=120)
+    assert (sweep.returncode, (tmp_path / "1").exists()) == (75, False), output
+    assert "job 0 of the sweep was stopped: the sweep stops with it" in output
+    assert "the same command with resume=auto continues the sweep" in output
+
+
+def test_a_stop_signal_between_a_sweeps_jobs_stops_the_sweep(tmp_path):
+    # After a job's run ended, a signal was "noted" ("SIGTERM after the run ended: it exits
+    # as it is") and the next job trained to its end: the sweep exited 0.
+    sweep = start_fake_sweep(tmp_path, "total_env_steps=2000")
+    output = ""
+    for line in sweep.stdout:
+        output += line
+        if "#1 : " in line:
+            break
+    sweep.send_signal(signal.SIGTERM)
+    rest, _ = sweep.communicate(timeout=120)
+    output += rest
+    assert sweep.returncode == 75, output
+    assert "after the run ended" not in output and "Traceback" not in output
+    summary = tmp_path / "1" / "summary.json"
+    assert not summary.exists() or json.loads(summary.read_text())["env_steps"] < 2000
+
+
 @pytest.mark.parametrize("given", ["run_dir=", "hydra.run.dir= "])
 def test_an_empty_run_dir_is_refused_and_nothing_is_written(tmp_path, given):
     # Hydra took it for the working directory (.hydra/, cli.log, the lock written there),
