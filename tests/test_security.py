@@ -173,6 +173,26 @@ def test_a_peer_without_the_actor_key_gets_nothing_and_is_counted(
         sock.close()
 
 
+@pytest.mark.parametrize(
+    "peer, says",
+    [
+        ("plain", "refused a CURVE handshake from a peer without CURVE"),
+        ("wrong_server_key", "does not decrypt with this learner's key"),
+    ],
+)
+def test_the_learner_logs_a_refusal_its_zap_handler_never_sees(
+    server, keys_dir, tmp_path, caplog, peer, says
+):
+    # The ZAP handler logged the unknown actor key only: these were counted, never said.
+    ctx, router, guard, endpoint = server
+    options = {"plain": None, "wrong_server_key": wrong_server_options(tmp_path, keys_dir)}[peer]
+    sock = dealer(ctx, endpoint, options)
+    try:
+        wait_for(lambda: says in caplog.text)
+    finally:
+        sock.close()
+
+
 def test_a_wrongly_keyed_actor_gets_no_row(server, broker, keys_dir, tmp_path):
     ctx, router, guard, endpoint = server
     stranger = dealer(ctx, endpoint, wrong_actor_options(tmp_path, keys_dir))

@@ -72,6 +72,17 @@ class _KeyList:
         return False
 
 
+# What a handshake the ZAP handler never saw most likely was, for the learner's log: the actor
+# hears its side of it (seedq.actor.loop), the operator of the learner heard nothing.
+_MECHANISM_MISMATCH = getattr(zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", None)
+_PLAIN_PEER = "a peer without CURVE (an actor started without --keys-dir, or not a seedq actor)"
+_OTHER_SERVER_KEY = (
+    "a CURVE peer whose handshake does not decrypt with this learner's key (an actor whose "
+    "learner.key is another learner's: give it this one's)"
+)
+REFUSAL_LOG_EVERY_S = 5.0
+
+
 class CurveGuard:
     """The ZAP handler and the refusal counter of one CURVE ROUTER; made by :func:`secure_server`.
 
@@ -86,6 +97,7 @@ class CurveGuard:
         self._sock = sock
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._last_warning = float("-inf")
         self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | sum(_REFUSALS))
         self._thread = threading.Thread(target=self._watch, name="curve-monitor", daemon=True)
         self._thread.start()
@@ -100,14 +112,36 @@ class CurveGuard:
             if not self._monitor.poll(100):
                 continue
             try:
-                event = recv_monitor_message(self._monitor)["event"]
+                message = recv_monitor_message(self._monitor)
             except zmq.ZMQError:
                 return
+            event = message["event"]
             with self._lock:
                 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self.accepted += 1
                 elif event in _REFUSALS:
                     self.refused_by_reason[_REFUSALS[event]] += 1
+            if event in _REFUSALS and event != zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self._warn(event, message["value"])
+
+    def _warn(self, event: int, value: int) -> None:
+        """Log a refusal the ZAP handler did not see (it logs its own), at most every
+        ``REFUSAL_LOG_EVERY_S``: a refused peer retries every 100 ms."""
+        now = time.monotonic()
+        if now - self._last_warning < REFUSAL_LOG_EVERY_S:
+            return
+        self._last_warning = now
+        if value == _MECHANISM_MISMATCH:
+            who = _PLAIN_PEER
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            who = _OTHER_SERVER_KEY
+        else:
+            who = "a peer whose connection ended during the handshake"
+        log.warning(
+            "refused a CURVE handshake from %s; %d refused so far (faults/refused_peers)",
+            who,
+            self.refused,
+        )
 
     def stop(self) -> None:
         self._stop.set()
