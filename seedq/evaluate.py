@@ -37,7 +37,6 @@ import math
 import numbers
 import os
 import sys
-import tempfile
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -77,6 +76,7 @@ from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
 from seedq.schema import FLOAT_NOTATION, ConfigError
 from seedq.tracking import Evaluation, attach_evaluation
+from seedq.videos import EpisodeVideos, check_video_folder
 
 logger = logging.getLogger(__name__)
 
@@ -391,7 +391,15 @@ def load_policy(
     return policy
 
 
-def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
+def _gym_episodes(
+    policy: Policy,
+    env_cfg: EnvConfig,
+    episodes: int,
+    seed: int,
+    video: EpisodeVideos | None,
+) -> Iterator[tuple[float, Path | None]]:
+    """Each episode's return and its video (None without ``video``), played through
+    ``gymnasium.make`` as training made the env."""
     import gymnasium as gym
 
     make_env_batch(env_cfg, 1, seed=seed).close()  # same checks and ALE registration as training
@@ -416,7 +424,9 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
             with _env_call(episode, episodes):
                 obs, _ = env.reset(seed=seed + episode)
             policy.reset()
-            frames = [_render(env)] if video else []
+            if video:
+                video.start(episode)
+                video.add(_render(env))
             total, done, steps = 0.0, False, 0
             while not done:
                 row = transform(batch_singles(env.observation_space, [obs]))[0]
@@ -436,8 +446,8 @@ def _gym_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, 
                         env_cfg.id,
                     )
                 if video:
-                    frames.append(_render(env))
-            yield total, frames
+                    video.add(_render(env))
+            yield total, video.finish() if video else None
     finally:
         env.close()
 
@@ -517,9 +527,16 @@ def _row_policies(policy: Policy, rows: int) -> list[Policy]:
     return [policy, *(copy.copy(policy) for _ in range(rows - 1))]
 
 
-def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed: int, video: bool):
+def _env_batch_episodes(
+    policy: Policy,
+    env_cfg: EnvConfig,
+    episodes: int,
+    seed: int,
+    video: EpisodeVideos | None,
+) -> Iterator[tuple[float, Path | None]]:
     """Episodes played through seedq's env batch: one env, which may fill several rows
-    (football's controlled players); an episode's return is the mean of its rows' returns."""
+    (football's controlled players); an episode's return is the mean of its rows' returns,
+    yielded with its video (None without ``video``)."""
     rows = rows_per_env(env_cfg)
     policies = _row_policies(policy, rows)
     agent_view = _AGENT_VIEWS.get(env_cfg.kind, _agent_view)
@@ -530,7 +547,9 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
         for episode in range(episodes):
             for row_policy in policies:
                 row_policy.reset()
-            frames = [agent_view(obs[0])] if video else []
+            if video:
+                video.start(episode)
+                video.add(agent_view(obs[0]))
             totals, done = np.zeros(rows), False
             while not done:
                 actions = [
@@ -547,44 +566,11 @@ def _env_batch_episodes(policy: Policy, env_cfg: EnvConfig, episodes: int, seed:
                     for row_policy in policies:
                         row_policy.reset()
                 if video:
-                    frames.append(
-                        agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0])
-                    )
+                    video.add(agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0]))
                 obs = step.obs  # after an end: the next episode's first observation
-            yield float(totals.mean()), frames
+            yield float(totals.mean()), video.finish() if video else None
     finally:
         env.close()
-
-
-def check_video_folder(folder: Path) -> None:
-    """Refuse ``video=true`` before any episode is played when ``folder`` cannot take files."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise ConfigError(
-            f"video=true: cannot write videos into {folder} ({exc.strerror or exc}); make it a "
-            "writable folder, or evaluate without video"
-        ) from None
-
-
-def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
-    try:
-        import imageio.v3 as iio
-    except ImportError:
-        raise EnvError(
-            "video=true needs imageio and imageio-ffmpeg: pip install 'seedq[video]'"
-        ) from None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        iio.imwrite(path, np.stack(frames), fps=fps, codec="libx264", macro_block_size=1)
-    except OSError as exc:
-        path.unlink(missing_ok=True)  # a partial video is no video
-        raise ConfigError(
-            f"video=true: could not write {path} ({exc.strerror or exc}); free disk space or "
-            "evaluate without video"
-        ) from None
 
 
 def evaluate(
@@ -649,15 +635,20 @@ def evaluate(
             "which seedq does not set up; evaluate without video"
         )
     run = _gym_episodes if plays_gymnasium_id(env_cfg.kind) else _env_batch_episodes
-    returns, videos = [], []
-    folder = path.parent.parent / "videos"
+    recorder = None
     if video:
+        folder = path.parent.parent / "videos"
         check_video_folder(folder)
-    for i, (total, frames) in enumerate(run(policy, env_cfg, episodes, seed, video)):
-        returns.append(total)
-        if video:
-            videos.append(folder / f"{path.stem}-episode{i:03d}.mp4")
-            write_video(videos[-1], frames, fps=30)
+        recorder = EpisodeVideos(folder, path.stem, fps=30)
+    returns, videos = [], []
+    try:
+        for total, written in run(policy, env_cfg, episodes, seed, recorder):
+            returns.append(total)
+            if written is not None:
+                videos.append(written)
+    finally:
+        if recorder is not None:
+            recorder.discard()  # the episode an error ended: a partial video is no video
     return returns, videos
 
 

@@ -467,10 +467,11 @@ def test_a_box2d_env_without_its_package_names_seedqs_extra() -> None:
     ],
 )
 def test_seedq_eval_video_of_an_env_that_renders_no_frames_is_refused_in_one_line(
-    env_id, why
+    env_id, why, tmp_path
 ) -> None:
     # Both ended the evaluation in a traceback (exit 1).
     from seedq import evaluate
+    from seedq.videos import EpisodeVideos
 
     class First:
         def reset(self) -> None:
@@ -479,7 +480,8 @@ def test_seedq_eval_video_of_an_env_that_renders_no_frames_is_refused_in_one_lin
         def act(self, obs: np.ndarray) -> int:
             return 0
 
-    episodes = evaluate._gym_episodes(First(), GymConfig(id=env_id), 1, 0, True)
+    videos = EpisodeVideos(tmp_path, "ckpt")
+    episodes = evaluate._gym_episodes(First(), GymConfig(id=env_id), 1, 0, videos)
     with pytest.raises(EnvError, match=rf"^video=true: {env_id} renders no frames \({why}.*\); "):
         next(episodes)
 

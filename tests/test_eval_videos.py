@@ -1,0 +1,82 @@
+"""``seedq-eval video=true`` writes each episode's frames to its MP4 as the episode is played
+(``seedq.videos.EpisodeVideos``), so a long or endless episode costs disk, not memory."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import gymnasium as gym
+import imageio.v3 as iio
+import numpy as np
+from gymnasium import spaces
+
+from seedq import evaluate
+from seedq.envs.gym import GymConfig
+from seedq.videos import EpisodeVideos
+
+ENV = "SeedqBigFrames-v0"
+STEPS, SIDE = 400, 128
+FRAME_BYTES = SIDE * SIDE * 3
+
+
+class BigFrames(gym.Env):
+    """An episode of STEPS steps, each rendered as a SIDE x SIDE RGB frame of its step."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):  # noqa: ANN001, ANN202
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):  # noqa: ANN001, ANN202
+        self.t += 1
+        return np.zeros(1, np.float32), 1.0, False, False, {}
+
+    def render(self) -> np.ndarray:
+        return np.full((SIDE, SIDE, 3), self.t % 256, np.uint8)
+
+
+gym.register(ENV, entry_point=BigFrames, max_episode_steps=STEPS)
+
+
+class First:
+    """A policy that always takes action 0."""
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs: np.ndarray) -> int:
+        return 0
+
+
+def test_an_episode_video_is_written_while_it_plays_not_held_in_memory(tmp_path) -> None:
+    # Every frame of an episode was held until it ended: an endless CliffWalking-v1 episode
+    # grew seedq-eval to 23 GB before the OOM killer ended it.
+    videos = EpisodeVideos(tmp_path, "ckpt")
+    tracemalloc.start()
+    try:
+        [(total, path)] = list(evaluate._gym_episodes(First(), GymConfig(id=ENV), 1, 0, videos))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    frames = iio.imread(path)
+    assert (total, frames.shape, peak < STEPS * FRAME_BYTES / 4) == (
+        STEPS,
+        (STEPS + 1, SIDE, SIDE, 3),
+        True,
+    )
+
+
+def test_an_episode_the_env_ended_with_an_error_leaves_no_partial_video(tmp_path) -> None:
+    videos = EpisodeVideos(tmp_path, "ckpt")
+    videos.start(0)
+    videos.add(np.zeros((16, 16, 3), np.uint8))
+    videos.discard()
+    assert list(tmp_path.iterdir()) == []
