@@ -17,7 +17,7 @@ CARTPOLE = '{"kind": "cartpole"}'
 
 @pytest.mark.parametrize(
     "endpoint",
-    ["tcp://127.0.0.1:5555", "tcp://learner.example:1", "tcp://[::1]:5555", "ipc:///tmp/x"]
+    ["tcp://127.0.0.1:5555", "tcp://learner.example:1", "ipc:///tmp/x"]
     + ["inproc://seedq", "tcp://a:1,tcp://b:2"],
 )
 def test_addresses_to_dial_pass(endpoint):
@@ -32,6 +32,12 @@ def test_addresses_to_dial_pass(endpoint):
 def test_addresses_that_cannot_be_dialled_are_named(endpoint):
     with pytest.raises(ValueError, match="is not an address to dial"):
         check_endpoints(endpoint)
+
+
+def test_an_ipv6_address_no_learner_listens_on_is_named():
+    # Was taken: the actor then waited --reply-timeout-s saying "no connection".
+    with pytest.raises(ValueError, match="is an IPv6 address; seedq's learner and actors speak"):
+        check_endpoints("tcp://10.0.0.1:5555,tcp://[::1]:5555")
 
 
 # Port 9 (discard) has no learner: an actor that got past its arguments would wait there.

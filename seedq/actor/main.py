@@ -80,6 +80,13 @@ def check_endpoints(endpoint: str) -> list[str]:
         host, colon, port = rest.rpartition(":")
         if scheme in ("ipc", "inproc") and sep and rest:
             continue
+        if scheme == "tcp" and host.startswith("[") and host.endswith("]"):
+            # The broker binds IPv4 only (an IPv6 broker.host is refused), and the DEALER has no
+            # ZMQ_IPV6: it never connects, and waited --reply-timeout-s saying "no connection".
+            raise ValueError(
+                f"--endpoint {address!r} is an IPv6 address; seedq's learner and actors speak "
+                "IPv4: give the learner's IPv4 address or a name that resolves to it"
+            )
         if scheme == "tcp" and sep and host and colon and port.isdigit() and 0 < int(port) < 65536:
             continue
         raise ValueError(
