@@ -260,3 +260,15 @@ def test_a_sweep_on_a_launcher_plugin_not_installed_names_the_extra(monkeypatch)
         "hydra/launcher=submitit_slurm needs Hydra's submitit launcher, which is not "
         "installed: pip install 'seedq[slurm]'"
     )
+
+
+@pytest.mark.parametrize("advertised", ["tcp://learner.example", "learner:5555", "fe80::1", "a b"])
+def test_an_advertise_host_actors_cannot_dial_is_refused(advertised):
+    # Each made an endpoint no actor connects to: every actor waited actor.reply_timeout_s.
+    says = f"broker.advertise_host={advertised!r} is not a host name or IPv4 address"
+    assert says in refusal(f"broker.advertise_host='{advertised}'")
+
+
+def test_a_host_name_or_ipv4_address_is_advertised():
+    for advertised in ("learner.example", "10.0.0.5", "ib-cpu1"):
+        validate(compose_config(f"broker.advertise_host={advertised}"))

@@ -63,6 +63,17 @@ def validate_broker(broker: BrokerConfig) -> None:
             "that helps)"
         )
     check_positive(broker, "broker", ["silent_timeout_s"], zero_ok=True)
+    advertised = broker.advertise_host
+    if advertised and (
+        ":" in advertised or "/" in advertised or any(c.isspace() for c in advertised)
+    ):
+        # Actors dial tcp://ADVERTISE_HOST:PORT over IPv4: a URL, a port or an IPv6 address
+        # here made an endpoint no actor connects to, and each waited actor.reply_timeout_s.
+        raise ConfigError(
+            f"broker.advertise_host={advertised!r} is not a host name or IPv4 address; give the "
+            "name or IPv4 address actors reach this machine by (e.g. learner.example or "
+            "10.0.0.5), without scheme or port (the port is broker.port's)"
+        )
     if not 0 <= broker.port <= 65535 - (broker.shards - 1):
         raise ConfigError(
             f"broker.port={broker.port!r} is out of range; it must be in "
