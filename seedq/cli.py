@@ -25,7 +25,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
+from hydra.errors import CompactHydraException, HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -338,6 +338,11 @@ def _train(cfg: DictConfig) -> float | None:
             hydra_cfg.job.num,
             exc.code,
         )
+        if os.getpid() != COMMAND.main_pid:
+            # A launcher's own process (joblib, submitit): what this one notes never reaches
+            # the sweep, which ended 0 however its jobs failed. Hydra's failed job carries it.
+            log_file = Path(hydra_cfg.runtime.output_dir) / f"{hydra_cfg.job.name}.log"
+            raise JobFailed(hydra_cfg.job.num, int(exc.code), str(log_file)) from None
         return None
 
 
@@ -1069,10 +1074,35 @@ class Command:
     composed: bool = False  # Hydra composed the config and called seedq
     job_codes: list[int] = dataclasses.field(default_factory=list)  # a sweep's failed jobs
     next_job: int | None = None  # a sweep's first job whose run has not started
+    main_pid: int | None = None  # the process of seedq-train itself (train_main)
     sweep_hint: str = ""  # how a stopped sweep goes on (continue_sweep)
 
 
 COMMAND = Command()
+
+
+class JobFailed(CompactHydraException):
+    """The exit status of a sweep's job that ran in a launcher's own process (Hydra's joblib
+    or submitit launchers). Raised there, Hydra counts the job failed and its other jobs run;
+    it comes back to seedq-train's process pickled with the job's result, and rebuilding it
+    there (:func:`job_failed_here`) adds the status to the sweep's."""
+
+    def __init__(self, num: int, code: int, log_file: str) -> None:
+        super().__init__(
+            f"job {num} of the sweep ended with exit status {code} (its log: {log_file})"
+        )
+        self.num, self.code, self.log_file = num, code, log_file
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int, str]]:
+        return job_failed_here, (self.num, self.code, self.log_file)
+
+
+def job_failed_here(num: int, code: int, log_file: str) -> JobFailed:
+    """A :class:`JobFailed` unpickled in this process: its status is one of this sweep's."""
+    COMMAND.job_codes.append(code)
+    return JobFailed(num, code, log_file)
+
+
 # What a full disk, a quota or a folder this user cannot write raise while a run starts.
 DISK_ERRORS = frozenset(
     [errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO]
@@ -1173,6 +1203,17 @@ class ReaderMayLeave:
         return getattr(self._stream, name)
 
 
+def sweep_failed() -> None:
+    """End a sweep some of whose jobs failed with their worst exit status, in one line."""
+    failed = len(COMMAND.job_codes)
+    print(
+        f"seedq-train: {failed} job{'s' if failed > 1 else ''} of the sweep failed (see "
+        f"above); the sweep ends with the worst status, {max(COMMAND.job_codes)}",
+        file=sys.stderr,
+    )
+    sys.exit(max(COMMAND.job_codes))
+
+
 def stopped_between_jobs(exc: KeyboardInterrupt) -> None:
     """End a sweep a stop signal reached while no job's run held the signals (a job starting,
     or Hydra between two jobs): one line and exit status 75, not a traceback."""
@@ -1193,6 +1234,7 @@ def train_main() -> None:
         except BrokenPipeError:
             reader_left()
         return
+    COMMAND.main_pid = os.getpid()
     sys.argv[1:] = argv = whole_numbers(sys.argv[1:])
     if refusal := (
         key_refusal(argv)
@@ -1225,8 +1267,11 @@ def train_main() -> None:
         exit_while_starting("seedq-train", exc)
     except SystemExit as exc:
         if multirun and COMMAND.job_codes:
-            # Hydra itself ended the sweep after a job failed (the jobs return, so this is
-            # rare): the sweep's status is still its worst job's (2, 3, 75).
+            # Hydra ended the sweep after its jobs ran in other processes (it reported the
+            # first failed one above), or a stopped job ended it: the sweep's status is still
+            # its worst job's (2, 3, 75).
+            if exc.code == HYDRA_ERROR:
+                sweep_failed()
             raise SystemExit(max(COMMAND.job_codes)) from None
         if exc.code == HYDRA_ERROR and not COMMAND.composed:
             # Hydra refused the command line (an unknown key or group option, a value of the
@@ -1238,16 +1283,14 @@ def train_main() -> None:
             record.settle(COMMAND)
         raise
     if multirun and COMMAND.job_codes:
-        failed = len(COMMAND.job_codes)
-        print(
-            f"seedq-train: {failed} job{'s' if failed > 1 else ''} of the sweep failed (see "
-            f"above); the sweep ends with the worst status, {max(COMMAND.job_codes)}",
-            file=sys.stderr,
-        )
-        sys.exit(max(COMMAND.job_codes))
+        sweep_failed()
     if record is not None:
         record.settle(COMMAND)
 
 
 if __name__ == "__main__":
-    train_main()
+    # `python -m seedq.cli` runs this file as __main__, a module beside the seedq.cli that a
+    # sweep's jobs run in other processes come back into (JobFailed): one COMMAND for both.
+    from seedq.cli import train_main as main
+
+    main()

@@ -119,6 +119,30 @@ def test_joblib_sweep_runs_each_job_in_its_own_directory(tmp_path):
     assert all((tmp_path / job / "metrics.csv").exists() for job in "01")
 
 
+def test_a_joblib_sweep_with_a_refused_job_ends_with_its_status(tmp_path):
+    # The job ran in a joblib worker, whose note of its status never reached seedq-train's
+    # process: the sweep exited 0.
+    result = run_cli(
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "algorithm=sac,vtrace",
+        "env=fake",
+        "actor.envs_per_batch=8",
+        "total_env_steps=2000",
+        f"hydra.sweep.dir={tmp_path}",
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout
+    assert f"job 0 of the sweep ended with exit status 2 (its log: {tmp_path}/0/cli.log)" in (
+        result.stdout
+    )
+    assert "1 job of the sweep failed (see above); the sweep ends with the worst status, 2" in (
+        result.stdout
+    )
+    assert json.loads((tmp_path / "1" / "summary.json").read_text())["env_steps"] >= 2000
+
+
 def run_on_a_terminal(args: list[str]) -> str:
     """Everything a command writes to a 120-column pseudo-terminal."""
     import fcntl
