@@ -71,6 +71,8 @@ def actor(*args: str) -> subprocess.CompletedProcess:
         # Its first env id, 2**30 x 2, is past the protocol's bound.
         ([*TO_NOWHERE, "--actor-ids", str(2**30)], "is out of range"),
         ([*TO_NOWHERE, "--seed", "-5000"], "must be >= 0"),
+        # Was the traceback of logging's open.
+        ([*TO_NOWHERE, "--log-file", TREE], f"cannot write --log-file {TREE} (Is a directory)"),
         # Were "no reply from the learner for -1 s" at once, and a wait for ever for nan.
         ([*TO_NOWHERE, "--reply-timeout-s", "-1"], "--reply-timeout-s=-1.0 is out of range"),
         ([*TO_NOWHERE, "--reply-timeout-s", "nan"], "--reply-timeout-s=nan is out of range"),

@@ -336,7 +336,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rejoins", type=int, default=Patience.max_rejoins)
     parser.add_argument("--env-timeout-s", type=float, default=Patience.env_timeout_s)
     args = parser.parse_args(argv)
-    setup_logging(args.log_file, role="actor")
+    try:
+        setup_logging(args.log_file, role="actor")
+    except OSError as exc:  # a folder, a read-only place: was the traceback of logging's open
+        print(
+            f"seedq-actor: cannot write --log-file {args.log_file} ({exc.strerror or exc}); give "
+            "a file path this user can write",
+            file=sys.stderr,
+        )
+        return 2
     if args.parent_pid and not exit_with_parent(args.parent_pid):
         log.error("the learner (pid %d) that started this actor is gone; exiting", args.parent_pid)
         return 1
