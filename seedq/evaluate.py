@@ -409,8 +409,11 @@ def _gym_episodes(
         kwargs["render_mode"] = "rgb_array"
     if env_cfg.max_episode_steps:
         kwargs["max_episode_steps"] = env_cfg.max_episode_steps
-    # Rendering classic-control envs goes through pygame; no display is needed.
+    # Rendering classic-control, toy-text and Box2D envs goes through pygame; no display is
+    # needed. SDL's own SIGTERM handler turns the signal into a quit event no one reads: a
+    # rendering seedq-eval ran on through `kill`, `timeout` and a scheduler's SIGTERM.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")
     env = _make_rendering(env_cfg.id, kwargs) if video else gym.make(env_cfg.id, **kwargs)
     # The observations as training's env batch delivers them: one-hots of Discrete states,
     # channels-first images, float32 vectors.

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import tracemalloc
 
 import gymnasium as gym
@@ -80,3 +83,40 @@ def test_an_episode_the_env_ended_with_an_error_leaves_no_partial_video(tmp_path
     videos.add(np.zeros((16, 16, 3), np.uint8))
     videos.discard()
     assert list(tmp_path.iterdir()) == []
+
+
+STOPPABLE = """
+import sys
+from pathlib import Path
+from seedq import evaluate
+from seedq.envs.gym import GymConfig
+from seedq.videos import EpisodeVideos
+
+class Ready:
+    def reset(self):
+        pass
+
+    def act(self, obs):
+        print("ready", flush=True)  # pygame is rendering
+        return 0
+
+videos = EpisodeVideos(Path(sys.argv[1]), "ckpt")
+for _ in evaluate._gym_episodes(Ready(), GymConfig(id="CartPole-v1"), 10**6, 0, videos):
+    pass
+"""
+
+
+def test_an_evaluation_rendering_with_pygame_stops_on_sigterm(tmp_path) -> None:
+    # SDL took SIGTERM for a quit event that no one reads: `kill`, `timeout` and a scheduler's
+    # SIGTERM left seedq-eval video=true running (CartPole, CliffWalking, LunarLander).
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        returncode = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert returncode == -signal.SIGTERM
