@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dir", help="directory for the keys (one it creates is owner-only)")
     parser.add_argument("--force", action="store_true", help="replace existing keys")
     args = parser.parse_args(argv)
+    if not args.dir.strip():
+        # Path("") is the working directory: the keys landed there, and the hint printed
+        # security.keys_dir= (empty), which seedq-train refuses.
+        parser.error("dir is empty; give the folder for the keys, e.g. seedq-keys ~/.seedq/keys")
     warning = open_to_others(args.dir)
     try:
         paths = create_keys(args.dir, force=args.force)

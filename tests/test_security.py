@@ -124,6 +124,14 @@ def test_seedq_keys_writes_owner_only_secrets_and_refuses_to_overwrite(tmp_path,
     )
 
 
+def test_seedq_keys_refuses_an_empty_folder_name_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        keys_main([""])
+    assert (exited.value.code, os.listdir(tmp_path)) == (2, [])
+    assert "dir is empty; give the folder for the keys" in capsys.readouterr().err
+
+
 def test_the_actor_key_exchanges_messages(server, keys_dir):
     ctx, router, guard, endpoint = server
     sock = ctx.socket(zmq.DEALER)
