@@ -355,18 +355,19 @@ def rank_main(info: RankInfo, hardware: Any, resolve: Callable[[], tuple[Any, di
     group = LearnerGroup(info, device, hardware.learner_timeout_s)
     agreement = RankAgreement(group)
     try:
-        refusal = ""
+        refusal, resumed_at = "", 0
         if group.rank == 0:
             try:
                 config, state = resolve()
                 # Checked again as the ranks will run it (torchrun's ranks, not the key, count).
                 validate(rank_config(config, info, cuda))
             except refused as exc:
-                group.broadcast_object((None, str(exc)))
+                group.broadcast_object((None, str(exc), 0))
                 raise
-            group.broadcast_object((config, ""))
+            resumed_at = int(state["env_steps"]) if state is not None else 0
+            group.broadcast_object((config, "", resumed_at))
         else:
-            config, refusal = group.broadcast_object(None)
+            config, refusal, resumed_at = group.broadcast_object(None)
             state = None
         if refusal:
             raise ConfigError(f"rank 0 refused the run: {refusal}")
@@ -380,7 +381,7 @@ def rank_main(info: RankInfo, hardware: Any, resolve: Callable[[], tuple[Any, di
                 info.launcher,
                 info.host,
             )
-        config = rank_config(config, info, cuda)
+        config = rank_config(config, info, cuda, resumed_at)
         with joined(agreement):
             run = run_class(config.arch.name)(config, config.run_dir, resume=state)
             group.align_agent(run.agent)

@@ -141,6 +141,65 @@ def test_a_rank_runs_rank_0_s_config_with_its_own_seed_port_and_device():
     assert ports == [5555, 5558]  # rank 0's shards take 5555-5557, rank 1's 5558-5560
 
 
+def seeds_run_by_each_rank(monkeypatch, state: dict | None) -> list[int]:
+    """The seed of the config each of two ranks runs (``rank_main`` with a stand-in process
+    group that hands rank 0's broadcast to rank 1), rank 0 resuming ``state``."""
+    import seedq.arch
+    import seedq.learner_ranks as learner_ranks
+    import seedq.parallel.agreement as agreement
+    import seedq.parallel.group as group
+
+    cfg = compose(["seed=7", "hardware.learners=2"])
+    sent: list = []
+    ran: list[int] = []
+
+    class Group:
+        def __init__(self, info, device, timeout_s):
+            self.rank, self.world_size, self.lost, self.backend = info.rank, 2, False, "gloo"
+
+        def broadcast_object(self, value):
+            if self.rank == 0:
+                sent.append(value)
+                return value
+            return sent[0]
+
+        def align_agent(self, agent):
+            pass
+
+        def close(self):
+            pass
+
+    class Run:
+        def __init__(self, config, run_dir, resume):
+            ran.append(config.seed)
+            self.agent = None
+
+        def run(self):
+            return None
+
+    monkeypatch.setattr(group, "LearnerGroup", Group)
+    monkeypatch.setattr(agreement, "RankAgreement", lambda g: SimpleNamespace(stopped_together=0))
+    monkeypatch.setattr(seedq.arch, "run_class", lambda name: Run)
+    monkeypatch.setattr(learner_ranks, "interrupt_once", lambda: None)
+    monkeypatch.setattr(learner_ranks, "log_to_rank_file", lambda rank, run_dir: None)
+    info = dataclasses.replace(launched_rank(TORCHRUN), rank=0, local_rank=0)
+    for rank in (0, 1):
+        me = dataclasses.replace(info, rank=rank, local_rank=rank)
+        learner_ranks.rank_main(me, cfg.hardware, lambda: (cfg, state))
+    return ran
+
+
+def test_a_resumed_start_seeds_every_rank_where_no_earlier_start_did(monkeypatch):
+    first = seeds_run_by_each_rank(monkeypatch, None)
+    resumed = seeds_run_by_each_rank(monkeypatch, {"env_steps": 846_784})
+    # Rank 0 keeps the run's seed (its run derives the resumed env seed from the checkpoint's
+    # steps); rank 1 counts its steps from 0, so it needs a seed of this start's own: with its
+    # first start's it replayed that start's episode starts and action samples at every resume.
+    assert first == [7, 7 + SEED_STRIDE]
+    assert resumed[0] == 7
+    assert resumed[1] not in (first[1], resumed[0])
+
+
 def test_recent_episodes_are_pooled_newest_first_one_rank_after_another():
     many = (list(range(200)), list(range(200)))
     few = ([-1.0, -2.0], [1, 2])

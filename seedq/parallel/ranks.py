@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from seedq.envs.config import resumed_seed
 from seedq.schema import ConfigError
 
 T = TypeVar("T")
@@ -220,11 +221,12 @@ def rank_device(device: str, local_rank: int, cuda_devices: int) -> str:
     return f"cuda:{local_rank}"
 
 
-def rank_config(cfg: Any, info: RankInfo, cuda_devices: int) -> Any:
+def rank_config(cfg: Any, info: RankInfo, cuda_devices: int, resumed_at: int = 0) -> Any:
     """``cfg`` as rank ``info.rank`` runs it: its device, its seed, its broker ports (a fixed
     port plus local rank x ``broker.shards``: each rank's shards take ``broker.shards``
     consecutive ports, so ranks on one host do not collide) and ``hardware.learners`` set to
-    the group's size."""
+    the group's size. ``resumed_at``: the env steps of the checkpoint this start resumes (0:
+    a fresh run)."""
     hardware = dataclasses.replace(
         cfg.hardware,
         device=rank_device(cfg.hardware.device, info.local_rank, cuda_devices),
@@ -233,6 +235,12 @@ def rank_config(cfg: Any, info: RankInfo, cuda_devices: int) -> Any:
     broker = cfg.broker
     if broker.port:
         broker = dataclasses.replace(broker, port=broker.port + info.local_rank * broker.shards)
+    seed = cfg.seed
+    if info.rank and resumed_at:
+        # Rank 0 restores the checkpoint's counters and seeds its envs from them
+        # (resumed_seed); the other ranks count from 0, so with the run's seed they would
+        # replay their first start's episode starts and action samples at every resume.
+        seed = resumed_seed(seed, resumed_at)
     return dataclasses.replace(
-        cfg, hardware=hardware, broker=broker, seed=cfg.seed + info.rank * SEED_STRIDE
+        cfg, hardware=hardware, broker=broker, seed=seed + info.rank * SEED_STRIDE
     )
