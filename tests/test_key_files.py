@@ -6,6 +6,7 @@ inside libzmq, nor an error that blames the endpoint."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import zmq
@@ -173,3 +174,24 @@ def test_seedq_train_refuses_keys_its_actors_cannot_use_in_one_line(
     assert (result.returncode, "Traceback" in result.stdout) == (2, False), result.stdout
     assert words in result.stdout
     assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_a_relative_keys_dir_is_kept_absolute_for_resumes_and_actors_elsewhere(
+    tmp_path, monkeypatch
+):
+    # It was saved in the checkpoints as given: a resume from another directory was refused
+    # with "lacks learner.key, ...; create the keys with `seedq-keys keys`" (a new key set
+    # would lock out the actors holding the old one).
+    from hydra import compose, initialize_config_dir
+
+    from seedq.cli import to_config
+
+    keys(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    conf = str(Path(__file__).resolve().parents[1] / "seedq" / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        cfg = compose(
+            config_name="config",
+            overrides=["run_dir=/tmp/seedq-test", "security.curve=true", "security.keys_dir=keys"],
+        )
+    assert to_config(cfg).security.keys_dir == str(tmp_path / "keys")
