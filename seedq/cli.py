@@ -317,10 +317,8 @@ def _train(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return _train_job(cfg)
-    COMMAND.sweep_hint = continue_sweep(hydra_cfg, cfg.resume == AUTO)
-    if os.getpid() != COMMAND.main_pid:
-        return _train_job_elsewhere(cfg, hydra_cfg)
     COMMAND.next_job = hydra_cfg.job.num
+    COMMAND.sweep_hint = continue_sweep(hydra_cfg, cfg.resume == AUTO)
     try:
         return _train_job(cfg)
     except SystemExit as exc:
@@ -345,62 +343,12 @@ def _train(cfg: DictConfig) -> float | None:
             hydra_cfg.job.num,
             exc.code,
         )
+        if os.getpid() != COMMAND.main_pid:
+            # A launcher's own process (joblib, submitit): what this one notes never reaches
+            # the sweep, which ended 0 however its jobs failed. Hydra's failed job carries it.
+            log_file = Path(hydra_cfg.runtime.output_dir) / f"{hydra_cfg.job.name}.log"
+            raise JobFailed(hydra_cfg.job.num, int(exc.code), str(log_file)) from None
         return None
-
-
-def _train_job_elsewhere(cfg: DictConfig, hydra_cfg: Any) -> float | None:
-    """A sweep's job in a process of Hydra's launcher (a joblib worker, a submitit job). What
-    this process notes never reaches seedq-train's, which ended 0 however its jobs failed:
-    a failed or stopped job is Hydra's failed job instead (:class:`JobFailed`). A stop signal
-    ends the job with a checkpoint and keeps this process's later jobs from starting; a
-    SystemExit or KeyboardInterrupt out of here would end the process, and joblib then kills
-    the sweep's other jobs mid-run."""
-    num = hydra_cfg.job.num
-    log_file = str(Path(hydra_cfg.runtime.output_dir) / f"{hydra_cfg.job.name}.log")
-    if COMMAND.sweep_stopped:
-        log.warning("job %s of the sweep is not started: the sweep was stopped", num)
-        raise JobFailed(num, EXIT_STOPPED, log_file)
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
-        # Its start is a single run's: a signal ends it in one line (KeyboardInterrupt).
-        stop_while_starting()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return _train_job(cfg)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-        if code == 0:
-            return None
-    except KeyboardInterrupt as exc:
-        name = exc.name if isinstance(exc, StoppedWhileStarting) else "SIGINT"
-        log.warning("job %s of the sweep stopped by %s while starting", num, name)
-        code = EXIT_STOPPED
-    finally:
-        if main_thread:
-            note_stop_signals()
-    if code == EXIT_STOPPED:
-        COMMAND.sweep_stopped = True
-        log.warning(
-            "job %s of the sweep was stopped: its later jobs are not started; %s",
-            num,
-            COMMAND.sweep_hint,
-        )
-    else:
-        log.error("job %s of the sweep ended with exit status %s (see above)", num, code)
-    raise JobFailed(num, code, log_file) from None
-
-
-def note_stop_signals() -> None:
-    """A launcher's process between a sweep's jobs: a stop signal keeps its later jobs from
-    starting, and the process (a joblib worker) lives on; killed, joblib killed the others."""
-
-    def noted(signum: int, frame: object) -> None:
-        if not COMMAND.sweep_stopped:
-            log.warning("%s: this sweep's later jobs are not started", signal.Signals(signum).name)
-        COMMAND.sweep_stopped = True
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, noted)
 
 
 def continue_sweep(hydra_cfg: Any, resumes: bool) -> str:
@@ -1132,7 +1080,6 @@ class Command:
     job_codes: list[int] = dataclasses.field(default_factory=list)  # a sweep's failed jobs
     next_job: int | None = None  # a sweep's first job whose run has not started
     main_pid: int | None = None  # the process of seedq-train itself (train_main)
-    sweep_stopped: bool = False  # a stop signal ended the sweep: no later job starts
     sweep_hint: str = ""  # how a stopped sweep goes on (continue_sweep)
 
 
@@ -1262,62 +1209,14 @@ class ReaderMayLeave:
 
 
 def sweep_failed() -> None:
-    """End a sweep some of whose jobs failed or were stopped with their worst exit status, in
-    one line."""
-    stopped = COMMAND.job_codes.count(EXIT_STOPPED)
-    failed = len(COMMAND.job_codes) - stopped
-    ended = [
-        f"{count} job{'s' if count > 1 else ''} of the sweep {verb}"
-        for count, verb in ((failed, "failed"), (stopped, "stopped or not started"))
-        if count
-    ]
+    """End a sweep some of whose jobs failed with their worst exit status, in one line."""
+    failed = len(COMMAND.job_codes)
     print(
-        f"seedq-train: {' and '.join(ended)} (see above); the sweep ends with the worst "
-        f"status, {max(COMMAND.job_codes)}",
+        f"seedq-train: {failed} job{'s' if failed > 1 else ''} of the sweep failed (see "
+        f"above); the sweep ends with the worst status, {max(COMMAND.job_codes)}",
         file=sys.stderr,
     )
     sys.exit(max(COMMAND.job_codes))
-
-
-def jobs_elsewhere(argv: list[str]) -> bool:
-    """Whether a sweep's jobs run in processes of Hydra's launcher (``hydra/launcher=joblib``,
-    submitit), not in seedq-train's own (Hydra's basic launcher)."""
-    named = [
-        a.partition("=")[2] for a in argv if a.partition("=")[0].lstrip("+") == "hydra/launcher"
-    ]
-    return bool(named) and named[-1] != "basic"
-
-
-def has_child_processes() -> bool:
-    """Whether this process has started another (Linux: /proc)."""
-    me = str(os.getpid())
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me:
-            return True
-    return False
-
-
-def wait_for_the_jobs(signum: int, frame: object) -> None:
-    """seedq-train's stop signal while its sweep's jobs run in a launcher's processes. Raised
-    into joblib, it killed those processes, the jobs in the middle of their stop checkpoints,
-    and the command said no run had started. The jobs have the signal too (a terminal's
-    Ctrl-C, a scheduler's or ``timeout``'s signal reach the whole process group): each stops
-    with a checkpoint, and seedq-train waits for them."""
-    name = signal.Signals(signum).name
-    if not has_child_processes():
-        # No job has started yet: the command stops as any start does.
-        raise KeyboardInterrupt if signum == signal.SIGINT else StoppedWhileStarting(name)
-    if not COMMAND.sweep_stopped:
-        COMMAND.sweep_stopped = True
-        print(
-            f"seedq-train: {name}: the sweep stops; its running jobs save a checkpoint and end, "
-            "its jobs not started yet are not run",
-            file=sys.stderr,
-        )
 
 
 def stopped_between_jobs(exc: KeyboardInterrupt) -> None:
@@ -1357,9 +1256,6 @@ def train_main() -> None:
     multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
     stop_while_starting()
-    if multirun and jobs_elsewhere(sys.argv[1:]):
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, wait_for_the_jobs)
     if any(a in PRINTING_OPTIONS for a in sys.argv[1:]):
         sys.stdout = ReaderMayLeave(sys.stdout)  # `seedq-train --help | head`
     try:
