@@ -1,5 +1,6 @@
 """Checkpoints: atomic writes, keeping the newest K, clear refusals, and resuming a run."""
 
+import csv
 import json
 import shutil
 import signal
@@ -348,6 +349,12 @@ def test_r2d2_resumes_with_its_target_network_counters_and_replay(tmp_path):
         True,
         True,
     )
+    # The run is judged by its eval episodes: the resumed one goes on from the checkpoint's
+    # window and count (they started again from none, and eval/episodes went back).
+    with open(run_dir / "metrics.csv", newline="") as f:
+        counts = [int(row["eval/episodes"]) for row in csv.DictReader(f)]
+    assert counts == sorted(counts), counts
+    assert before["eval"]["episodes"] > 0 and before["eval"]["returns"]
 
 
 def test_a_checkpoint_from_before_a_new_model_key_resumes_with_its_legacy_value(tmp_path):

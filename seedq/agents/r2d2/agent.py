@@ -81,6 +81,17 @@ class R2D2Agent(ReplayAgent):
             f"{alg.sequence_length} new steps each"
         )
 
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "eval": self.exploration.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        # A resumed run judges itself by the evaluation episodes of the run so far; without
+        # them its window started empty (stop_at_return waited for 100 new ones, and
+        # eval/episodes went back to 0). Checkpoints before 2026-12-07 hold none.
+        if "eval" in state:
+            self.exploration.load_state_dict(state["eval"])
+
     def train_on(self, sample: Any) -> None:
         priorities = self.learner.train_step(sample)
         if priorities is not None:

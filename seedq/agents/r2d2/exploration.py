@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,3 +65,16 @@ class Exploration:
         if actor_id in self._eval_actors and len(returns):
             self.eval_returns.extend(returns)
             self.eval_episodes += len(returns)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The evaluation episodes so far: their count and the last 100 returns, which a
+        resumed run goes on judging itself by (``stop_at_return``, ``eval/return_mean``)."""
+        return {
+            "returns": [float(r) for r in list(self.eval_returns)],
+            "episodes": self.eval_episodes,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.eval_returns.clear()
+        self.eval_returns.extend(float(r) for r in state["returns"])
+        self.eval_episodes = int(state["episodes"])
