@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 # No prompts (a password or host-key question would hang a run) and no terminal; options the
 # user gives in launcher.ssh_args come first, and ssh keeps the first value of an option.
 SSH_DEFAULTS = ["-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]
+# A broker.host that listens on every interface: actors dial this machine's address instead.
+WILDCARDS = ("*", "0.0.0.0", "::", "")
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def advertise_host(broker_host: str, advertise: str, hosts: list[SshHost]) -> st
     actors could not reach it."""
     if advertise:
         return advertise
-    if broker_host in ("*", "0.0.0.0", "::", ""):
+    if broker_host in WILDCARDS:
         # The route to this machine itself is 127.0.0.1, which the other hosts' actors would
         # dial as their own loopback and wait there for a learner that never answers.
         first = next((h for h in hosts if not is_loopback(h.hostname)), hosts[0])
@@ -146,9 +148,13 @@ class SshLauncher(RemoteLauncher):
             raise ConfigError("launcher=ssh needs actor.transport=tcp")
         per_host = cfg.launcher.actors_per_host or cfg.actor.num_actors
         launcher = cls(cfg.launcher, run_dir, per_host)
-        launcher.dialled_host(cfg.broker)  # an address actors cannot dial is refused first
+        # A loopback broker for other hosts is refused before their checks run; a wildcard's
+        # route is looked up after them, which name a host that cannot be reached as such.
+        if cfg.broker.host not in WILDCARDS:
+            launcher.dialled_host(cfg.broker)
         python = cfg.launcher.python or sys.executable
         launcher.check_hosts(cfg.env, python, shipped_keys_dir(cfg))
+        launcher.dialled_host(cfg.broker)
         return launcher
 
     def dialled_host(self, broker: BrokerConfig) -> str:
