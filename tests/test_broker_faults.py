@@ -281,6 +281,20 @@ def test_steps_from_unknown_actors_and_other_connections_are_refused(harness):
     )
 
 
+def test_the_step_after_a_refused_hello_is_not_said_to_come_before_one(harness):
+    # The learner logged "actor 5 sent a step before Hello" after refusing actor 5's Hello.
+    sock = harness.client()
+    refused = harness.code(sock, hello(actor_id=5, n_envs=0))
+    harness.send(sock, step(0, actor_id=5))
+    error = decode_error(harness.reply(sock))
+    assert (refused, error.code, error.message) == (
+        "bad_field",
+        "unknown_actor",
+        "actor 5 is not joined: its step came without an accepted Hello (none sent, one "
+        "refused, or its run was evicted)",
+    )
+
+
 def encode_bye(actor_id, run_id):
     from seedq.messages import Bye
 

@@ -277,7 +277,13 @@ class Broker:
         if slot is None or slot.identity != identity:
             self._refuse_if_taken_over(identity)
         if slot is None:
-            raise ProtocolError("unknown_actor", f"actor {actor_id} sent a step before Hello")
+            # Said of every such step, the one an actor sends right after a Hello the learner
+            # refused (it does not wait for an answer to it) and one after an eviction.
+            raise ProtocolError(
+                "unknown_actor",
+                f"actor {actor_id} is not joined: its step came without an accepted Hello (none "
+                "sent, one refused, or its run was evicted)",
+            )
         if slot.identity != identity:
             raise ProtocolError(
                 "not_joined", f"step for actor {actor_id} from a connection that sent no Hello"
