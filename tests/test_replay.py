@@ -161,6 +161,30 @@ def test_replay_state_round_trips_contents_priorities_and_counters():
     ) == ([4, 1, 2, 3], [5.0, 2.0, 3.0, 4.0], (1, 4, 5, 5))
 
 
+def test_a_full_ring_restored_into_a_larger_capacity_holds_only_what_was_stored():
+    saved = replay(capacity=4)
+    saved.insert(sequences(1, 4), np.arange(1.0, 5.0), never)
+    saved.insert(sequences(5, 2), np.array([5.0, 6.0]), never)  # wraps: 3, 4, 5, 6 kept
+    larger = replay(capacity=8)
+    larger.load_state_dict(saved.state_dict())
+    larger.insert(sequences(7, 2), np.array([7.0, 8.0]), never)
+    # Oldest first, then the new ones. Laid out as saved, the new ones overwrote 3 and 4 and
+    # two slots never written counted as filled: all-zero items SAC's uniform draw sampled.
+    assert (
+        larger.storage["obs"][: len(larger), 0, 0].tolist(),
+        larger.tree.get(np.arange(len(larger))).tolist(),
+    ) == ([3, 4, 5, 6, 7, 8], [3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+
+
+def test_a_replay_restored_into_a_smaller_capacity_keeps_its_newest_items():
+    saved = replay(capacity=8)
+    saved.insert(sequences(1, 6), np.arange(1.0, 7.0), never)
+    smaller = replay(capacity=4)
+    smaller.load_state_dict(saved.state_dict())
+    smaller.insert(sequences(7, 1), np.array([7.0]), never)  # replaces the oldest kept, 3
+    assert sorted(smaller.storage["obs"][:, 0, 0].tolist()) == [4, 5, 6, 7]
+
+
 def test_a_replay_saved_with_other_fields_is_refused():
     state = replay(capacity=4).state_dict()
     state["storage/obs"] = np.zeros((0, 5, 2), np.uint8)

@@ -302,10 +302,10 @@ class SequenceReplay:
             return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore what :meth:`state_dict` saved; ValueError if the layout differs."""
+        """Restore what :meth:`state_dict` saved, into this replay's capacity (a replay saved
+        with another ``replay_capacity`` keeps its newest items, as many as fit); ValueError
+        if the items' layout differs."""
         cursor, size, added, inserts, samples = (int(x) for x in state["counters"])
-        if size > self.capacity:
-            raise ValueError(f"saved replay holds {size} sequences, capacity is {self.capacity}")
         for name, array in self.storage.items():
             saved = state[f"storage/{name}"]
             if saved.shape[1:] != array.shape[1:] or saved.dtype != array.dtype:
@@ -313,12 +313,27 @@ class SequenceReplay:
                     f"saved replay field {name!r} is {saved.dtype}{list(saved.shape[1:])}, "
                     f"this run stores {array.dtype}{list(array.shape[1:])}"
                 )
+        order = np.arange(size)
+        if size > self.capacity or (size < self.capacity and cursor != size):
+            # A full ring of another capacity: its oldest item sits at its cursor. Laid out
+            # as saved, the slots past it would count as filled before anything was written
+            # there (sampled as all-zero items), or would not fit. Oldest first from slot 0.
+            order = ((cursor + order) % size)[-self.capacity :]
+            cursor = len(order)
+            if size > self.capacity:
+                log.warning(
+                    "the saved replay holds %d items, more than this run's capacity of %d: "
+                    "its newest %d are kept",
+                    size,
+                    self.capacity,
+                    self.capacity,
+                )
         with self.cond:
             for name, array in self.storage.items():
-                array[:size] = state[f"storage/{name}"]
-            self.tree.update(np.arange(size), state["leaves"])
-            self.generation[:size] = state["generation"]
-            self.cursor, self.size, self.added = cursor % self.capacity, size, added
+                array[: len(order)] = state[f"storage/{name}"][order]
+            self.tree.update(np.arange(len(order)), state["leaves"][order])
+            self.generation[: len(order)] = state["generation"][order]
+            self.cursor, self.size, self.added = cursor % self.capacity, len(order), added
             self.limiter.inserts, self.limiter.samples = inserts, samples
 
     def _scaled(self, priorities: np.ndarray) -> np.ndarray:

@@ -76,5 +76,8 @@ class ReplayAgent(AgentBase):
         try:
             self.replay.load_state_dict(load_arrays(saved))
         except (KeyError, ValueError) as exc:
-            raise CheckpointError(f"{saved}: {exc}") from None
+            raise CheckpointError(
+                f"{saved}: {exc}; it was saved by a run with other settings: resume with the "
+                "run's own, or move the file away to resume with an empty replay that refills"
+            ) from None
         log.info("replay restored: %d %s", len(self.replay), self.replay_items)
