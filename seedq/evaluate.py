@@ -514,14 +514,29 @@ def _render(env: Any) -> np.ndarray:
 
 
 def _agent_view(obs: np.ndarray) -> np.ndarray:
-    """The newest 84x84 grey frame of a stack, 4x larger, as RGB."""
+    """The newest grey frame of a stack ``[K, H, W]``, 4x larger, as RGB."""
     frame = obs[-1] if obs.ndim == 3 else obs
     frame = np.kron(frame, np.ones((4, 4), dtype=frame.dtype))
     return np.repeat(frame[..., None], 3, axis=-1)
 
 
+def _rgb_agent_view(obs: np.ndarray) -> np.ndarray:
+    """The newest RGB frame of a stack ``[3 * K, H, W]`` (each frame's channels together, as
+    ``env.grayscale=false`` lays them out), 4x larger."""
+    frame = obs[-3:].transpose(1, 2, 0)
+    return np.kron(frame, np.ones((4, 4, 1), dtype=frame.dtype))
+
+
 # Kinds whose observations are not Atari-style stacks of grey frames.
 _AGENT_VIEWS = {"minatar": minatar.rgb_frame, "procgen": procgen.rgb_frame}
+
+
+def agent_view(env_cfg: EnvConfig) -> Callable[[np.ndarray], np.ndarray]:
+    """How a video shows one observation of ``env_cfg``'s env batch: Atari's newest frame, in
+    colour with ``env.grayscale=false`` (its blue channel alone was shown, as grey)."""
+    if env_cfg.kind in _AGENT_VIEWS:
+        return _AGENT_VIEWS[env_cfg.kind]
+    return _agent_view if getattr(env_cfg, "grayscale", True) else _rgb_agent_view
 
 
 def _row_policies(policy: Policy, rows: int) -> list[Policy]:
@@ -542,7 +557,7 @@ def _env_batch_episodes(
     yielded with its video (None without ``video``)."""
     rows = rows_per_env(env_cfg)
     policies = _row_policies(policy, rows)
-    agent_view = _AGENT_VIEWS.get(env_cfg.kind, _agent_view)
+    view = agent_view(env_cfg)
     env = make_env_batch(env_cfg, rows, seed=seed)
     try:
         with _env_call(0, episodes):
@@ -552,7 +567,7 @@ def _env_batch_episodes(
                 row_policy.reset()
             if video:
                 video.start(episode)
-                video.add(agent_view(obs[0]))
+                video.add(view(obs[0]))
             totals, done = np.zeros(rows), False
             while not done:
                 actions = [
@@ -569,7 +584,7 @@ def _env_batch_episodes(
                     for row_policy in policies:
                         row_policy.reset()
                 if video:
-                    video.add(agent_view(step.final_obs[0] if step.truncated[0] else step.obs[0]))
+                    video.add(view(step.final_obs[0] if step.truncated[0] else step.obs[0]))
                 obs = step.obs  # after an end: the next episode's first observation
             yield float(totals.mean()), video.finish() if video else None
     finally:

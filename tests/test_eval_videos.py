@@ -12,6 +12,7 @@ import gymnasium as gym
 import imageio.v3 as iio
 import numpy as np
 from gymnasium import spaces
+from test_evaluate_actions import untrained_run
 
 from seedq import evaluate
 from seedq.envs.gym import GymConfig
@@ -120,3 +121,11 @@ def test_an_evaluation_rendering_with_pygame_stops_on_sigterm(tmp_path) -> None:
         proc.kill()
         proc.wait()
     assert returncode == -signal.SIGTERM
+
+
+def test_an_atari_video_in_rgb_shows_the_frames_in_colour(tmp_path) -> None:
+    # env.grayscale=false: the video showed the newest frame's blue channel alone, as grey.
+    run = untrained_run(tmp_path, "env=atari", "env.grayscale=false", "env.max_episode_steps=3")
+    _, [video] = evaluate.evaluate(run, episodes=1, video=True)
+    red, _, blue = iio.imread(video)[0].reshape(-1, 3).mean(axis=0)
+    assert red - blue > 50  # Pong's brown field: (144, 72, 17)
