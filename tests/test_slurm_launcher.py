@@ -192,8 +192,8 @@ def test_actors_dial_the_learner_s_host_name_and_a_loopback_broker_stays_on_one_
         advertise_host("127.0.0.1", "", ["cpu1", "cpu2.invalid"], "cpu1")
 
 
-def test_a_loopback_broker_for_other_nodes_is_refused_before_any_node_is_checked(monkeypatch):
-    # Was refused only after every node had run its check as a job step.
+def test_a_loopback_broker_for_other_nodes_is_refused_by_the_launcher(monkeypatch):
+    # Was refused only once the learner had been built and its broker bound.
     monkeypatch.setattr(slurm, "expand_nodelist", lambda nodelist: ["cpu1.invalid", "cpu2.invalid"])
     checked = []
     monkeypatch.setattr(SlurmLauncher, "check_nodes", lambda *args: checked.append(args))
@@ -201,11 +201,13 @@ def test_a_loopback_broker_for_other_nodes_is_refused_before_any_node_is_checked
         actor=SimpleNamespace(transport="tcp", num_actors=1),
         launcher=LauncherConfig(name="slurm"),
         broker=SimpleNamespace(host="127.0.0.1", advertise_host=""),
+        env=None,
+        security=SimpleNamespace(curve=False, keys_dir=""),
     )
     environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "cpu[1-2].invalid"}
     with pytest.raises(ConfigError, match="broker.host='127.0.0.1' is loopback"):
         SlurmLauncher.for_run(cfg, "/tmp", environ)
-    assert checked == []
+    assert len(checked) == 1
 
 
 def test_with_a_shared_key_directory_no_key_is_shipped_and_actors_read_it_in_place():

@@ -206,9 +206,9 @@ class SlurmLauncher(RemoteLauncher):
             len(slots),
             ", ".join(launcher.nodes),
         )
-        launcher.dialled_host(cfg.broker)  # a loopback broker for other nodes is refused first
         python = cfg.launcher.python or sys.executable
         launcher.check_nodes(cfg.env, python, shipped_keys_dir(cfg))
+        launcher.dialled_host(cfg.broker)  # before the learner is built, as the checks
         return launcher
 
     @property

@@ -148,12 +148,10 @@ class SshLauncher(RemoteLauncher):
             raise ConfigError("launcher=ssh needs actor.transport=tcp")
         per_host = cfg.launcher.actors_per_host or cfg.actor.num_actors
         launcher = cls(cfg.launcher, run_dir, per_host)
-        # A loopback broker for other hosts is refused before their checks run; a wildcard's
-        # route is looked up after them, which name a host that cannot be reached as such.
-        if cfg.broker.host not in WILDCARDS:
-            launcher.dialled_host(cfg.broker)
         python = cfg.launcher.python or sys.executable
         launcher.check_hosts(cfg.env, python, shipped_keys_dir(cfg))
+        # After the checks, which name a host that cannot be reached as such; before the
+        # learner is built, so an address actors cannot dial is refused before anything starts.
         launcher.dialled_host(cfg.broker)
         return launcher
 
