@@ -185,6 +185,26 @@ def test_a_replay_restored_into_a_smaller_capacity_keeps_its_newest_items():
     assert sorted(smaller.storage["obs"][:, 0, 0].tolist()) == [4, 5, 6, 7]
 
 
+def test_an_item_written_to_while_the_replay_is_saved_is_left_out_of_the_restore():
+    buffer = replay(capacity=4)
+    buffer.insert(sequences(1, 4), np.arange(1.0, 5.0), never)
+    saved = {}
+
+    def put(name, array):
+        saved[name] = np.array(array)
+        if name == "storage/obs":  # an insert lands between two fields' writes
+            buffer.insert(sequences(5, 1), np.array([5.0]), never)
+
+    buffer.save_state(put)
+    restored = replay(capacity=4)
+    restored.load_state_dict(saved)
+    # Slot 0 went to disk with sequence 1's obs and sequence 5's reward: it is left out, and
+    # what is restored is whole (it was restored as saved, one field of each sequence).
+    obs = restored.storage["obs"][: len(restored), 0, 0].tolist()
+    rewards = restored.storage["reward"][: len(restored), 0].tolist()
+    assert (obs, rewards) == ([2, 3, 4], [2.0, 3.0, 4.0])
+
+
 def test_a_replay_saved_with_other_fields_is_refused():
     state = replay(capacity=4).state_dict()
     state["storage/obs"] = np.zeros((0, 5, 2), np.uint8)

@@ -226,12 +226,23 @@ def save_checkpoint(run_dir: str, state: dict[str, Any], *, keep: int) -> str:
 REPLAY_NAME = "replay.npz"
 
 
-def save_arrays(run_dir: str, arrays: dict[str, Any]) -> str:
-    """Write the replay's arrays next to the checkpoints, atomically (one file, replaced)."""
+def save_arrays(run_dir: str, fill: Callable[[Callable[[str, Any], None]], None]) -> str:
+    """Write the replay's arrays next to the checkpoints, atomically (one file, replaced), in
+    ``np.savez``'s format: ``fill(put)`` calls ``put(name, array)`` for each, and each is
+    written as it comes (the replay's owner decides what it may still change meanwhile)."""
     import numpy as np
 
+    def write(f: BinaryIO) -> None:
+        with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+
+            def put(name: str, array: Any) -> None:
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+            fill(put)
+
     path = Path(run_dir) / DIR_NAME / REPLAY_NAME
-    _write_atomically(path, lambda f: np.savez(f, **arrays))
+    _write_atomically(path, write)
     return str(path)
 
 

@@ -282,29 +282,43 @@ class SequenceReplay:
             return float(np.mean(scaled ** (1.0 / self.alpha))) if self.alpha else 0.0
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Contents, priorities and counters as arrays (for ``np.savez``)."""
+        """Contents, priorities and counters as arrays (copies; :meth:`save_state` writes
+        them without copying the contents)."""
+        state: dict[str, np.ndarray] = {}
+        self.save_state(lambda name, array: state.__setitem__(name, np.array(array)))
+        return state
+
+    def save_state(self, put: Callable[[str, np.ndarray], None]) -> None:
+        """Hand each array of the replay's state to ``put``, which writes it (``replay.npz``,
+        one entry each) while inserts go on: the contents are the live arrays, not a copy
+        (the replay takes most of the memory). An item written to while they were handed on
+        may be saved half old, half new (one field of one sequence, another of the next), so
+        the items whose generation moved in the meantime are marked ``torn`` last, and
+        :meth:`load_state_dict` leaves them out."""
         with self.cond:
-            state = {f"storage/{name}": array[: self.size] for name, array in self.storage.items()}
-            state.update(
-                leaves=self.tree.get(np.arange(self.size)),
-                generation=self.generation[: self.size],
-                counters=np.array(
-                    [
-                        self.cursor,
-                        self.size,
-                        self.added,
-                        self.limiter.inserts,
-                        self.limiter.samples,
-                    ],
-                    dtype=np.int64,
-                ),
+            size = self.size
+            leaves = self.tree.get(np.arange(size))
+            generation = self.generation[:size].copy()
+            counters = np.array(
+                [self.cursor, size, self.added, self.limiter.inserts, self.limiter.samples],
+                dtype=np.int64,
             )
-            return state
+        for name, array in self.storage.items():
+            put(f"storage/{name}", array[:size])
+        with self.cond:
+            torn = self.generation[:size] != generation
+        for name, array in (
+            ("leaves", leaves),
+            ("generation", generation),
+            ("counters", counters),
+            ("torn", torn),
+        ):
+            put(name, array)
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore what :meth:`state_dict` saved, into this replay's capacity (a replay saved
-        with another ``replay_capacity`` keeps its newest items, as many as fit); ValueError
-        if the items' layout differs."""
+        """Restore what :meth:`save_state` saved, into this replay's capacity (a replay saved
+        with another ``replay_capacity`` keeps its newest items, as many as fit) and without
+        its torn items; ValueError if the items' layout differs."""
         cursor, size, added, inserts, samples = (int(x) for x in state["counters"])
         for name, array in self.storage.items():
             saved = state[f"storage/{name}"]
@@ -313,18 +327,23 @@ class SequenceReplay:
                     f"saved replay field {name!r} is {saved.dtype}{list(saved.shape[1:])}, "
                     f"this run stores {array.dtype}{list(array.shape[1:])}"
                 )
+        torn = np.asarray(state.get("torn", np.zeros(size, dtype=bool)), dtype=bool)
         order = np.arange(size)
-        if size > self.capacity or (size < self.capacity and cursor != size):
-            # A full ring of another capacity: its oldest item sits at its cursor. Laid out
-            # as saved, the slots past it would count as filled before anything was written
-            # there (sampled as all-zero items), or would not fit. Oldest first from slot 0.
-            order = ((cursor + order) % size)[-self.capacity :]
+        if torn.any() or size > self.capacity or (size < self.capacity and cursor != size):
+            # Oldest first from slot 0 (a full ring's oldest item sits at its cursor), the
+            # torn ones left out. Laid out as saved, a full ring of a smaller capacity would
+            # count slots past it as filled before anything was written there (sampled as
+            # all-zero items), and one of a larger capacity would not fit.
+            order = (cursor + order) % size
+            order = order[~torn[order]][-self.capacity :]
             cursor = len(order)
-            if size > self.capacity:
+            if torn.any():
+                log.info("replay: %d items written to while it was saved left out", torn.sum())
+            if size - int(torn.sum()) > self.capacity:
                 log.warning(
                     "the saved replay holds %d items, more than this run's capacity of %d: "
                     "its newest %d are kept",
-                    size,
+                    size - int(torn.sum()),
                     self.capacity,
                     self.capacity,
                 )

@@ -67,7 +67,7 @@ class ReplayAgent(AgentBase):
 
     def save_files(self, run_dir: str) -> None:
         if self.save_replay:
-            save_arrays(run_dir, self.replay.state_dict())
+            save_arrays(run_dir, self.replay.save_state)
 
     def restore_files(self, checkpoint_dir: str) -> None:
         saved = Path(checkpoint_dir) / REPLAY_NAME
