@@ -8,6 +8,7 @@ checkpoint, to be continued by the same command with ``resume=auto``.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import dataclasses
 import errno
@@ -314,11 +315,20 @@ def resolve_rank_config(cfg: DictConfig, hydra_cfg: Any, ranks_here: int) -> tup
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _train(cfg: DictConfig) -> float | None:
+    # Hydra's joblib launcher sends this function to its workers by value, with copies of
+    # the module's objects it names (COMMAND): the job's work is a function sent by name.
+    return train_job(cfg)
+
+
+def train_job(cfg: DictConfig) -> float | None:
+    """One run, or one job of a sweep, of a composed config."""
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return _train_job(cfg)
-    COMMAND.next_job = hydra_cfg.job.num
     COMMAND.sweep_hint = continue_sweep(hydra_cfg, cfg.resume == AUTO)
+    if os.getpid() != COMMAND.main_pid:
+        return _train_job_elsewhere(cfg, hydra_cfg)
+    COMMAND.next_job = hydra_cfg.job.num
     try:
         return _train_job(cfg)
     except SystemExit as exc:
@@ -343,12 +353,77 @@ def _train(cfg: DictConfig) -> float | None:
             hydra_cfg.job.num,
             exc.code,
         )
-        if os.getpid() != COMMAND.main_pid:
-            # A launcher's own process (joblib, submitit): what this one notes never reaches
-            # the sweep, which ended 0 however its jobs failed. Hydra's failed job carries it.
-            log_file = Path(hydra_cfg.runtime.output_dir) / f"{hydra_cfg.job.name}.log"
-            raise JobFailed(hydra_cfg.job.num, int(exc.code), str(log_file)) from None
         return None
+
+
+def _train_job_elsewhere(cfg: DictConfig, hydra_cfg: Any) -> float | None:
+    """A sweep's job in a process of Hydra's launcher (a joblib worker, a submitit job). What
+    this process notes never reaches seedq-train's, which ended 0 however its jobs failed:
+    a failed or stopped job is Hydra's failed job instead (:class:`JobFailed`). A stop signal
+    ends the job with a checkpoint and keeps this process's later jobs from starting; a
+    SystemExit or KeyboardInterrupt out of here would end the process, and joblib then kills
+    the sweep's other jobs mid-run."""
+    num = hydra_cfg.job.num
+    log_file = str(Path(hydra_cfg.runtime.output_dir) / f"{hydra_cfg.job.name}.log")
+    if COMMAND.sweep_stopped:
+        log.warning("job %s of the sweep is not started: the sweep was stopped", num)
+        raise JobFailed(num, EXIT_STOPPED, log_file)
+    COMMAND.started = False  # this job's run has not started
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        # Its start is a single run's: a signal ends it (KeyboardInterrupt). seedq-train
+        # blocked them for its workers (wait_for_the_jobs): one pending arrives here.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, stop_the_start)
+    try:
+        if main_thread:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return _train_job(cfg)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+        if code == 0:
+            return None
+    except KeyboardInterrupt as exc:
+        name = exc.name if isinstance(exc, StoppedWhileStarting) else "SIGINT"
+        log.warning("job %s of the sweep stopped by %s while starting", num, name)
+        code = EXIT_STOPPED
+    finally:
+        if main_thread:
+            note_stop_signals()
+    if code == EXIT_STOPPED:
+        COMMAND.sweep_stopped = True
+        log.warning(
+            "job %s of the sweep was stopped: its later jobs are not started; %s",
+            num,
+            COMMAND.sweep_hint,
+        )
+    else:
+        log.error("job %s of the sweep ended with exit status %s (see above)", num, code)
+    raise JobFailed(num, code, log_file) from None
+
+
+def stop_the_start(signum: int, frame: object) -> None:
+    """A sweep job's start in a launcher's process: the first stop signal ends it, as a single
+    run's start. One after its run (which takes the signals itself) or after another (seedq-train
+    passes on the signal a terminal gave every process of the group) stops the sweep's later
+    jobs, not this one's end with an exception."""
+    first = not COMMAND.sweep_stopped
+    COMMAND.sweep_stopped = True
+    if first and not COMMAND.started:
+        raise StoppedWhileStarting(signal.Signals(signum).name)
+
+
+def note_stop_signals() -> None:
+    """A launcher's process between a sweep's jobs: a stop signal keeps its later jobs from
+    starting, and the process (a joblib worker) lives on; killed, joblib killed the others."""
+
+    def noted(signum: int, frame: object) -> None:
+        if not COMMAND.sweep_stopped:
+            log.warning("%s: this sweep's later jobs are not started", signal.Signals(signum).name)
+        COMMAND.sweep_stopped = True
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, noted)
 
 
 def continue_sweep(hydra_cfg: Any, resumes: bool) -> str:
@@ -1080,6 +1155,8 @@ class Command:
     job_codes: list[int] = dataclasses.field(default_factory=list)  # a sweep's failed jobs
     next_job: int | None = None  # a sweep's first job whose run has not started
     main_pid: int | None = None  # the process of seedq-train itself (train_main)
+    sweep_stopped: bool = False  # a stop signal ended the sweep: no later job starts
+    not_jobs: set[int] = dataclasses.field(default_factory=set)  # child processes, no workers
     sweep_hint: str = ""  # how a stopped sweep goes on (continue_sweep)
 
 
@@ -1209,14 +1286,91 @@ class ReaderMayLeave:
 
 
 def sweep_failed() -> None:
-    """End a sweep some of whose jobs failed with their worst exit status, in one line."""
-    failed = len(COMMAND.job_codes)
+    """End a sweep some of whose jobs failed or were stopped with their worst exit status, in
+    one line."""
+    stopped = COMMAND.job_codes.count(EXIT_STOPPED)
+    failed = len(COMMAND.job_codes) - stopped
+    ended = [
+        f"{count} job{'s' if count > 1 else ''} of the sweep {verb}"
+        for count, verb in ((failed, "failed"), (stopped, "stopped or not started"))
+        if count
+    ]
     print(
-        f"seedq-train: {failed} job{'s' if failed > 1 else ''} of the sweep failed (see "
-        f"above); the sweep ends with the worst status, {max(COMMAND.job_codes)}",
+        f"seedq-train: {' and '.join(ended)} (see above); the sweep ends with the worst "
+        f"status, {max(COMMAND.job_codes)}",
         file=sys.stderr,
     )
     sys.exit(max(COMMAND.job_codes))
+
+
+def jobs_elsewhere(argv: list[str]) -> bool:
+    """Whether a sweep's jobs run in processes of Hydra's launcher (``hydra/launcher=joblib``,
+    submitit), not in seedq-train's own (Hydra's basic launcher)."""
+    named = [
+        a.partition("=")[2] for a in argv if a.partition("=")[0].lstrip("+") == "hydra/launcher"
+    ]
+    return bool(named) and named[-1] != "basic"
+
+
+def child_processes() -> list[int]:
+    """The processes this one started (Linux: /proc)."""
+    me, found = str(os.getpid()), []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_the_jobs() -> None:
+    """seedq-train's stop signals while its sweep's jobs run in a launcher's processes
+    (joblib's workers). Raised into joblib, a signal made it kill those processes, the jobs in
+    the middle of their stop checkpoints, and the command said no run had started; a worker
+    that had no job yet died of it the same way. So each signal is passed on to the workers,
+    whose running jobs stop with a checkpoint while this process waits; and the signals are
+    blocked in this thread before any worker exists: the workers inherit the mask, a job
+    unblocks it as it starts, and a signal pending in an idle worker stops its next job
+    there."""
+    from multiprocessing import resource_tracker
+
+    # Started later (by joblib), multiprocessing's resource tracker unblocks SIGINT and
+    # SIGTERM in the thread that starts it (CPython up to 3.13): the workers would not inherit
+    # the mask.
+    resource_tracker.ensure_running()
+    COMMAND.not_jobs = set(child_processes())  # the tracker
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, pass_on_to_the_jobs)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def relay() -> None:
+        # A signal no thread takes (all block it) reaches the handler through here.
+        while True:
+            _thread.interrupt_main(signal.sigwait(STOP_SIGNALS))
+
+    threading.Thread(target=relay, name="sweep-signals", daemon=True).start()
+
+
+def pass_on_to_the_jobs(signum: int, frame: object) -> None:
+    """seedq-train's handler of a stop signal while its sweep's jobs run in other processes
+    (:func:`wait_for_the_jobs`)."""
+    name = signal.Signals(signum).name
+    workers = set(child_processes()) - COMMAND.not_jobs
+    if not workers:
+        # No job has started yet: the command stops as any start does.
+        raise KeyboardInterrupt if signum == signal.SIGINT else StoppedWhileStarting(name)
+    if not COMMAND.sweep_stopped:
+        COMMAND.sweep_stopped = True
+        print(
+            f"seedq-train: {name}: the sweep stops; its running jobs save a checkpoint and end, "
+            "its jobs not started yet are not run",
+            file=sys.stderr,
+        )
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def stopped_between_jobs(exc: KeyboardInterrupt) -> None:
@@ -1256,6 +1410,8 @@ def train_main() -> None:
     multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
     stop_while_starting()
+    if multirun and jobs_elsewhere(sys.argv[1:]):
+        wait_for_the_jobs()
     if any(a in PRINTING_OPTIONS for a in sys.argv[1:]):
         sys.stdout = ReaderMayLeave(sys.stdout)  # `seedq-train --help | head`
     try:

@@ -143,6 +143,35 @@ def test_a_joblib_sweep_with_a_refused_job_ends_with_its_status(tmp_path):
     assert json.loads((tmp_path / "1" / "summary.json").read_text())["env_steps"] >= 2000
 
 
+def test_ctrl_c_in_a_joblib_sweep_lets_each_job_stop_with_its_checkpoint(tmp_path):
+    # joblib took the command's KeyboardInterrupt and killed its workers, the jobs in the
+    # middle of their stop checkpoints (a worker without a job died of the Ctrl-C and did the
+    # same), and the command said "interrupted while starting; no run started", exit 130.
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", "-m", "hydra/launcher=joblib"]
+        + ["hydra.launcher.n_jobs=3", "seed=0,1", "env=fake", "actor.envs_per_batch=8"]
+        + ["log_interval_s=0.5", "max_minutes=2", f"hydra.sweep.dir={tmp_path}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    deadline = time.monotonic() + 180
+    metrics = [tmp_path / job / "metrics.csv" for job in "01"]
+    while time.monotonic() < deadline and not all(
+        m.exists() and len(m.read_text().splitlines()) >= 2 for m in metrics
+    ):
+        time.sleep(0.2)
+    os.killpg(sweep.pid, signal.SIGINT)  # Ctrl-C: every process of the group
+    output, _ = sweep.communicate(timeout=120)
+    summaries = [json.loads((tmp_path / job / "summary.json").read_text()) for job in "01"]
+    assert sweep.returncode == 75, output
+    assert [s["stop_reason"] for s in summaries] == ["interrupted"] * 2
+    assert all(list((tmp_path / job / "checkpoints").glob("ckpt-*.pt")) for job in "01")
+    assert "2 jobs of the sweep stopped or not started" in output
+    assert "no run started" not in output
+
+
 def run_on_a_terminal(args: list[str]) -> str:
     """Everything a command writes to a 120-column pseudo-terminal."""
     import fcntl
