@@ -157,6 +157,14 @@ def test_minatar_frames_fit_the_auto_torso() -> None:
     assert (out.logits.shape, out.baseline.shape) == ((1, 2, env.num_actions), (1, 2))
 
 
+@needs_minatar
+def test_a_package_s_gymnasium_entry_point_ids_are_registered_for_env_gym() -> None:
+    # MinAtar declares the gymnasium.envs entry point "MinAtar", which gymnasium 1.x no longer
+    # calls: MinAtar/Breakout-v1 was "Namespace MinAtar not found", whatever the docs said.
+    env = make_env_batch(GymConfig(id="MinAtar/Breakout-v1"), 2, seed=0)
+    assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((4, 10, 10), np.bool_, 3)
+
+
 @pytest.mark.parametrize(
     ("shape", "torso"),
     [((4, 10, 10), "minatar"), ((3, 35, 64), "minatar"), ((3, 36, 36), "nature")],

@@ -157,7 +157,12 @@ def gym_spec(env_id: str) -> Any:
         except ImportError:
             pass
     try:
-        return gym.spec(env_id)
+        try:
+            return gym.spec(env_id)
+        except gym.error.Error:
+            if not _register_plugin_envs(env_id):
+                raise
+            return gym.spec(env_id)  # or the error of the registry the package filled
     except gym.error.DeprecatedEnv as exc:
         # Taxi-v3 once gymnasium has Taxi-v4: the id is known, its version is not served.
         raise EnvError(f"gymnasium env id {env_id!r} is deprecated: {exc}") from exc
@@ -168,6 +173,36 @@ def gym_spec(env_id: str) -> Any:
             f"unknown gymnasium env id {env_id!r} ({exc}); list the registered ids with "
             "`python -c 'import gymnasium; gymnasium.pprint_registry()'`"
         ) from exc
+
+
+# gymnasium's entry point group of packages that register envs (MinAtar's "MinAtar" namespace).
+PLUGIN_GROUP = "gymnasium.envs"
+_LOADED_PLUGINS: set[str] = set()
+
+
+def _register_plugin_envs(env_id: str) -> bool:
+    """Call the ``gymnasium.envs`` entry points named for ``env_id``'s namespace
+    (``"__root__"`` for an id without one), as gymnasium 0.x did when imported and 1.x no
+    longer does: MinAtar declares ``MinAtar``, whose ids (``MinAtar/Breakout-v1``) were
+    unknown. Whether one was called (each is called once a process)."""
+    from importlib.metadata import entry_points
+
+    namespace = env_id.split("/", 1)[0] if "/" in env_id else "__root__"
+    plugins = [
+        ep
+        for ep in entry_points(group=PLUGIN_GROUP)
+        if ep.name == namespace and ep.value not in _LOADED_PLUGINS  # again: warns for each id
+    ]
+    for plugin in plugins:
+        _LOADED_PLUGINS.add(plugin.value)
+        try:
+            plugin.load()()
+        except Exception as exc:  # a package's own code: whatever it raises
+            raise EnvError(
+                f"env.id={env_id!r}: the {PLUGIN_GROUP} entry point {plugin.value!r} that "
+                f"registers the {namespace!r} envs failed: {exc!r}"
+            ) from exc
+    return bool(plugins)
 
 
 def _make_single_env(env_id: str, max_episode_steps: int | None, **kwargs: Any) -> Any:
@@ -738,5 +773,14 @@ def make_gym(cfg: GymConfig, num_envs: int, seed: int, env_offset: int) -> GymVe
             "env=atari env.id=%s adds DeepMind's preprocessing, as seedq's Atari results use",
             cfg.id,
             cfg.id,
+        )
+    if isinstance(entry, str) and entry.startswith("minatar"):
+        game = gym_spec(cfg.id).kwargs.get("game", "breakout")
+        logger.warning(
+            "%s is MinAtar's own gymnasium env: env=gym reads its bool (10, 10, C) frames by "
+            "the Box layout rule (Seaquest's (10, 10, 10) as channels-first, which it is not); "
+            "env=minatar env.id=%s delivers them channels-first with MinAtar's settings",
+            cfg.id,
+            game,
         )
     return GymVectorBatch.from_config(cfg, num_envs, seed, env_offset)
