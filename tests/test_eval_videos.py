@@ -129,3 +129,13 @@ def test_an_atari_video_in_rgb_shows_the_frames_in_colour(tmp_path) -> None:
     _, [video] = evaluate.evaluate(run, episodes=1, video=True)
     red, _, blue = iio.imread(video)[0].reshape(-1, 3).mean(axis=0)
     assert red - blue > 50  # Pong's brown field: (144, 72, 17)
+
+
+def test_frames_rendered_as_floats_are_written_scaled_to_bytes(tmp_path) -> None:
+    # MinAtar's gymnasium env renders float RGB in [0, 1]; cast to bytes it was black.
+    videos = EpisodeVideos(tmp_path, "ckpt")
+    videos.start(0)
+    videos.add(np.full((16, 16, 3), 0.8))
+    videos.add(np.full((16, 16, 3), 0.8))
+    frames = iio.imread(videos.finish())
+    assert (frames.shape, abs(frames.mean() - 204) < 8) == ((2, 16, 16, 3), True)
