@@ -1,13 +1,18 @@
 """Summarise seedq run directories as Markdown: a results table and, optionally, a return curve.
 
     python scripts/summarize_runs.py runs/a runs/b --target 475
+    python scripts/summarize_runs.py runs/multirun/2026-11-25/09-00-00 --target 475
     python scripts/summarize_runs.py runs/pong --curve-every-min 5
 
 (``seedq-plot`` draws the curves.)
 
-Reads each run's ``metrics.csv`` (one row per logging interval) and ``summary.json``. The
-time to target is the wall time of the first logging row whose 100-episode mean return reached
-``--target`` (rows before 100 finished episodes do not count, as in the run's stop rule).
+Each argument is a run directory (it holds ``metrics.csv``) or a folder searched for them (a
+sweep's directory); a sweep's job is named by its folder and overrides. A path that holds no run
+(a job refused or killed before its first metrics row, the sweep's ``multirun.yaml``) is left
+out and named on stderr. Reads each run's ``metrics.csv`` (one row per logging interval) and
+``summary.json``. The time to target is the wall time of the first logging row whose
+100-episode mean return reached ``--target`` (rows before 100 finished episodes do not count,
+as in the run's stop rule).
 """
 
 from __future__ import annotations
@@ -20,14 +25,59 @@ from pathlib import Path
 
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
+    """The run's metrics rows; a row that does not read as numbers (torn by a killed writer)
+    is left out and counted on stderr."""
     path = run_dir / "metrics.csv"
     if not path.exists():
         raise SystemExit(f"{run_dir}: no metrics.csv; is this a seedq run directory?")
-    with open(path) as f:
-        return [
-            {key: float(value) for key, value in row.items() if value not in ("", None)}
-            for row in csv.DictReader(f)
-        ]
+    rows, skipped = [], 0
+    with open(path, newline="", errors="replace") as f:
+        for row in csv.DictReader(f):
+            try:
+                rows.append(
+                    {key: float(value) for key, value in row.items() if value not in ("", None)}
+                )
+            except (TypeError, ValueError):
+                skipped += 1
+    if skipped:
+        print(f"{path}: {skipped} rows left out (not numbers)", file=sys.stderr)
+    return rows
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """The run directories among ``paths`` and under the folders among them (a sweep's);
+    what holds none is named on stderr, never a reason to summarise nothing."""
+    runs: list[Path] = []
+    for path in paths:
+        if (path / "metrics.csv").exists():
+            runs.append(path)
+            continue
+        found = sorted({p.parent for p in path.rglob("metrics.csv")}) if path.is_dir() else []
+        runs.extend(found)
+        # A run's or sweep job's folder without metrics: refused, failed or killed before its
+        # first row.
+        jobs = sorted(p.parent for p in path.glob("*/.hydra")) if path.is_dir() else []
+        jobs = [path] if (path / ".hydra").is_dir() else jobs
+        without = [job for job in jobs if job not in found]
+        for job in without:
+            print(f"{job}: no metrics.csv (see its cli.log); left out", file=sys.stderr)
+        if not found and not without:
+            print(f"{path}: no metrics.csv here or below; left out", file=sys.stderr)
+    return runs
+
+
+def run_name(run_dir: Path) -> str:
+    """A sweep's job (a numbered folder) with its overrides, else the folder's name."""
+    overrides = run_dir / ".hydra" / "overrides.yaml"
+    if not run_dir.name.isdigit() or not overrides.exists():
+        return run_dir.name
+    given = [
+        line.strip().lstrip("- ").strip()
+        for line in overrides.read_text().splitlines()
+        if line.strip().startswith("-")
+    ]
+    shown = [o for o in given if not o.startswith(("hydra.", "run_dir="))]
+    return f"{run_dir.name}: {' '.join(shown)}" if shown else run_dir.name
 
 
 def return_keys(rows: list[dict[str, float]]) -> tuple[str, str]:
@@ -61,7 +111,7 @@ def results_table(run_dirs: list[Path], target: float) -> str:
     for run_dir in run_dirs:
         rows = read_rows(run_dir)
         if not rows:
-            lines.append(f"| {run_dir.name} | no rows | | | | | |")
+            lines.append(f"| {run_name(run_dir)} | no rows | | | | | |")
             continue
         last = rows[-1]
         summary_path = run_dir / "summary.json"
@@ -74,7 +124,7 @@ def results_table(run_dirs: list[Path], target: float) -> str:
         final = last.get(return_keys(rows)[0], float("nan"))
         ratio = f"{last['replay_ratio']:.2f}" if "replay_ratio" in last else "-"
         lines.append(
-            f"| {run_dir.name} | {speed:,.0f} | {reached} | {final:.1f} | {ratio} | "
+            f"| {run_name(run_dir)} | {speed:,.0f} | {reached} | {final:.1f} | {ratio} | "
             f"{summary.get('stop_reason', '?')} |"
         )
     return "\n".join(lines)
@@ -119,7 +169,9 @@ def frame_skip(run_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument(
+        "run_dirs", nargs="+", type=Path, help="run directories, or folders of them (a sweep's)"
+    )
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument(
         "--curve-every-min",
@@ -128,10 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also print each run's return curve, one row per N minutes",
     )
     args = parser.parse_args(argv)
-    print(results_table(args.run_dirs, args.target))
+    run_dirs = find_runs(args.run_dirs)
+    if not run_dirs:
+        print("no seedq run (metrics.csv) in the paths given", file=sys.stderr)
+        return 2
+    print(results_table(run_dirs, args.target))
     if args.curve_every_min:
-        for run_dir in args.run_dirs:
-            print(f"\n{run_dir.name}\n")
+        for run_dir in run_dirs:
+            print(f"\n{run_name(run_dir)}\n")
             print(curve_table(run_dir, args.curve_every_min))
     return 0
 
