@@ -251,6 +251,21 @@ def test_an_atari_games_ram_steps_through_env_gym() -> None:
         env.close()
 
 
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "frames"),
+    [
+        ("ALE/Pong-v5", {}, 4),
+        ("Pong-v4", {}, 3),  # 2, 3 or 4 frames, drawn each step
+        ("PongNoFrameskip-v4", {}, 1),
+        ("ALE/Pong-v5", {"frameskip": 2}, 2),
+        ("CartPole-v1", {}, 1),
+    ],
+)
+def test_an_atari_id_through_env_gym_counts_the_frames_it_skips(env_id, kwargs, frames) -> None:
+    # seedq-bench raw-env env=gym env.id=ALE/Pong-v5 reported frames/s equal to steps/s.
+    assert GymConfig(id=env_id, kwargs=kwargs).frames_per_step() == frames
+
+
 # ------------------------------------------------------------ MultiDiscrete, MultiBinary actions
 
 

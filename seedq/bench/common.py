@@ -156,7 +156,7 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
     return cli.to_config(cfg)
 
 
-def frames_per_step(cfg: SeedqConfig) -> int:
+def frames_per_step(cfg: SeedqConfig) -> float:
     """Emulator frames per agent step (Atari's frame skip; 1 elsewhere)."""
     return cfg.env.frames_per_step()
 

@@ -89,6 +89,6 @@ class EnvConfig:
         agents)."""
         return 1
 
-    def frames_per_step(self) -> int:
+    def frames_per_step(self) -> float:
         """Frames the env renders per agent step (Atari's frame skip), for frame counts."""
         return 1

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# ale_py's AtariEnv skips this many frames a step unless its id or env.kwargs say otherwise.
+ALE_FRAMESKIP = 4
 # env.vectorization: "sync" steps the envs in the actor process, "async" in subprocesses.
 VECTORIZATIONS = ("sync", "async")
 
@@ -64,6 +66,20 @@ class GymConfig(EnvConfig):
         super().check()
         choice("env.vectorization", self.vectorization, VECTORIZATIONS)
         check_make_kwargs(self.kwargs)
+
+    def frames_per_step(self) -> float:
+        """An Atari id's emulator frames per step, as its registration or
+        ``env.kwargs.frameskip`` sets them (``ALE/Pong-v5``: 4; ``Pong-v4``'s random 2 to 4: 3
+        on average; a NoFrameskip id: 1); 1 for any other env."""
+        spec = gym_spec(self.id)
+        entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+        if not entry.startswith("ale_py"):
+            return 1
+        skip = self.kwargs.get("frameskip", spec.kwargs.get("frameskip", ALE_FRAMESKIP))
+        if isinstance(skip, int):
+            return skip
+        low, high = skip  # drawn uniformly from [low, high) each step
+        return (low + high - 1) / 2
 
 
 # gymnasium.make's own keywords that seedq sets: a run names them by their env keys instead.
