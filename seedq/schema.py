@@ -119,3 +119,11 @@ def check_positive(section: Any, prefix: str, names: Sequence[str], *, zero_ok: 
     """:func:`positive` for several fields of one section, named ``prefix.field``."""
     for name in names:
         positive(f"{prefix}.{name}", getattr(section, name), zero_ok=zero_ok)
+
+
+def override(key: str, value: str) -> str:
+    """``key=value`` as Hydra's override grammar reads back ``value`` whole: quoted, so that a
+    path holding a comma, a space, brackets or a quote is not taken for a list, a sweep or a
+    syntax error (a backslash before a quote or at the end is doubled, a quote escaped)."""
+    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    return f"{key}='" + re.sub(r"(\\+)$", r"\1\1", escaped) + "'"

@@ -141,6 +141,20 @@ def test_a_rank_runs_rank_0_s_config_with_its_own_seed_port_and_device():
     assert ports == [5555, 5558]  # rank 0's shards take 5555-5557, rank 1's 5558-5560
 
 
+def test_a_learner_host_runs_in_the_run_dir_whatever_its_name():
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from seedq.launch.learner_hosts import host_script
+
+    torchrun = ["python3", "-m", "torch.distributed.run"]
+    script = host_script(compose([]), torchrun, ["env=gym"], "/runs/a,b")
+    # Unquoted, Hydra took the folder with a comma for a sweep and every rank was refused.
+    given = OverridesParser.create().parse_override(shlex.split(script.splitlines()[-1])[-1])
+    assert (given.key_or_group, given.value()) == ("hydra.run.dir", "/runs/a,b")
+
+
 def seeds_run_by_each_rank(monkeypatch, state: dict | None) -> list[int]:
     """The seed of the config each of two ranks runs (``rank_main`` with a stand-in process
     group that hands rank 0's broadcast to rank 1), rank 0 resuming ``state``."""

@@ -73,10 +73,24 @@ def test_the_learner_command_fixes_the_run_dir_and_resumes_automatically():
         "-m",
         "seedq.train_entry",
         "env=gym",
-        "run_dir=/runs/a",
-        "hydra.run.dir=/runs/a",
+        "run_dir='/runs/a'",
+        "hydra.run.dir='/runs/a'",
         "resume=auto",
     ]
+
+
+@pytest.mark.parametrize("run_dir", ["/runs/a,b", "/runs/a b", "/runs/it's", "/runs/[1]"])
+def test_the_learner_command_gives_any_run_dir_as_hydra_reads_it_back(run_dir):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    # Unquoted, a folder with a comma was a sweep to Hydra ("Ambiguous value for argument"):
+    # every supervised learner was refused, and the supervisor ended with exit status 2.
+    parsed = OverridesParser.create().parse_overrides(learner_command([], [], run_dir)[3:])
+    assert {o.key_or_group: o.value() for o in parsed} == {
+        "run_dir": run_dir,
+        "hydra.run.dir": run_dir,
+        "resume": "auto",
+    }
 
 
 def test_a_learner_that_keeps_dying_is_restarted_up_to_the_limit(tmp_path):

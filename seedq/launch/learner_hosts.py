@@ -27,7 +27,7 @@ from typing import Any
 
 from seedq.launch.remote_actor import remote_script, start_fed
 from seedq.launch.ssh import SshHost, resolve_host, ssh_command
-from seedq.schema import ConfigError
+from seedq.schema import ConfigError, override
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def host_script(cfg: Any, argv: list[str], overrides: list[str], run_dir: str) -
     """The ``sh -s`` script of one learner host: torchrun of ``seedq.cli OVERRIDES`` in
     ``run_dir``, under the guard that stops it when its ssh ends."""
     launcher = cfg.launcher
-    command = [*argv, *overrides, f"hydra.run.dir={run_dir}"]
+    command = [*argv, *overrides, override("hydra.run.dir", run_dir)]
     guarded = [argv[0], "-m", "seedq.launch.remote_guard", "--grace", str(STOP_GRACE_S), "--"]
     return remote_script([*guarded, *command], workdir=launcher.workdir, env=launcher.env)
 

@@ -44,7 +44,7 @@ from seedq.exit_status import (
     EXIT_STOPPED,
     stop_signals_to,
 )
-from seedq.schema import check_positive, setting
+from seedq.schema import check_positive, override, setting
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +90,8 @@ def learner_command(task: list[str], hydra: list[str], run_dir: str) -> list[str
         "-m",
         "seedq.train_entry",  # takes the stop signals before its imports
         *kept,
-        f"run_dir={run_dir}",
-        f"hydra.run.dir={run_dir}",
+        override("run_dir", run_dir),
+        override("hydra.run.dir", run_dir),
         "resume=auto",
     ]
 
