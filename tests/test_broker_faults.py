@@ -266,6 +266,23 @@ def test_oversize_messages_are_refused():
     assert code == "too_large"
 
 
+def test_a_hello_whose_every_step_is_over_the_size_limit_is_refused_naming_what_fits():
+    # Was accepted: ZeroMQ then dropped the connection at its first step without a word, and
+    # the actor took that for a stalled learner, rejoining until it gave up.
+    h = Harness(max_message_bytes=1000)
+    try:
+        sock = h.client()
+        h.send(sock, hello(n_envs=60))
+        error = decode_error(h.reply(sock))
+    finally:
+        h.close()
+    assert (error.code, error.message) == (
+        "too_large",
+        "actor 0's 60 envs make Steps of at least 1356 bytes, more than this learner's "
+        "broker.max_message_bytes=1000; start it with --envs-per-batch 17 or fewer",
+    )
+
+
 def test_steps_from_unknown_actors_and_other_connections_are_refused(harness):
     owner = joined(harness)
     stranger = harness.client()

@@ -371,6 +371,17 @@ class Broker:
                 f"{env_difference(hello.env, self.env)}; start actors with the learner's env "
                 "config",
             )
+        layout = StepLayout(hello)
+        if layout.least_bytes > self.max_message_bytes:
+            # Its first step would exceed the socket's MAXMSGSIZE: ZeroMQ drops the connection
+            # without a word, and the actor took that for a learner that stalls, in a loop.
+            raise ProtocolError(
+                "too_large",
+                f"actor {hello.actor_id}'s {hello.n_envs} envs make Steps of at least "
+                f"{layout.least_bytes} bytes, more than this learner's broker.max_message_bytes="
+                f"{self.max_message_bytes}; start it with --envs-per-batch "
+                f"{layout.most_envs_within(self.max_message_bytes)} or fewer",
+            )
         old = self.actors.get(hello.actor_id)
         if old is not None and old.hello == hello:
             old.identity = identity  # a repeated Hello of the same run changes nothing
@@ -395,7 +406,7 @@ class Broker:
             )
             self._take_over(old, f"run {hello.run_id}", release_rows=False)
         env_ids = np.arange(hello.first_env, hello.first_env + hello.n_envs, dtype=np.int64)
-        slot = ActorSlot(hello, identity, rows, env_ids, last_seen=now, layout=StepLayout(hello))
+        slot = ActorSlot(hello, identity, rows, env_ids, last_seen=now, layout=layout)
         self.actors[hello.actor_id] = slot
         self.connected_envs += hello.n_envs
         log.info("actor %d joined (run %s, %d envs)", hello.actor_id, hello.run_id, hello.n_envs)

@@ -153,6 +153,17 @@ class StepLayout:
         self.run_tag = run_tag(hello.run_id)
         self.float_obs = self.obs_dtype.kind == "f"
 
+    @property
+    def least_bytes(self) -> int:
+        """The bytes of every Step of this actor, one without final observations or episodes."""
+        return self.head_bytes + (0 if self.inline else self.n_envs * self.obs_bytes)
+
+    def most_envs_within(self, limit: int) -> int:
+        """The most envs per Step whose largest one (every env's final observation and
+        finished episode too) fits ``limit`` bytes."""
+        per_env = ENV_BYTES + 2 * self.obs_bytes + EPISODE_BYTES
+        return max(0, (limit - STEP_HEAD.size) // per_env)
+
     def check_head(self, fields: tuple, head_size: int, next_seq: int) -> tuple[int, int, int]:
         """``(seq, n_final, n_episodes)`` of a parsed header that fits this actor, or raise."""
         _, _, _, code, actor_id, n, n_final, n_episodes, seq, tag = fields
