@@ -1126,6 +1126,20 @@ def missing_launcher(argv: list[str]) -> str | None:
     return None
 
 
+def printing_sweep(argv: list[str]) -> str | None:
+    """The refusal of ``--cfg`` or ``--info`` with ``-m``: Hydra's answer was a ValueError
+    traceback ("Only one of --run, --multirun, --cfg, --info ... can be specified")."""
+    if not any(a in ("-m", "--multirun") for a in argv):
+        return None
+    for arg in argv:
+        if arg in ("--cfg", "-c", "--info", "-i"):
+            return (
+                f"{arg} prints one run's config and cannot go with -m: drop -m and give each "
+                "swept key one of its values (seed=0,1 -> seed=0) to see that job's"
+            )
+    return None
+
+
 def shared_sweep_dir(argv: list[str]) -> str | None:
     """The refusal of a sweep (``-m``) whose jobs would all write into one ``run_dir=``; None
     if there is none. Each job needs its own folder: Hydra gives it one when run_dir is left
@@ -1398,6 +1412,7 @@ def train_main() -> None:
     if refusal := (
         key_refusal(argv)
         or missing_launcher(argv)
+        or printing_sweep(argv)
         or shared_sweep_dir(argv)
         or unusable_run_dir(argv)
     ):

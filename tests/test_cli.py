@@ -509,6 +509,16 @@ def test_a_sweep_value_hydra_cannot_read_is_a_refusal_exit_2(tmp_path):
     assert "Value 'abc' of type 'str' could not be converted to Float" in result.stdout
 
 
+def test_cfg_with_a_sweep_is_one_line_exit_2():
+    # Hydra's answer was a ValueError traceback, exit 1.
+    result = run_cli("-m", "seed=0,1", "--cfg", "job")
+    assert (result.returncode, result.stdout) == (
+        2,
+        "seedq-train: --cfg prints one run's config and cannot go with -m: drop -m and give "
+        "each swept key one of its values (seed=0,1 -> seed=0) to see that job's\n",
+    )
+
+
 def start_fake_sweep(tmp_path, *overrides: str) -> subprocess.Popen:
     """A two-job sweep (seed=0,1) of fake-env runs, job N in ``tmp_path/N``, output piped."""
     return subprocess.Popen(
