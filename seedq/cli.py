@@ -279,10 +279,17 @@ def resolve_config(
     if cfg.resume != AUTO:
         config = to_config(cfg)
         if held := another_run_in(config.run_dir):
+            remedy = (
+                # run_dir= alone on a sweep's command line is refused (one folder for all).
+                "continue the sweep with resume=auto added to its command line, or give the "
+                "sweep another folder (hydra.sweep.dir=DIR)"
+                if hydra_cfg.mode == RunMode.MULTIRUN
+                else f"continue it with resume=auto run_dir={config.run_dir}, or give this run "
+                "another run_dir"
+            )
             raise ConfigError(
-                f"{config.run_dir} holds another run ({held}); continue it with resume=auto "
-                f"run_dir={config.run_dir}, or give this run another run_dir (a fresh run "
-                "there would mix both runs' metrics and checkpoints)"
+                f"{config.run_dir} holds another run ({held}); {remedy} (a fresh run there "
+                "would mix both runs' metrics and checkpoints)"
             )
         claim(config.run_dir)
         return config, None

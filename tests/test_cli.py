@@ -509,6 +509,22 @@ def test_a_sweep_value_hydra_cannot_read_is_a_refusal_exit_2(tmp_path):
     assert "Value 'abc' of type 'str' could not be converted to Float" in result.stdout
 
 
+def test_a_sweep_run_again_into_its_folder_is_told_how_to_continue_the_sweep(tmp_path):
+    # The refusal said "continue it with resume=auto run_dir=DIR/0": one run_dir for a sweep
+    # is refused, and the user wanted the sweep continued, not one of its jobs.
+    sweep = ("-m", "seed=0", "env=fake", "actor.envs_per_batch=8", "total_env_steps=1000")
+    first = run_cli(*sweep, f"hydra.sweep.dir={tmp_path}", timeout=300)
+    again = run_cli(*sweep, f"hydra.sweep.dir={tmp_path}", timeout=300)
+    assert (first.returncode, again.returncode) == (0, 2), first.stdout + again.stdout
+    assert f"{tmp_path}/0 holds another run (checkpoints/ckpt-" in again.stdout
+    assert (
+        "continue the sweep with resume=auto added to its command line, or give the sweep "
+        "another folder (hydra.sweep.dir=DIR)"
+    ) in again.stdout
+    resumed = run_cli(*sweep, f"hydra.sweep.dir={tmp_path}", "resume=auto", timeout=300)
+    assert resumed.returncode == 0 and "already finished" in resumed.stdout, resumed.stdout
+
+
 def test_cfg_with_a_sweep_is_one_line_exit_2():
     # Hydra's answer was a ValueError traceback, exit 1.
     result = run_cli("-m", "seed=0,1", "--cfg", "job")
