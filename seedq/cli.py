@@ -1147,6 +1147,31 @@ def printing_sweep(argv: list[str]) -> str | None:
     return None
 
 
+def interval_sweep(argv: list[str]) -> str | None:
+    """The refusal of ``key=interval(a,b)`` with Hydra's basic sweeper, which runs lists,
+    ``range()`` and ``choice()`` only: its answer was a HydraException traceback ("BasicSweeper
+    does not support sweep type : INTERVAL_SWEEP")."""
+    from hydra.core.override_parser.types import ValueType
+
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    if not multirun or any(a.lstrip("+").startswith("hydra/sweeper=") for a in argv):
+        return None
+    try:
+        overrides = OverridesParser.create().parse_overrides(
+            [a for a in argv if not a.startswith("-")]
+        )
+    except HydraException:
+        return None  # Hydra names what it cannot read
+    for override in overrides:
+        if override.value_type == ValueType.INTERVAL_SWEEP:
+            return (
+                f"{override.input_line}: interval() is a range for an optimising sweeper to "
+                "sample (hydra/sweeper=optuna, its Hydra plugin installed); Hydra's basic "
+                "sweeper runs the values given: a list (0.001,0.003), range() or choice()"
+            )
+    return None
+
+
 def shared_sweep_dir(argv: list[str]) -> str | None:
     """The refusal of a sweep (``-m``) whose jobs would all write into one ``run_dir=``; None
     if there is none. Each job needs its own folder: Hydra gives it one when run_dir is left
@@ -1420,6 +1445,7 @@ def train_main() -> None:
         key_refusal(argv)
         or missing_launcher(argv)
         or printing_sweep(argv)
+        or interval_sweep(argv)
         or shared_sweep_dir(argv)
         or unusable_run_dir(argv)
     ):

@@ -535,6 +535,17 @@ def test_cfg_with_a_sweep_is_one_line_exit_2():
     )
 
 
+def test_an_interval_sweep_without_its_sweeper_is_one_line_exit_2():
+    # Hydra's basic sweeper answered with a HydraException traceback.
+    result = run_cli("-m", "algorithm.lr=interval(1e-4,1e-3)", "seed=0,1")
+    assert (result.returncode, result.stdout) == (
+        2,
+        "seedq-train: algorithm.lr=interval(1e-4,1e-3): interval() is a range for an optimising "
+        "sweeper to sample (hydra/sweeper=optuna, its Hydra plugin installed); Hydra's basic "
+        "sweeper runs the values given: a list (0.001,0.003), range() or choice()\n",
+    )
+
+
 def start_fake_sweep(tmp_path, *overrides: str) -> subprocess.Popen:
     """A two-job sweep (seed=0,1) of fake-env runs, job N in ``tmp_path/N``, output piped."""
     return subprocess.Popen(
