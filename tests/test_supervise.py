@@ -33,6 +33,9 @@ if mode == "die-once" and before == 0:  # leaves a process in its group, then is
     left = subprocess.Popen(["sleep", "300"])
     (folder / "left").write_text(str(left.pid))
     os.kill(os.getpid(), signal.SIGKILL)
+if mode == "bare":  # a learner still in the interpreter's start: no handler of seedq's yet
+    (folder / "ready").write_text("")
+    time.sleep(300)
 if mode == "wait":  # like a learner: a checkpoint on a stop signal, then exit status 75
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: sys.exit(75))
@@ -118,6 +121,18 @@ def test_a_killed_learner_is_restarted_and_what_it_left_is_ended(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1])
 def test_a_signal_to_the_supervisor_stops_the_learner_and_nothing_restarts(tmp_path, sig):
     process = supervise(tmp_path, "wait")
+    wait_for(lambda: (tmp_path / "ready").exists(), 60, "the learner")
+    process.send_signal(sig)
+    output, _ = process.communicate(timeout=60)
+    assert (process.returncode, starts(tmp_path)) == (75, 1), output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_learner_that_dies_of_the_signal_passed_on_is_a_stopped_run(tmp_path, sig):
+    # The signal passed on reached the learner before it could take it (Python's own start):
+    # the run stopped as asked, and a requeue script that continues a 75 must see one (it got
+    # 143 or 138, and Slurm's USR1 before a time limit ended the job without requeueing it).
+    process = supervise(tmp_path, "bare")
     wait_for(lambda: (tmp_path / "ready").exists(), 60, "the learner")
     process.send_signal(sig)
     output, _ = process.communicate(timeout=60)

@@ -42,6 +42,7 @@ from seedq.exit_status import (
     EXIT_REFUSED,
     EXIT_RUN_FAILED,
     EXIT_STOPPED,
+    STOP_SIGNALS,
     stop_signals_to,
 )
 from seedq.schema import check_positive, override, setting
@@ -152,6 +153,10 @@ class Supervisor:
         while True:
             code = self._run_learner()
             if self.signalled.is_set():
+                if -code in STOP_SIGNALS:
+                    # Passed on before the learner could take it (the interpreter's own
+                    # start): stopped as asked, with its newest checkpoint standing.
+                    return EXIT_STOPPED
                 return code if code >= 0 else 128 - code
             if code in (EXIT_FINISHED, EXIT_REFUSED, EXIT_STOPPED):
                 return code  # finished, refused (it would be again), or stopped on purpose
