@@ -1236,6 +1236,8 @@ DISK_ERRORS = frozenset(
     [errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO]
 )
 HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
+# joblib's errors when one of its worker processes died (it then ends the others).
+WORKER_LOST = ("TerminatedWorkerError", "BrokenProcessPool")
 
 # What Hydra puts in a run dir before the command is judged; nothing else is ever removed.
 HYDRA_FILES = (".hydra", "cli.log", LOCK_NAME)
@@ -1475,6 +1477,19 @@ def train_main() -> None:
         # launcher) held the signals, so nothing trained yet.
         exit_while_starting("seedq-train", exc)
     except SystemExit as exc:
+        if multirun and type(exc.__context__).__name__ in WORKER_LOST:
+            # A joblib worker died (the OOM killer, a kill -9): joblib killed the others with
+            # it, their jobs mid-run. Hydra printed joblib's traceback and exited 1, which
+            # read as a command line Hydra refused (exit 2).
+            print(
+                "seedq-train: a process of the sweep's jobs died (see above: SIGKILL is the "
+                "kernel's out-of-memory killer or a kill -9), and joblib ended the jobs still "
+                f"running with it (exit status {EXIT_RUN_FAILED}); resume=auto with the "
+                "sweep's folder (hydra.sweep.dir) continues each job from its newest "
+                "checkpoint",
+                file=sys.stderr,
+            )
+            raise SystemExit(EXIT_RUN_FAILED) from None
         if multirun and COMMAND.job_codes:
             # Hydra ended the sweep after its jobs ran in other processes (it reported the
             # first failed one above), or a stopped job ended it: the sweep's status is still

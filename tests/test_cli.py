@@ -172,6 +172,29 @@ def test_ctrl_c_in_a_joblib_sweep_lets_each_job_stop_with_its_checkpoint(tmp_pat
     assert "no run started" not in output
 
 
+def test_a_joblib_sweep_whose_job_is_killed_ends_with_status_3_in_one_line(tmp_path):
+    # joblib ends every job when one worker dies (the OOM killer): its traceback, then exit 2,
+    # read as a command line Hydra had refused.
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", "-m", "hydra/launcher=joblib"]
+        + ["hydra.launcher.n_jobs=2", "seed=0,1", "env=fake", "actor.envs_per_batch=8"]
+        + ["log_interval_s=0.5", "max_minutes=2", f"hydra.sweep.dir={tmp_path}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    metrics = tmp_path / "0" / "metrics.csv"
+    while time.monotonic() < deadline and (
+        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
+    ):
+        time.sleep(0.2)
+    os.kill(int((tmp_path / "0" / LOCK_NAME).read_text().split()[0]), signal.SIGKILL)
+    output, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == 3, output
+    assert "seedq-train: a process of the sweep's jobs died (see above: SIGKILL" in output
+
+
 def run_on_a_terminal(args: list[str]) -> str:
     """Everything a command writes to a 120-column pseudo-terminal."""
     import fcntl
