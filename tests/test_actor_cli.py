@@ -70,7 +70,9 @@ def actor(*args: str) -> subprocess.CompletedProcess:
         ([*TO_NOWHERE, "--actor-ids", "1,2147483648"], "is out of range"),
         # Its first env id, 2**30 x 2, is past the protocol's bound.
         ([*TO_NOWHERE, "--actor-ids", str(2**30)], "is out of range"),
-        ([*TO_NOWHERE, "--seed", "-5000"], "must be >= 0"),
+        ([*TO_NOWHERE, "--seed", "-5000"], "--seed -5000 is out of range; it must be in [0, "),
+        # Was taken: ale_py then refused every reset's seed, past 2^31.
+        ([*TO_NOWHERE, "--seed", str(2**31)], f"--seed {2**31} is out of range"),
         # Was the traceback of logging's open.
         ([*TO_NOWHERE, "--log-file", TREE], f"cannot write --log-file {TREE} (Is a directory)"),
         # Were "no reply from the learner for -1 s" at once, and a wait for ever for nan.

@@ -332,6 +332,17 @@ def test_atari_pong() -> None:
         env.close()
 
 
+def test_atari_batch_of_a_large_actor_id_resets() -> None:
+    # seedq-actor seeds a batch with seed + 1000 x actor id, offset by its first env id: for
+    # --actor-ids 3000000 ale_py refused the seed (past 2^31) at every reset.
+    pytest.importorskip("ale_py")
+    env = make_env_batch(AtariConfig(id="ALE/Pong-v5"), 2, seed=1000 * 3_000_000, env_offset=2**30)
+    try:
+        assert env.reset().shape == (2, 4, 84, 84)
+    finally:
+        env.close()
+
+
 def test_atari_truncation_final_obs() -> None:
     pytest.importorskip("ale_py")
     cfg = AtariConfig(id="ALE/Pong-v5", max_episode_steps=5, noop_max=0)

@@ -33,6 +33,7 @@ from seedq.actor.loop import (
 )
 from seedq.envs import EnvConfig, EnvError, env_config, make_env_batch
 from seedq.envs.base import EnvBatch
+from seedq.envs.config import MAX_SEED
 from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
@@ -368,9 +369,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.envs_per_batch < 1:
             raise ValueError(f"--envs-per-batch {args.envs_per_batch} must be >= 1")
         actor_ids = parse_actor_ids(args.actor_ids, args.envs_per_batch)
-        if args.seed < 0:
-            # Env seeds are seed + 1000 x actor id, and envs take none below 0.
-            raise ValueError(f"--seed {args.seed} must be >= 0")
+        if not 0 <= args.seed <= MAX_SEED:
+            # As seedq-train's seed: env seeds are seed + 1000 x actor id, envs take none below
+            # 0, and ale_py none from 2^31.
+            raise ValueError(f"--seed {args.seed} is out of range; it must be in [0, {MAX_SEED}]")
         curve_client = client_options(args.keys_dir) if args.keys_dir else None
     except (TypeError, ValueError) as exc:
         log.error("bad actor arguments: %s", exc)

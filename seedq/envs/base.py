@@ -17,6 +17,7 @@ from typing import Protocol, Self, runtime_checkable
 
 import numpy as np
 
+from seedq.envs.config import MAX_SEED
 from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
 
 
@@ -124,7 +125,10 @@ class BatchBase:
                 return None
             seed = self._seed
         self._seeded = True
-        return int(seed) + self.env_offset
+        # Folded into the run seeds' range: a seedq-actor started by hand with a large actor id
+        # (its seed + 1000 x id, its first env id as offset) or --seed passed 2^31, which ale_py
+        # and MinAtar refuse at every reset; the actor rebuilt its envs until it gave up.
+        return (int(seed) + self.env_offset) % (MAX_SEED + 1)
 
     def _final_obs(self, parts: list[np.ndarray]) -> np.ndarray:
         """``StepBatch.final_obs`` from the last observations of the envs truncated this step,
