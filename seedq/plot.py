@@ -35,6 +35,7 @@ IGNORED_OVERRIDES = (
 
 @dataclass
 class RunCurve:
+    path: Path
     name: str
     group: str
     env_steps: np.ndarray
@@ -109,6 +110,7 @@ def read_curve(run_dir: Path) -> RunCurve:
             "holds the rows of more than one run; give each run a metrics.csv of its own"
         )
     return RunCurve(
+        path=run_dir,
         name=run_dir.name,
         group=group_key(run_dir),
         env_steps=steps,
@@ -128,6 +130,27 @@ def band(curves: list[RunCurve], axis: str, points: int = 200) -> tuple[np.ndarr
     grid = np.linspace(start, end, points)
     ys = np.stack([np.interp(grid, x, c.returns) for x, c in zip(xs, curves, strict=True)])
     return grid, ys.mean(0), ys.min(0), ys.max(0)
+
+
+def cut_short(curves: list[RunCurve]) -> list[str]:
+    """A note for each group whose mean is drawn over much less than its runs hold: a seed
+    stopped early (a sweep's killed or failed job) ends the common range there, silently
+    leaving the other seeds' rest undrawn."""
+    groups: dict[str, list[RunCurve]] = {}
+    for curve in curves:
+        if len(curve.returns):
+            groups.setdefault(curve.group, []).append(curve)
+    notes = []
+    for label, members in groups.items():
+        shortest = min(members, key=lambda c: c.env_steps[-1])
+        longest = max(c.env_steps[-1] for c in members)
+        if len(members) > 1 and shortest.env_steps[-1] < 0.9 * longest:
+            notes.append(
+                f"{label}: its mean is drawn to {shortest.env_steps[-1]:,.0f} env steps, where "
+                f"{shortest.path} ends; the others go on to {longest:,.0f} (plot that run "
+                "apart, or leave it out, to see them)"
+            )
+    return notes
 
 
 def plot(curves: list[RunCurve], out: Path) -> None:
@@ -200,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if empty:
         print(f"seedq-plot: no returns yet in {', '.join(empty)}; left out", file=sys.stderr)
+    for note in cut_short(curves):
+        print(f"seedq-plot: {note}", file=sys.stderr)
     try:
         plot(curves, args.out)
     except (OSError, ValueError) as exc:

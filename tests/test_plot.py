@@ -127,3 +127,16 @@ def test_cli_refuses_a_metrics_file_holding_the_rows_of_two_runs(tmp_path, capsy
     assert main([str(run), "-o", str(tmp_path / "r.png")]) == 2
     assert "env_steps goes back from 3000 to 1000" in capsys.readouterr().err
     assert not (tmp_path / "r.png").exists()
+
+
+def test_a_seed_stopped_early_is_named_where_it_cuts_its_groups_mean(tmp_path, capsys):
+    # A sweep's seed killed at 2,000 steps ended its group's mean curve there, the other seeds'
+    # 8,000 steps undrawn without a word.
+    pytest.importorskip("matplotlib")
+    for seed, returns in enumerate([[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9], [1, 2]]):
+        fake_run(tmp_path / "sweep" / str(seed), [f"seed={seed}", "algorithm=ppo"], returns)
+    assert main([str(tmp_path / "sweep"), "-o", str(tmp_path / "s.png")]) == 0
+    assert (
+        f"seedq-plot: algorithm=ppo: its mean is drawn to 2,000 env steps, where "
+        f"{tmp_path / 'sweep' / '2'} ends; the others go on to 8,000"
+    ) in capsys.readouterr().err
