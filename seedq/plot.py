@@ -49,7 +49,16 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
         if (path / "metrics.csv").exists():
             runs.append(path)
         elif path.is_dir():
-            runs.extend(sorted(p.parent for p in path.rglob("metrics.csv")))
+            found = sorted(p.parent for p in path.rglob("metrics.csv"))
+            runs.extend(found)
+            # A sweep's job that never wrote a row (refused, failed, killed at its start) was
+            # left out without a word, its group drawn as one seed fewer.
+            for job in sorted(p.parent for p in path.glob("*/.hydra")):
+                if job not in found:
+                    print(
+                        f"seedq-plot: {job}: no metrics.csv (see its cli.log); left out",
+                        file=sys.stderr,
+                    )
         else:
             raise FileNotFoundError(f"{path}: not a run directory or a folder of runs")
     if not runs:

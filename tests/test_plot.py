@@ -140,3 +140,13 @@ def test_a_seed_stopped_early_is_named_where_it_cuts_its_groups_mean(tmp_path, c
         f"seedq-plot: algorithm=ppo: its mean is drawn to 2,000 env steps, where "
         f"{tmp_path / 'sweep' / '2'} ends; the others go on to 8,000"
     ) in capsys.readouterr().err
+
+
+def test_a_sweeps_job_without_metrics_is_named_as_left_out(tmp_path, capsys):
+    # A refused or failed job was left out without a word: its group one seed fewer.
+    fake_run(tmp_path / "sweep" / "0", ["seed=0"], [1, 2])
+    (tmp_path / "sweep" / "1" / ".hydra").mkdir(parents=True)
+    assert find_runs([tmp_path / "sweep"]) == [tmp_path / "sweep" / "0"]
+    assert capsys.readouterr().err == (
+        f"seedq-plot: {tmp_path / 'sweep' / '1'}: no metrics.csv (see its cli.log); left out\n"
+    )
