@@ -323,6 +323,22 @@ def test_resume_auto_needs_a_fixed_run_dir(tmp_path):
     ), result.stdout[-2000:]
 
 
+def test_a_relative_run_dir_is_the_launch_directory_s_under_hydra_job_chdir(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", *FAKE, "run_dir=run", "hydra.job.chdir=true"]
+        + ["resume=auto", "total_env_steps=2000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    # Hydra moved the process into run/ before the run began: the run went into run/run,
+    # away from Hydra's run/.hydra and from where resume=auto and seedq-eval look.
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert (tmp_path / "run" / "summary.json").exists() and not (tmp_path / "run" / "run").exists()
+
+
 def test_resume_auto_starts_continues_and_knows_a_finished_run(tmp_path):
     run = [*FAKE, "resume=auto", f"run_dir={tmp_path}"]
     first = run_cli(*run, "total_env_steps=5000")
