@@ -59,7 +59,9 @@ def actor(*args: str) -> subprocess.CompletedProcess:
     [
         # Was a ZeroMQ traceback, and then a hang: the context waited on the open socket.
         (["--endpoint", "nonsense", "--envs-per-batch", "2"], "'nonsense' is not an address"),
-        (["--endpoint", "tcp://127.0.0.1:9", "--envs-per-batch", "0"], "must be >= 1"),
+        (["--endpoint", "tcp://127.0.0.1:9", "--envs-per-batch", "0"], "must be in [1, 65536]"),
+        # Was refused by the learner at its Hello, once 70000 envs had been built.
+        ([*TO_NOWHERE, "--envs-per-batch", "70000"], "--envs-per-batch 70000 is out of range"),
         # Both env batches would join as actor 7 and take the id from each other.
         ([*TO_NOWHERE, "--actor-ids", "7,7"], "names actor 7 more than once"),
         ([*TO_NOWHERE, "--actor-ids", "1,x"], "is not a comma-separated list of whole numbers"),

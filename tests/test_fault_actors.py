@@ -123,3 +123,14 @@ def test_a_batch_too_large_for_a_message_is_refused_before_start(tmp_path):
     )
     assert none_fit.returncode == 2, none_fit.stdout
     assert "raise broker.max_message_bytes to at least 589830 (one env" in none_fit.stdout
+
+
+def test_more_envs_per_batch_than_a_step_carries_are_refused_before_start(tmp_path):
+    # Was taken: the broker refused each actor's Hello (bad_field) and, its restarts spent,
+    # the run failed with exit status 3.
+    result = run_cli("actor.envs_per_batch=70000", f"hydra.run.dir={tmp_path}")
+    assert (
+        result.returncode,
+        "actor.envs_per_batch=70000 is more than one Step carries (at most 65536 envs)"
+        in result.stdout,
+    ) == (2, True), result.stdout

@@ -37,7 +37,7 @@ from seedq.envs.config import MAX_SEED
 from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
-from seedq.messages import env_json
+from seedq.messages import MAX_ENVS, env_json
 from seedq.schema import positive
 from seedq.security import client_options
 
@@ -366,8 +366,12 @@ def main(argv: list[str] | None = None) -> int:
                 'e.g. {"kind": "cartpole"}'
             )
         env_cfg = env_config(env_section)
-        if args.envs_per_batch < 1:
-            raise ValueError(f"--envs-per-batch {args.envs_per_batch} must be >= 1")
+        if not 1 <= args.envs_per_batch <= MAX_ENVS:
+            # Past the bound the learner refuses the Hello, after the envs were built.
+            raise ValueError(
+                f"--envs-per-batch {args.envs_per_batch} is out of range; it must be in "
+                f"[1, {MAX_ENVS}] (the envs one Step carries)"
+            )
         actor_ids = parse_actor_ids(args.actor_ids, args.envs_per_batch)
         if not 0 <= args.seed <= MAX_SEED:
             # As seedq-train's seed: env seeds are seed + 1000 x actor id, envs take none below

@@ -31,7 +31,7 @@ from seedq.launch.shards import start_shard
 from seedq.launch.sizing import sized
 from seedq.learner.device import prepare_learner_process
 from seedq.limits import raise_open_file_limit
-from seedq.messages import EnvSpec, env_json
+from seedq.messages import MAX_ENVS, EnvSpec, env_json
 from seedq.schema import ConfigError
 from seedq.security import curve_enabled
 
@@ -45,13 +45,21 @@ STEP_HEADER_BYTES = 64 * 1024
 
 
 def check_message_size(cfg: Any, spec: EnvSpec) -> None:
-    """Refuse a batch whose Step cannot fit ``broker.max_message_bytes``.
+    """Refuse a batch whose Step cannot fit ``broker.max_message_bytes`` (or the protocol's
+    bound on envs per Step).
 
     Counted at its largest: every env's observation plus, when all envs truncate at once, as
     many final observations. Too large a message would otherwise be dropped by ZeroMQ without a
     word and the actor would wait for a reply that never comes.
     """
     n = cfg.actor.envs_per_batch
+    if n > MAX_ENVS:
+        # The broker refuses such a Hello (bad_field): every actor exited at its start and the
+        # run failed once actor.max_restarts were spent.
+        raise ConfigError(
+            f"actor.envs_per_batch={n} is more than one Step carries (at most {MAX_ENVS} envs); "
+            "spread the envs over more actor.batches_per_actor or actor.num_actors"
+        )
     obs_bytes = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
     largest = 2 * n * obs_bytes + n * (4 + 1 + 1) + STEP_HEADER_BYTES
     if largest > cfg.broker.max_message_bytes:
