@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seedq.actor.main import check_endpoints
+from seedq.actor.main import check_endpoints, unresolved_hosts
 
 TREE = str(Path(__file__).resolve().parents[1])
 CARTPOLE = '{"kind": "cartpole"}'
@@ -32,6 +32,12 @@ def test_addresses_to_dial_pass(endpoint):
 def test_addresses_that_cannot_be_dialled_are_named(endpoint):
     with pytest.raises(ValueError, match="is not an address to dial"):
         check_endpoints(endpoint)
+
+
+def test_a_host_name_that_does_not_resolve_is_named():
+    # Was said only as "no connection", every minute until --reply-timeout-s.
+    found = unresolved_hosts(["tcp://learner.invalid:5555", "tcp://127.0.0.1:1", "ipc:///tmp/x"])
+    assert [f.split(" (")[0] for f in found] == ["learner.invalid"]
 
 
 def test_an_ipv6_address_no_learner_listens_on_is_named():

@@ -11,6 +11,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -109,6 +110,22 @@ def check_patience(patience: Patience) -> None:
         ("env_timeout_s", True),
     ):
         positive(f"--{name.replace('_', '-')}", getattr(patience, name), zero_ok=zero_ok)
+
+
+def unresolved_hosts(endpoints: list[str]) -> list[str]:
+    """The host names of tcp ``endpoints`` that do not resolve here, each with the resolver's
+    words (a typo, or DNS not up yet)."""
+    unresolved = []
+    for address in endpoints:
+        scheme, _, rest = address.partition("://")
+        host = rest.rpartition(":")[0]
+        if scheme != "tcp" or host == "*":
+            continue
+        try:
+            socket.getaddrinfo(host, None, socket.AF_INET)
+        except (OSError, UnicodeError) as exc:
+            unresolved.append(f"{host} ({exc})")
+    return unresolved
 
 
 async def _run(
@@ -381,6 +398,15 @@ def main(argv: list[str] | None = None) -> int:
     except (TypeError, ValueError) as exc:
         log.error("bad actor arguments: %s", exc)
         return 2
+    for host in unresolved_hosts(check_endpoints(args.endpoint)):
+        # Not refused: a cluster's DNS may come up after its actors. It waited in silence,
+        # then said only "no connection" every minute for --reply-timeout-s.
+        log.warning(
+            "--endpoint: the host name %s does not resolve here; waiting for it up to "
+            "--reply-timeout-s=%.0f s",
+            host,
+            patience.reply_timeout_s,
+        )
     install_event_loop_policy()
 
     async def run() -> None:
