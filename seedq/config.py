@@ -207,6 +207,13 @@ def validate(cfg: Any) -> None:
             f"hardware.cuda_graphs=true records the updates of algorithm={'|'.join(graphed)} "
             f"only; algorithm={cfg.algorithm.name} runs its updates eagerly: drop the key"
         )
+    with_replay = [n for n in AGENTS if config_class(n).keeps_replay]
+    if cfg.checkpoint.replay and cfg.algorithm.name not in with_replay:
+        raise ConfigError(
+            f"checkpoint.replay=true saves the replay of algorithm={'|'.join(with_replay)}; "
+            f"algorithm={cfg.algorithm.name} keeps none (it trains on each batch of fresh "
+            "unrolls once): drop the key"
+        )
     validate_actor(cfg.actor)
     validate_broker(cfg.broker)
     # A seed run starts its own actors (here, or over ssh/srun), which need the actor's secret.

@@ -89,6 +89,22 @@ def test_launcher_keys_the_launcher_reads_pass(overrides):
     validate(compose_config(*overrides))
 
 
+@pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
+def test_saving_the_replay_of_an_algorithm_without_one_is_refused(algorithm):
+    # Accepted without a word: nothing was saved, and a resume refilled nothing either way.
+    says = refusal(f"algorithm={algorithm}", "checkpoint.replay=true")
+    assert f"algorithm={algorithm} keeps none" in says and "drop the key" in says
+
+
+@pytest.mark.parametrize(
+    "overrides", [["algorithm=r2d2"], ["algorithm=sac", "env=gym", "env.id=Pendulum-v1"]]
+)
+def test_saving_the_replay_of_a_replay_algorithm_passes(overrides):
+    from seedq.cli import to_config  # sized to this machine, as R2D2's eval batches need
+
+    assert to_config(compose_config(*overrides, "checkpoint.replay=true"))
+
+
 @pytest.mark.parametrize(
     "overrides, key",
     [

@@ -103,6 +103,9 @@ class AlgorithmConfig:
     # Its learner can replay its minibatch updates from CUDA graphs (hardware.cuda_graphs;
     # seedq.agents.common.graphs); hardware.cuda_graphs=true is refused for one that cannot.
     graphed_updates: ClassVar[bool] = False
+    # It learns from a replay, which checkpoint.replay=true saves beside the checkpoints; the
+    # key is refused for one that keeps none.
+    keeps_replay: ClassVar[bool] = False
 
     name: str = setting(MISSING, "the algorithm (set by the algorithm group)")
     batch_size: int = setting(32, "training batch: unrolls or sequences per update")

@@ -25,6 +25,7 @@ class QModelConfig(ModelConfig):
 
 @dataclass
 class R2D2Config(AlgorithmConfig):
+    keeps_replay: ClassVar[bool] = True
     cannot: ClassVar[dict[str, str]] = {
         "learn": (
             "it learns from a prioritised replay of sequences sampled at a bounded replay "

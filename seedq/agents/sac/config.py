@@ -28,6 +28,7 @@ class SACModelConfig(ModelConfig):
 
 @dataclass
 class SACConfig(AlgorithmConfig):
+    keeps_replay: ClassVar[bool] = True
     cannot: ClassVar[dict[str, str]] = {
         "learn": (
             "it learns from a replay of past transitions sampled at a bounded replay ratio, "
