@@ -103,6 +103,23 @@ def test_minatar_games(game: str) -> None:
 
 
 @needs_minatar
+def test_a_minatar_v0_id_played_with_the_minimal_set_says_so(monkeypatch, caplog) -> None:
+    # MinAtar registers its -v0 ids with all 6 actions; env=minatar played them with the
+    # minimal set without a word.
+    from seedq.envs import minatar
+
+    monkeypatch.setattr(minatar, "_WARNED", set())
+    for cfg in (
+        MinAtarConfig(id="MinAtar/Breakout-v0"),
+        MinAtarConfig(id="MinAtar/Breakout-v1"),
+        MinAtarConfig(id="MinAtar/Asterix-v0", full_action_space=True),
+    ):
+        make_env_batch(cfg, 1, seed=0).close()
+    warned = [r.getMessage() for r in caplog.records if "registered" in r.getMessage()]
+    assert [w.split()[0] for w in warned] == ["MinAtar/Breakout-v0"]
+
+
+@needs_minatar
 def test_minatar_time_limit_truncates_with_final_obs() -> None:
     cfg = MinAtarConfig(id="freeway", max_episode_steps=7)
     env = make_env_batch(cfg, 3, seed=1)

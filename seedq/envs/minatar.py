@@ -56,6 +56,33 @@ def minatar_game(env_id: str) -> str:
     raise EnvError(f"env.id={env_id!r} is not a MinAtar game.{hint} Choose one of {list(GAMES)}")
 
 
+def registered_full_action_space(env_id: str) -> bool | None:
+    """Whether MinAtar's gymnasium registration of ``env_id`` plays all 6 actions: its ``-v0``
+    ids do, its ``-v1`` ids the minimal set; None for a plain game name."""
+    if not env_id.startswith("MinAtar/"):
+        return None
+    version = env_id.rpartition("-v")[2]
+    return {"0": True, "1": False}.get(version)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_registered_action_set(cfg: MinAtarConfig) -> None:
+    """Once a process, when ``cfg.id`` is registered with all 6 actions (``MinAtar/Breakout-v0``)
+    and ``env.full_action_space`` is left at its default, the minimal set: it was played so
+    without a word."""
+    if registered_full_action_space(cfg.id) and not cfg.full_action_space:
+        if cfg.id not in _WARNED:
+            _WARNED.add(cfg.id)
+            logger.warning(
+                "%s is registered with all 6 actions (MinAtar's -v0 ids; -v1 the minimal set), "
+                "and env=minatar plays the game's minimal set by default; add "
+                "env.full_action_space=true to play it as registered",
+                cfg.id,
+            )
+
+
 def import_minatar() -> Any:
     """MinAtar's ``Environment`` class, or an EnvError with the install line."""
     try:
@@ -211,6 +238,7 @@ class MinAtarBatch(BatchBase):
 def make_minatar(cfg: MinAtarConfig, num_envs: int, seed: int, env_offset: int) -> MinAtarBatch:
     """``env.kind=minatar``: ``cfg.id`` with the sticky-action, ramping, action-set and time-limit
     keys of ``cfg``."""
+    warn_registered_action_set(cfg)
     return MinAtarBatch(
         cfg.id,
         num_envs,
