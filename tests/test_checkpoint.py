@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -304,6 +305,23 @@ def test_a_run_may_resume_on_another_machine_with_other_env_threads(tmp_path):
     here["env"]["frame_skip"] = 3
     with pytest.raises(CheckpointError, match=r"env.frame_skip=None there, 3 here"):
         check_compatible(tmp_path / "x.pt", saved, here)
+
+
+def test_a_checkpoint_of_a_gpu_run_resumes_on_the_cpu(tmp_path):
+    first = run_cli("total_env_steps=3000", "log_interval_s=1", f"hydra.run.dir={tmp_path}")
+    assert first.returncode == 0, first.stdout[-2000:]
+    path = find_checkpoint(str(tmp_path))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    # What a CUDA generator's get_state() gives: 16 bytes (seed, offset), where a CPU
+    # generator's is 5,056. set_state raised a RuntimeError, and the resume ended in a trace.
+    state["rng"]["inference"] = torch.zeros(16, dtype=torch.uint8)
+    Path(path).unlink()
+    save_checkpoint(str(tmp_path), {k: v for k, v in state.items() if k != "format"}, keep=3)
+    again = run_cli(
+        f"resume={tmp_path}", f"total_env_steps={state['env_steps'] + 3000}", "log_interval_s=1"
+    )
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert "the checkpoint's acting RNG is another device's" in again.stdout
 
 
 def network_keys(algorithm: str) -> tuple[str, ...]:

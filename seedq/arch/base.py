@@ -42,6 +42,7 @@ from seedq.arch.monitor import Monitor, RunSummary
 from seedq.arch.resume import continue_metrics, recent_episodes
 from seedq.core.agent import RunContext
 from seedq.core.stats import EARLIER_STARTS, RunFault
+from seedq.envs.config import resumed_seed
 from seedq.exit_status import stop_signals_to
 from seedq.learner.central_inference import CentralInference
 from seedq.learner.checkpoint import (
@@ -249,7 +250,18 @@ class TrainingRun:
             ) from None
         self.agent.restore_files(str(Path(self.cfg.resume or "").parent))
         torch.set_rng_state(state["rng"]["torch"])
-        self.generator.set_state(state["rng"]["inference"])
+        acting = state["rng"]["inference"]
+        if acting.numel() == self.generator.get_state().numel():
+            self.generator.set_state(acting)
+        else:
+            # Saved by a run on another kind of device (a CUDA generator's state is 16 bytes,
+            # a CPU one's 5,056): a RuntimeError and a traceback here. This start acts from a
+            # stream of its own instead.
+            self.generator.manual_seed(resumed_seed(self.cfg.seed, int(state["env_steps"])))
+            log.info(
+                "the checkpoint's acting RNG is another device's; this start seeds its own (%s)",
+                self.device.type,
+            )
         self.stats.env_steps = int(state["env_steps"])
         self.stats.episodes = int(state["episodes"])
         self.agent.stats.updates = int(state["updates"])
