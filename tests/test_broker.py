@@ -224,16 +224,33 @@ def test_the_env_ids_of_the_runs_own_actors_are_kept_for_them():
 def test_an_env_id_conflict_names_the_actor_ids_that_fit():
     """A hand-started actor whose envs overlap a joined actor's was told "give each actor its
     own first_env", a field seedq-actor has no option for; its remedy is --actor-ids."""
-    registry = ActorRegistry(launched=(4, 16))
+    registry = ActorRegistry()
     shard = _Shard()
     registry.join(hello(actor_id=0, n_envs=16), shard)  # 0..15
     with pytest.raises(ProtocolError) as refused:
         registry.join(hello(actor_id=1, n_envs=3), shard)  # 3..5
-    registry.join(hello(actor_id=22, n_envs=3), shard)  # the ids it names fit: 66..68
+    registry.join(hello(actor_id=6, n_envs=3), shard)  # the ids it names fit: 18..20
     assert refused.value.detail.endswith(
-        "actor 0 already steps 0..15; start it with --actor-ids 22 or higher "
+        "actor 0 already steps 0..15; start it with --actor-ids 6 or higher "
         "(its envs start at actor id x 3)"
     ), refused.value.detail
+
+
+def test_an_id_of_the_runs_own_actors_with_other_envs_is_refused_not_taken_over():
+    # seedq-actor --actor-ids 0 --envs-per-batch 8 took launched actor 0's id over; the launched
+    # batch, refused taken_over, ended for the rest of the run.
+    registry = ActorRegistry(launched=(4, 16))
+    shard = _Shard()
+    registry.join(hello(actor_id=0, n_envs=16), shard)  # the launched actor: 0..15
+    with pytest.raises(ProtocolError) as refused:
+        registry.join(hello(actor_id=0, n_envs=8), shard)
+    assert (refused.value.code, refused.value.detail) == (
+        "env_id_conflict",
+        "actor 0 claims env ids 0..7, but actor ids 0..3 are this run's own actors, each on 16 "
+        "envs from env id actor id x 16; start it with --actor-ids 8 or higher (its envs start "
+        "at actor id x 8)",
+    )
+    registry.join(hello(actor_id=0, n_envs=16), shard)  # the launched actor rejoins as before
 
 
 def test_a_seed_run_keeps_the_env_ids_of_the_actors_it_launches(tmp_path):

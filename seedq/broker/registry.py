@@ -36,7 +36,8 @@ class ActorRegistry:
         since it would otherwise hold them while a launched actor was away (a stall, a
         restart) and that actor, refused on its return, would crash until the run ended."""
         self.rows = RowPool(limit)
-        self.launched_ids, self.launched_envs = launched[0], launched[0] * launched[1]
+        self.launched_ids, self.launched_per_batch = launched
+        self.launched_envs = launched[0] * launched[1]
         self._lock = threading.Lock()
         self._starts: list[tuple[int, int, int]] = []  # (first env, last env, actor), sorted
         self._ranges: dict[int, tuple[int, int, int]] = {}
@@ -89,6 +90,16 @@ class ActorRegistry:
 
     def _check_env_ids(self, actor_id: int, first: int, last: int) -> None:
         n = last - first + 1
+        per = self.launched_per_batch
+        if actor_id < self.launched_ids and (first, n) != (actor_id * per, per):
+            # Not the launched actor of that id (its envs are actor id x per on): it would take
+            # the id over, and the launched batch, refused, ended for the rest of the run.
+            raise ProtocolError(
+                "env_id_conflict",
+                f"actor {actor_id} claims env ids {first}..{last}, but actor ids "
+                f"0..{self.launched_ids - 1} are this run's own actors, each on {per} envs "
+                f"from env id actor id x {per}; {_ids_that_fit(self.launched_envs, n)}",
+            )
         if actor_id >= self.launched_ids and first < self.launched_envs:
             raise ProtocolError(
                 "env_id_conflict",
