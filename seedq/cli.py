@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -366,37 +366,53 @@ def train_job(cfg: DictConfig) -> float | None:
 def _train_job_elsewhere(cfg: DictConfig, hydra_cfg: Any) -> float | None:
     """A sweep's job in a process of Hydra's launcher (a joblib worker, a submitit job). What
     this process notes never reaches seedq-train's, which ended 0 however its jobs failed:
-    a failed or stopped job is Hydra's failed job instead (:class:`JobFailed`). A stop signal
-    ends the job with a checkpoint and keeps this process's later jobs from starting; a
-    SystemExit or KeyboardInterrupt out of here would end the process, and joblib then kills
-    the sweep's other jobs mid-run."""
+    a failed or stopped job is Hydra's failed job instead (:class:`JobFailed`). The job runs in
+    a process of its own, forked here: a job killed (the OOM killer, kill -9) is one failed
+    job, where a joblib worker killed made joblib kill the sweep's other jobs mid-run. A stop
+    signal ends the job with a checkpoint and keeps this process's later jobs from starting."""
     num = hydra_cfg.job.num
     log_file = str(Path(hydra_cfg.runtime.output_dir) / f"{hydra_cfg.job.name}.log")
     if COMMAND.sweep_stopped:
         log.warning("job %s of the sweep is not started: the sweep was stopped", num)
         raise JobFailed(num, EXIT_STOPPED, log_file)
-    COMMAND.started = False  # this job's run has not started
     main_thread = threading.current_thread() is threading.main_thread()
+    returned, sent = os.pipe()
+    job = os.fork()
+    if job == 0:
+        os.close(returned)
+        forked_job(cfg, num, sent)
+    os.close(sent)
     if main_thread:
-        # Its start is a single run's: a signal ends it (KeyboardInterrupt). seedq-train
-        # blocked them for its workers (wait_for_the_jobs): one pending arrives here.
+        # The job's process has the terminal's signals itself; seedq-train's come through here.
+        def pass_on(signum: int, frame: object) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(job, signum)
+
         for sig in STOP_SIGNALS:
-            signal.signal(sig, stop_the_start)
+            signal.signal(sig, pass_on)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    _, status = os.waitpid(job, 0)
+    if main_thread:
+        note_stop_signals()
+    os.set_blocking(returned, False)
     try:
-        if main_thread:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        return _train_job(cfg)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-        if code == 0:
-            return None
-    except KeyboardInterrupt as exc:
-        name = exc.name if isinstance(exc, StoppedWhileStarting) else "SIGINT"
-        log.warning("job %s of the sweep stopped by %s while starting", num, name)
-        code = EXIT_STOPPED
+        value = os.read(returned, 64).decode()
+    except BlockingIOError:  # nothing written: the job returned no value, or was killed
+        value = ""
     finally:
-        if main_thread:
-            note_stop_signals()
+        os.close(returned)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return float(value) if value else None
+    if code < 0:
+        log.error(
+            "job %s of the sweep: its process was killed by %s (SIGKILL: the kernel's "
+            "out-of-memory killer, or a kill -9); its other jobs run, and resume=auto with the "
+            "sweep's folder continues it from its newest checkpoint",
+            num,
+            signal.Signals(-code).name,
+        )
+        raise JobFailed(num, EXIT_RUN_FAILED, log_file)
     if code == EXIT_STOPPED:
         COMMAND.sweep_stopped = True
         log.warning(
@@ -406,7 +422,56 @@ def _train_job_elsewhere(cfg: DictConfig, hydra_cfg: Any) -> float | None:
         )
     else:
         log.error("job %s of the sweep ended with exit status %s (see above)", num, code)
-    raise JobFailed(num, code, log_file) from None
+    raise JobFailed(num, code, log_file)
+
+
+def forked_job(cfg: DictConfig, num: int, sent: int) -> NoReturn:
+    """The process of one sweep job (:func:`_train_job_elsewhere`): the run, its final return
+    written to ``sent``, and its exit status as a single run's."""
+    code, value = EXIT_RUN_FAILED, None
+    COMMAND.started = False  # this job's run has not started
+    stop_with_parent()
+    try:
+        if threading.current_thread() is threading.main_thread():
+            # Its start is a single run's: a signal ends it (KeyboardInterrupt). seedq-train
+            # blocked them for its workers (wait_for_the_jobs): one pending arrives here.
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, stop_the_start)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        value = _train_job(cfg)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    except KeyboardInterrupt as exc:
+        name = exc.name if isinstance(exc, StoppedWhileStarting) else "SIGINT"
+        log.warning("job %s of the sweep stopped by %s while starting", num, name)
+        code = EXIT_STOPPED
+    except BaseException:
+        log.exception("job %s of the sweep failed", num)
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            os.write(sent, b"" if value is None else repr(float(value)).encode())
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        # Not sys.exit: the worker's own exit handlers (joblib's queues) are not this
+        # process's to run.
+        os._exit(code)
+
+
+def stop_with_parent() -> None:
+    """Have Linux send this process SIGTERM when its parent (the joblib worker) dies: the job
+    then stops with a checkpoint, as the rest of its sweep does when joblib ends its workers,
+    rather than training on with no one to report to."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before prctl ran, which then never fires
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def stop_the_start(signum: int, frame: object) -> None:
@@ -1241,6 +1306,7 @@ DISK_ERRORS = frozenset(
     [errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO]
 )
 HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent dies
 # joblib's errors when one of its worker processes died (it then ends the others).
 WORKER_LOST = ("TerminatedWorkerError", "BrokenProcessPool")
 

@@ -172,17 +172,13 @@ def test_ctrl_c_in_a_joblib_sweep_lets_each_job_stop_with_its_checkpoint(tmp_pat
     assert "no run started" not in output
 
 
-def test_a_joblib_sweep_whose_job_is_killed_ends_with_status_3_in_one_line(tmp_path):
-    # joblib ends every job when one worker dies (the OOM killer): its traceback, then exit 2,
-    # read as a command line Hydra had refused.
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "seedq.cli", "-m", "hydra/launcher=joblib"]
-        + ["hydra.launcher.n_jobs=2", "seed=0,1", "env=fake", "actor.envs_per_batch=8"]
-        + ["log_interval_s=0.5", "max_minutes=2", f"hydra.sweep.dir={tmp_path}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def test_a_joblib_sweep_whose_job_is_killed_runs_its_other_jobs_and_ends_with_3(tmp_path):
+    # A job killed (the OOM killer, kill -9) killed its joblib worker, and joblib then killed
+    # every other job mid-run: its traceback, then exit 2, read as a refused command line.
+    sweep = run_cli_in_background(
+        "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "max_minutes=2,0.1",
+        "env=fake", "actor.envs_per_batch=8", "log_interval_s=0.5", f"hydra.sweep.dir={tmp_path}",
+    )  # fmt: skip
     deadline = time.monotonic() + 180
     metrics = tmp_path / "0" / "metrics.csv"
     while time.monotonic() < deadline and (
@@ -192,7 +188,45 @@ def test_a_joblib_sweep_whose_job_is_killed_ends_with_status_3_in_one_line(tmp_p
     os.kill(int((tmp_path / "0" / LOCK_NAME).read_text().split()[0]), signal.SIGKILL)
     output, _ = sweep.communicate(timeout=120)
     assert sweep.returncode == 3, output
-    assert "seedq-train: a process of the sweep's jobs died (see above: SIGKILL" in output
+    assert "job 0 of the sweep: its process was killed by SIGKILL" in output
+    assert json.loads((tmp_path / "1" / "summary.json").read_text())["stop_reason"] == (
+        "max_minutes"
+    )
+
+
+def test_a_joblib_worker_killed_ends_the_sweep_with_3_its_job_stopped_with_a_checkpoint(
+    tmp_path,
+):
+    # joblib ends every job when a worker dies: Hydra printed its traceback and the sweep
+    # exited 2, read as a refused command line; the worker's job trained on, orphaned.
+    sweep = run_cli_in_background(
+        "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", "max_minutes=2",
+        "env=fake", "actor.envs_per_batch=8", "log_interval_s=0.5", f"hydra.sweep.dir={tmp_path}",
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    metrics = tmp_path / "0" / "metrics.csv"
+    while time.monotonic() < deadline and (
+        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
+    ):
+        time.sleep(0.2)
+    job = int((tmp_path / "0" / LOCK_NAME).read_text().split()[0])
+    worker = int(Path(f"/proc/{job}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(worker, signal.SIGKILL)
+    output, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == 3, output
+    assert "seedq-train: a process of the sweep's jobs died" in output
+    summary = json.loads((tmp_path / "0" / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"  # SIGTERM when its worker died
+
+
+def run_cli_in_background(*args: str) -> subprocess.Popen:
+    """``python -m seedq.cli ARGS`` started, its output (stdout and stderr) piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def run_on_a_terminal(args: list[str]) -> str:
