@@ -1217,6 +1217,19 @@ def printing_sweep(argv: list[str]) -> str | None:
     return None
 
 
+def supervised_sweep(argv: list[str]) -> str | None:
+    """The refusal of ``supervise=true`` with ``-m`` before Hydra: each job refused it alone,
+    leaving a dated sweep folder of refused jobs behind."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    asked = [a.partition("=")[2] for a in argv if a.lstrip("+").partition("=")[0] == "supervise"]
+    if multirun and asked and asked[-1].lower() in ("true", "yes", "on", "1"):
+        return (
+            "supervise=true supervises one run, not a sweep (-m): drop -m, or drop supervise "
+            "and continue a stopped sweep with resume=auto"
+        )
+    return None
+
+
 def interval_sweep(argv: list[str]) -> str | None:
     """The refusal of ``key=interval(a,b)`` with Hydra's basic sweeper, which runs lists,
     ``range()`` and ``choice()`` only: its answer was a HydraException traceback ("BasicSweeper
@@ -1518,6 +1531,7 @@ def train_main() -> None:
         key_refusal(argv)
         or missing_launcher(argv)
         or printing_sweep(argv)
+        or supervised_sweep(argv)
         or interval_sweep(argv)
         or shared_sweep_dir(argv)
         or unusable_run_dir(argv)

@@ -592,6 +592,23 @@ def test_cfg_with_a_sweep_is_one_line_exit_2():
     )
 
 
+def test_supervise_with_a_sweep_is_refused_before_any_job(tmp_path):
+    # Each job refused it alone, and the sweep left a dated folder of refused jobs behind.
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", "-m", "seed=0,1", "supervise=true"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert (result.returncode, result.stderr, list(tmp_path.iterdir())) == (
+        2,
+        "seedq-train: supervise=true supervises one run, not a sweep (-m): drop -m, or drop "
+        "supervise and continue a stopped sweep with resume=auto\n",
+        [],
+    )
+
+
 def test_an_interval_sweep_without_its_sweeper_is_one_line_exit_2():
     # Hydra's basic sweeper answered with a HydraException traceback.
     result = run_cli("-m", "algorithm.lr=interval(1e-4,1e-3)", "seed=0,1")
