@@ -1066,13 +1066,23 @@ def key_refusal(argv: list[str]) -> str | None:
     )
 
 
+def sweeping(argv: list[str]) -> bool:
+    """Whether this command line is a sweep: ``-m``, ``--multirun``, or Hydra's
+    ``hydra.mode=MULTIRUN`` (which ran one without ``-m``, unseen by seedq's checks: a failed
+    job's sweep ended 0)."""
+    return any(
+        a in ("-m", "--multirun") or a.replace(" ", "").upper() == "HYDRA.MODE=MULTIRUN"
+        for a in argv
+    )
+
+
 def with_hydra_dir(argv: list[str]) -> list[str]:
     """``run_dir=DIR`` also puts Hydra's own files there (``.hydra/``, ``cli.log``): one folder
     holds the whole run, however often it is restarted (sweeps keep Hydra's job folders). So
     does ``resume=RUN`` for the run directory it continues."""
     from seedq.learner.checkpoint_files import resumed_run_dir
 
-    if any(a in ("-m", "--multirun") for a in argv):
+    if sweeping(argv):
         return with_sweep_dir(argv)
     if any(a.startswith("hydra.run.dir=") for a in argv):
         return argv
@@ -1113,7 +1123,7 @@ def live_run_dir(argv: list[str]) -> str | None:
     their rank 0, which holds the folder itself."""
     from seedq.learner.run_lock import held_by, in_use
 
-    if any(a in ("-m", "--multirun") for a in argv) or launched_rank() is not None:
+    if sweeping(argv) or launched_rank() is not None:
         return None
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
     if not dirs or not dirs[-1] or "${" in dirs[-1]:
@@ -1220,7 +1230,7 @@ def printing_sweep(argv: list[str]) -> str | None:
 def supervised_sweep(argv: list[str]) -> str | None:
     """The refusal of ``supervise=true`` with ``-m`` before Hydra: each job refused it alone,
     leaving a dated sweep folder of refused jobs behind."""
-    multirun = any(a in ("-m", "--multirun") for a in argv)
+    multirun = sweeping(argv)
     asked = [a.partition("=")[2] for a in argv if a.lstrip("+").partition("=")[0] == "supervise"]
     if multirun and asked and asked[-1].lower() in ("true", "yes", "on", "1"):
         return (
@@ -1236,7 +1246,7 @@ def interval_sweep(argv: list[str]) -> str | None:
     does not support sweep type : INTERVAL_SWEEP")."""
     from hydra.core.override_parser.types import ValueType
 
-    multirun = any(a in ("-m", "--multirun") for a in argv)
+    multirun = sweeping(argv)
     if not multirun or any(a.lstrip("+").startswith("hydra/sweeper=") for a in argv):
         return None
     try:
@@ -1259,7 +1269,7 @@ def shared_sweep_dir(argv: list[str]) -> str | None:
     """The refusal of a sweep (``-m``) whose jobs would all write into one ``run_dir=``; None
     if there is none. Each job needs its own folder: Hydra gives it one when run_dir is left
     out, and ``run_dir=runs/x/${hydra:job.num}`` names one per job."""
-    if not any(a in ("-m", "--multirun") for a in argv):
+    if not sweeping(argv):
         return None
     for arg in argv:
         if arg.startswith("run_dir=") and "${" not in arg and "," not in arg:
@@ -1542,7 +1552,7 @@ def train_main() -> None:
     if refusal := live_run_dir(sys.argv[1:]):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
-    multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    multirun = sweeping(sys.argv[1:])
     record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
     stop_while_starting()
     if multirun and jobs_elsewhere(sys.argv[1:]):

@@ -559,6 +559,24 @@ def test_a_sweep_runs_every_job_when_one_is_refused_and_ends_with_its_status(tmp
     assert "Traceback" not in result.stdout and "Error executing job" not in result.stdout
 
 
+def test_a_sweep_by_hydra_mode_ends_with_its_refused_jobs_status(tmp_path):
+    # hydra.mode=MULTIRUN runs a sweep without -m, unseen by seedq: the refused job's status
+    # was noted and never used, and the sweep exited 0.
+    result = run_cli(
+        "hydra.mode=MULTIRUN",
+        "algorithm=sac,vtrace",
+        "env=fake",
+        "actor.envs_per_batch=8",
+        "total_env_steps=1000",
+        f"hydra.sweep.dir={tmp_path}",
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout
+    assert "1 job of the sweep failed (see above); the sweep ends with the worst status, 2" in (
+        result.stdout
+    )
+
+
 def test_a_sweep_value_hydra_cannot_read_is_a_refusal_exit_2(tmp_path):
     # It exited 1 (Hydra's status for any error), where the same value in a single run is 2.
     result = fake_sweep(tmp_path, "algorithm.lr=0.001,abc")
