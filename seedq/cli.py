@@ -428,9 +428,14 @@ def _train_job_elsewhere(cfg: DictConfig, hydra_cfg: Any) -> float | None:
 def forked_job(cfg: DictConfig, num: int, sent: int) -> NoReturn:
     """The process of one sweep job (:func:`_train_job_elsewhere`): the run, its final return
     written to ``sent``, and its exit status as a single run's."""
+    import multiprocessing
+
     code, value = EXIT_RUN_FAILED, None
     COMMAND.started = False  # this job's run has not started
     stop_with_parent()
+    # joblib's worker set multiprocessing's start method to its own "loky", which a process
+    # the run spawns (a broker shard) cannot set: it died at start and the run failed.
+    multiprocessing.set_start_method(None, force=True)
     try:
         if threading.current_thread() is threading.main_thread():
             # Its start is a single run's: a signal ends it (KeyboardInterrupt). seedq-train

@@ -229,6 +229,18 @@ def run_cli_in_background(*args: str) -> subprocess.Popen:
     )
 
 
+def test_a_joblib_sweep_job_starts_its_broker_shards(tmp_path):
+    # The shard processes (multiprocessing's spawn) took joblib's start method "loky" from
+    # the worker, died at start ("cannot find context for 'loky'") and the run failed.
+    result = run_cli(
+        "-m", "hydra/launcher=joblib", "seed=0", "broker.shards=2", "env=fake",
+        "actor.envs_per_batch=8", "total_env_steps=2000", f"hydra.sweep.dir={tmp_path}",
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout
+    assert json.loads((tmp_path / "0" / "summary.json").read_text())["env_steps"] >= 2000
+
+
 def run_on_a_terminal(args: list[str]) -> str:
     """Everything a command writes to a 120-column pseudo-terminal."""
     import fcntl
