@@ -34,6 +34,7 @@ from seedq.envs import EnvConfig
 from seedq.envs.gym import GymConfig
 from seedq.keys import create_keys
 from seedq.launch import ssh
+from seedq.launch.actors import ActorPool
 from seedq.launch.config import LauncherConfig
 from seedq.launch.remote_actor import remote_script
 from seedq.launch.ssh import (
@@ -424,6 +425,25 @@ def test_remote_script_quotes_the_environment_and_execs_the_actor():
     ]
     with pytest.raises(ConfigError, match="not an environment variable name"):
         remote_script(["x"], env={"A;rm": "1"})
+
+
+def test_stopping_a_remote_actor_ends_its_stdin_and_keeps_its_last_log_lines(tmp_path):
+    # The pool terminated the ssh (or srun) client: the guard still stopped the actor, but its
+    # last lines ("SIGTERM: stopping", "stopped after N env steps") never reached its log.
+    log_path = tmp_path / "remote.log"
+
+    def spawn(index, cmd, log_file):
+        with open(log_path, "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-c", "import sys; sys.stdin.read(); print('stopped after')"],
+                stdin=subprocess.PIPE,
+                stdout=out,
+            )
+
+    pool = ActorPool("tcp://127.0.0.1:9", EnvConfig(), 1, 1, 1, 0, str(tmp_path), spawn=spawn)
+    pool.start()
+    pool.stop()
+    assert log_path.read_text() == "stopped after\n"
 
 
 def test_a_host_failing_too_often_is_dropped():

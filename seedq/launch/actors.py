@@ -44,6 +44,19 @@ def spawn_local(index: int, cmd: list[str], log_file: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _ask_to_stop(proc: subprocess.Popen) -> None:
+    """SIGTERM for a local actor; end-of-file for a command fed its start-up script on stdin
+    (``ssh``, ``srun``), whose remote guard then stops the actor: the command ends once the
+    actor's last log lines came through, where terminating it cut them off."""
+    if proc.stdin is None:
+        proc.terminate()
+        return
+    try:
+        proc.stdin.close()
+    except OSError:  # the command is gone already (a broken pipe)
+        proc.terminate()
+
+
 class ActorFailure(RunFault):
     """An actor kept dying; the message names it, its log file and quotes its last lines."""
 
@@ -259,7 +272,7 @@ class ActorPool:
         procs = [actor.proc for actor in self._procs]
         for proc in procs:
             if proc.poll() is None:
-                proc.terminate()
+                _ask_to_stop(proc)
         deadline = time.monotonic() + timeout_s
         for proc in procs:
             try:
