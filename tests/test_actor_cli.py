@@ -27,7 +27,7 @@ def test_addresses_to_dial_pass(endpoint):
 @pytest.mark.parametrize(
     "endpoint",
     ["nonsense", "tcp://127.0.0.1", "tcp://:80", "tcp://h:99999", "tcp://h:0", "udp://h:1"]
-    + ["tcp://a:1,", "ipc://"],
+    + ["tcp://a:1,", "ipc://", "tcp://*:5555", "tcp:// 127.0.0.1:5555"],
 )
 def test_addresses_that_cannot_be_dialled_are_named(endpoint):
     with pytest.raises(ValueError, match="is not an address to dial"):

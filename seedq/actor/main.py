@@ -89,7 +89,10 @@ def check_endpoints(endpoint: str) -> list[str]:
                 f"--endpoint {address!r} is an IPv6 address; seedq's learner and actors speak "
                 "IPv4: give the learner's IPv4 address or a name that resolves to it"
             )
-        if scheme == "tcp" and sep and host and colon and port.isdigit() and 0 < int(port) < 65536:
+        # "*" is where a learner binds, not a host to dial (ZeroMQ: "Invalid argument").
+        dialable = host and host != "*" and not any(c.isspace() for c in host)
+        a_port = port.isdigit() and 0 < int(port) < 65536
+        if scheme == "tcp" and sep and dialable and colon and a_port:
             continue
         raise ValueError(
             f"--endpoint {address!r} is not an address to dial: give tcp://HOST:PORT (or "
