@@ -462,6 +462,12 @@ def test_missing_gfootball_says_how_to_install_it(monkeypatch):
     assert str(info.value) == INSTALL_HINT
 
 
+def test_the_install_hint_names_the_script_wherever_the_run_starts() -> None:
+    # `bash scripts/install_football.sh` was only right in the clone's root.
+    script = INSTALL_HINT.split("`bash ", 1)[1].split("`", 1)[0]
+    assert Path(script) == Path(__file__).resolve().parents[1] / "scripts" / "install_football.sh"
+
+
 def test_seedq_train_without_gfootball_fails_at_start_up_with_one_message(tmp_path):
     # A `gfootball` module that is not there, first on the path of the seedq-train process.
     (tmp_path / "gfootball.py").write_text(

@@ -46,6 +46,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -56,10 +57,15 @@ from seedq.schema import setting
 
 logger = logging.getLogger(__name__)
 
+# The install script of a clone of seedq's repository, which an editable install runs from,
+# named by its full path where this seedq has it: the relative one was only right in the
+# clone's root (from a run folder, bash found no such file).
+_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install_football.sh"
+INSTALL_COMMAND = f"bash {_SCRIPT if _SCRIPT.is_file() else 'scripts/install_football.sh'}"
 INSTALL_HINT = (
     "env=football needs Google Research Football (gfootball), which is not installed: run "
-    "`bash scripts/install_football.sh` (builds gfootball 2.10.2 from source, ~20 min; cached "
-    "afterwards)"
+    f"`{INSTALL_COMMAND}`{'' if _SCRIPT.is_file() else ' in a clone of seedq'} (builds "
+    "gfootball 2.10.2 from source, ~20 min; cached afterwards)"
 )
 # One frame of each representation as gfootball returns it for a single controlled player;
 # stacking concatenates frames along the last axis. The mini-map is 96 wide, 72 high, with
@@ -95,8 +101,8 @@ def import_gfootball() -> Any:
         if exc.name == "gfootball" or (exc.name or "").startswith("gfootball."):
             raise EnvError(INSTALL_HINT) from exc
         raise EnvError(
-            f"gfootball is installed but cannot be imported ({exc}); rerun `bash "
-            "scripts/install_football.sh`, which installs its run-time dependencies (the "
+            f"gfootball is installed but cannot be imported ({exc}); rerun "
+            f"`{INSTALL_COMMAND}`, which installs its run-time dependencies (the "
             "`football` extra of seedq's pyproject.toml) and rebuilds it if needed"
         ) from exc
     if captured.getvalue().strip():
