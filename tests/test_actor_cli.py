@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seedq.actor.main import check_endpoints, unresolved_hosts
+from seedq.actor.arguments import check_endpoints, unresolved_hosts
 
 TREE = str(Path(__file__).resolve().parents[1])
 CARTPOLE = '{"kind": "cartpole"}'
