@@ -162,6 +162,12 @@ def cut_short(curves: list[RunCurve]) -> list[str]:
     return notes
 
 
+def _points(x: np.ndarray) -> dict[str, str]:
+    """Markers for a curve of one x (a run whose rows all share one env step or minute: one
+    row, or its last two at the run's end), which a line alone draws as nothing."""
+    return {"marker": "o"} if len(x) and np.ptp(x) == 0 else {}
+
+
 def plot(curves: list[RunCurve], out: Path) -> None:
     try:
         import matplotlib
@@ -179,17 +185,20 @@ def plot(curves: list[RunCurve], out: Path) -> None:
     for (label, members), color in zip(groups.items(), plt.cm.tab10.colors * 10, strict=False):
         for ax, axis in zip(axes, ("env_steps", "minutes"), strict=True):
             if len(members) == 1:
-                ax.plot(getattr(members[0], axis), members[0].returns, color=color, label=label)
+                x = getattr(members[0], axis)
+                ax.plot(x, members[0].returns, color=color, label=label, **_points(x))
                 continue
             common = band(members, axis)
             if common is None:
                 for i, member in enumerate(members):
                     note = f"{label} ({len(members)} seeds, no range common to all)"
                     x = getattr(member, axis)
-                    ax.plot(x, member.returns, color=color, alpha=0.7, label=None if i else note)
+                    label_i = None if i else note
+                    ax.plot(x, member.returns, color=color, alpha=0.7, label=label_i, **_points(x))
                 continue
             grid, mean, low, high = common
-            ax.plot(grid, mean, color=color, label=f"{label} ({len(members)} seeds)")
+            seeds = f"{label} ({len(members)} seeds)"
+            ax.plot(grid, mean, color=color, label=seeds, **_points(grid))
             ax.fill_between(grid, low, high, color=color, alpha=0.2)
     axes[0].set_xlabel("env steps")
     # 200k, 1.5M: matplotlib's default prints every digit, and the labels run together.

@@ -150,3 +150,17 @@ def test_a_sweeps_job_without_metrics_is_named_as_left_out(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"seedq-plot: {tmp_path / 'sweep' / '1'}: no metrics.csv (see its cli.log); left out\n"
     )
+
+
+def test_a_run_of_one_env_step_is_drawn_as_a_point(tmp_path):
+    # A short run's only row (or two rows at its last env step) was a line of no length:
+    # both panels were drawn empty.
+    iio = pytest.importorskip("imageio.v3")
+    pytest.importorskip("matplotlib")
+    run = fake_run(tmp_path / "r", ["seed=0"], [-173.8])
+    assert main([str(run), "-o", str(tmp_path / "out.png")]) == 0
+    image = iio.imread(tmp_path / "out.png")[..., :3].astype(int)
+    top = image[: image.shape[0] // 2]  # the panels, above the legend
+    blue = np.abs(top - [31, 119, 180]).sum(axis=-1) < 60  # tab10's first colour
+    left, right = np.array_split(blue, 2, axis=1)
+    assert (left.sum() > 20, right.sum() > 20) == (True, True)
