@@ -336,6 +336,7 @@ def train_job(cfg: DictConfig) -> float | None:
     if os.getpid() != COMMAND.main_pid:
         return _train_job_elsewhere(cfg, hydra_cfg)
     COMMAND.next_job = hydra_cfg.job.num
+    COMMAND.sweep_dir = str(hydra_cfg.sweep.dir)
     try:
         return _train_job(cfg)
     except SystemExit as exc:
@@ -1299,6 +1300,7 @@ class Command:
     job_codes: list[int] = dataclasses.field(default_factory=list)  # a sweep's failed jobs
     next_job: int | None = None  # a sweep's first job whose run has not started
     main_pid: int | None = None  # the process of seedq-train itself (train_main)
+    sweep_dir: str | None = None  # the folder of a sweep whose jobs run in this process
     sweep_stopped: bool = False  # a stop signal ended the sweep: no later job starts
     not_jobs: set[int] = dataclasses.field(default_factory=set)  # child processes, no workers
     sweep_hint: str = ""  # how a stopped sweep goes on (continue_sweep)
@@ -1385,6 +1387,26 @@ class RunDirRecord:
                     self._remove_made_parents(folder)
         except OSError as exc:
             log.warning("could not tidy %s after the refused command: %s", folder, exc)
+
+    def settle_sweep(self, command: Command) -> None:
+        """A sweep all of whose jobs were refused (nothing trained) leaves no trace beside its
+        errors, as a refused run does: the job folders of Hydra's files alone, its
+        ``multirun.yaml`` and the dated folders above that this command made. It left them
+        behind, one folder per job and a dated sweep folder per try."""
+        jobs = (command.next_job or 0) + 1
+        refused = command.job_codes.count(EXIT_REFUSED) == len(command.job_codes) == jobs
+        if command.started or not command.sweep_dir or not refused:
+            return
+        sweep = Path(command.sweep_dir)
+        try:
+            for job in [p for p in sweep.iterdir() if p.is_dir()]:
+                if {p.name for p in job.iterdir()} <= set(HYDRA_FILES):
+                    shutil.rmtree(job)
+            if {p.name for p in sweep.iterdir()} <= {"multirun.yaml"}:
+                shutil.rmtree(sweep)
+                self._remove_made_parents(sweep)
+        except OSError as exc:
+            log.warning("could not tidy %s after the refused sweep: %s", sweep, exc)
 
     def _remove_made_parents(self, folder: Path) -> None:
         """The empty folders above ``folder`` up to ``runs/`` that this command made."""
@@ -1559,6 +1581,11 @@ def train_main() -> None:
         sys.exit(EXIT_REFUSED)
     multirun = sweeping(sys.argv[1:])
     record = None if multirun or launched_rank() is not None else RunDirRecord(sys.argv[1:])
+    # A sweep into Hydra's dated folder, its jobs run here (Hydra's basic launcher).
+    named = ("hydra.sweep.dir=", "hydra.sweep.subdir=")
+    dated = not any(a.startswith(named) for a in sys.argv[1:])
+    in_here = multirun and dated and not jobs_elsewhere(sys.argv[1:])
+    sweep_record = RunDirRecord([]) if in_here else None
     stop_while_starting()
     if multirun and jobs_elsewhere(sys.argv[1:]):
         wait_for_the_jobs()
@@ -1607,6 +1634,8 @@ def train_main() -> None:
             record.settle(COMMAND)
         raise
     if multirun and COMMAND.job_codes:
+        if sweep_record is not None:
+            sweep_record.settle_sweep(COMMAND)
         sweep_failed()
     if record is not None:
         record.settle(COMMAND)

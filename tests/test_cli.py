@@ -639,6 +639,21 @@ def test_supervise_with_a_sweep_is_refused_before_any_job(tmp_path):
     )
 
 
+def test_a_sweep_whose_every_job_is_refused_leaves_nothing_behind(tmp_path):
+    # A refused run leaves no trace beside its error; a refused sweep left a dated
+    # runs/multirun/<day>/<time>/ of job folders holding Hydra's files, one per try.
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", "-m", "seed=0,1", "resume=auto", "env=fake"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "resume=auto needs the same run directory at every start" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_interval_sweep_without_its_sweeper_is_one_line_exit_2():
     # Hydra's basic sweeper answered with a HydraException traceback.
     result = run_cli("-m", "algorithm.lr=interval(1e-4,1e-3)", "seed=0,1")
