@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 from cli_helpers import run_cli
 from fault_helpers import FAKE, children, in_background, make_run, wait_for
 
@@ -122,7 +124,28 @@ def test_a_batch_too_large_for_a_message_is_refused_before_start(tmp_path):
         f"hydra.run.dir={tmp_path / 'none'}",
     )
     assert none_fit.returncode == 2, none_fit.stdout
-    assert "raise broker.max_message_bytes to at least 589830 (one env" in none_fit.stdout
+    assert "raise broker.max_message_bytes to at least 589846 (one env" in none_fit.stdout
+
+
+def test_the_size_check_counts_a_step_in_which_every_env_truncates():
+    # 4,200 Pendulum envs all truncate at step 200: 193,236 bytes, where the check counted
+    # 191,536 and took broker.max_message_bytes=191536; the broker then refused the step
+    # (too_large) and the actor crashed at the end of every episode.
+    from types import SimpleNamespace
+
+    from seedq.arch.seed import check_message_size
+    from seedq.messages import EnvSpec, Step, encode, frames_size
+    from seedq.schema import ConfigError
+
+    n, spec = 4200, EnvSpec(obs_shape=(3,), obs_dtype="float32", num_actions=1)
+    obs, ones = np.zeros((n, 3), np.float32), np.ones(n, bool)
+    step = Step(0, "r", 200, obs, np.zeros(n, np.float32), ~ones, ones, obs, [0.0] * n, [200] * n)
+    size = frames_size(encode(step))
+    cfg = SimpleNamespace(
+        actor=SimpleNamespace(envs_per_batch=n), broker=SimpleNamespace(max_message_bytes=size - 1)
+    )
+    with pytest.raises(ConfigError, match="more than broker.max_message_bytes"):
+        check_message_size(cfg, spec)
 
 
 def test_more_envs_per_batch_than_a_step_carries_are_refused_before_start(tmp_path):
