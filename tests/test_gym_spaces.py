@@ -3,6 +3,9 @@ flattens them, gymnasium.make's keyword arguments (``env.kwargs``), and Atari's 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -249,6 +252,17 @@ def test_an_atari_games_ram_steps_through_env_gym() -> None:
         assert (obs.shape, obs.dtype) == ((1, 128), np.uint8)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("env_id", ["Pong-v4", "Breakout-v0", "ALE/Pong-v5"])
+def test_every_atari_id_ale_py_registers_is_known_to_env_gym_in_a_fresh_process(env_id) -> None:
+    # Only ALE/ and NoFrameskip ids had ale_py registered first: env=gym env.id=Pong-v4 was an
+    # "unknown gymnasium env id" (unless another id had registered them in that process).
+    code = f"from seedq.envs.gym import gym_spec; print(gym_spec({env_id!r}).entry_point)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, "ale_py.env:AtariEnv")
 
 
 @pytest.mark.parametrize(

@@ -164,21 +164,16 @@ def gym_spec(env_id: str) -> Any:
                 f"registered ({exc}); it must call gymnasium.register({name!r}, ...) when "
                 "imported"
             ) from exc
-    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
-        # Atari ids only exist once ale_py has registered them.
-        try:
-            import ale_py
-
-            gym.register_envs(ale_py)
-        except ImportError:
-            pass
     try:
         try:
             return gym.spec(env_id)
         except gym.error.Error:
-            if not _register_plugin_envs(env_id):
+            # Registered only once asked for: ale_py's Atari ids (Pong-v4 as well as
+            # ALE/Pong-v5 and PongNoFrameskip-v4, which alone were registered before) and
+            # those of packages' gymnasium.envs entry points.
+            if not (_register_ale_envs() | _register_plugin_envs(env_id)):
                 raise
-            return gym.spec(env_id)  # or the error of the registry the package filled
+            return gym.spec(env_id)  # or the error of the registry they filled
     except gym.error.DeprecatedEnv as exc:
         # Taxi-v3 once gymnasium has Taxi-v4: the id is known, its version is not served.
         raise EnvError(f"gymnasium env id {env_id!r} is deprecated: {exc}") from exc
@@ -189,6 +184,19 @@ def gym_spec(env_id: str) -> Any:
             f"unknown gymnasium env id {env_id!r} ({exc}); list the registered ids with "
             "`python -c 'import gymnasium; gymnasium.pprint_registry()'`"
         ) from exc
+
+
+def _register_ale_envs() -> bool:
+    """Register ale_py's Atari ids, once a process; whether this call did."""
+    gym = import_gymnasium()
+    if "ALE/Pong-v5" in gym.registry:
+        return False
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    gym.register_envs(ale_py)
+    return True
 
 
 # gymnasium's entry point group of packages that register envs (MinAtar's "MinAtar" namespace).
