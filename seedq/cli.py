@@ -1139,19 +1139,25 @@ def live_run_dir(argv: list[str]) -> str | None:
 
 
 def unusable_run_dir(argv: list[str]) -> str | None:
-    """The refusal of a ``run_dir=`` (or ``hydra.run.dir=``) that cannot hold a run: a file, a
-    path through a file, a folder this user cannot write; None if there is none. Checked
-    before Hydra, whose own setup of the folder and its log fails there with a traceback."""
+    """The refusal of a ``run_dir=`` (or ``hydra.run.dir=``, a sweep's ``hydra.sweep.dir=``)
+    that cannot hold a run: empty, a file, a path through a file, a folder this user cannot
+    write; None if there is none. Checked before Hydra, whose own setup of the folder and its
+    log fails there with a traceback."""
     from seedq.learner.checkpoint_files import resumed_run_dir
 
+    folder_keys = ("run_dir", "hydra.run.dir", "hydra.sweep.dir")
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key in ("run_dir", "hydra.run.dir") and "=" in arg and not value.strip():
-            # Hydra took it for the working directory, then seedq's writers for no folder.
+        if key in folder_keys and "=" in arg and not value.strip():
+            # Hydra took it for the working directory, then seedq's writers for no folder (a
+            # sweep's: its job folders and multirun.yaml in the working directory).
             return (
                 f"{key}= is empty: give a folder for the run, or leave {key}= out for a dated "
                 f"folder under {RUNS_ROOT}/"
             )
+        if key == "run_dir" and value.rstrip("/").endswith(f"/{JOB_NUM}"):
+            # A sweep's folder per job (with_sweep_dir): the folder above them must hold them.
+            value = value.rstrip("/").removesuffix(f"/{JOB_NUM}")
         if key == "resume" and value not in ("", AUTO, "null", "None"):
             # The run it continues goes on in its own folder (unless run_dir= says otherwise).
             if any(a.startswith(("run_dir=", "hydra.run.dir=")) for a in argv):
@@ -1159,7 +1165,7 @@ def unusable_run_dir(argv: list[str]) -> str | None:
             if (resumed := resumed_run_dir(value)) is None:
                 continue
             arg, value = f"resume={value} (its run dir)", str(resumed)
-        elif key not in ("run_dir", "hydra.run.dir") or not value or "${" in value:
+        elif key not in folder_keys or not value or "${" in value:
             continue
         path = Path(value).expanduser()
         if path.exists() and not path.is_dir():

@@ -728,6 +728,29 @@ def test_an_empty_run_dir_is_refused_and_nothing_is_written(tmp_path, given):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("hydra.sweep.dir=", "hydra.sweep.dir= is empty: give a folder"),
+        ("hydra.sweep.dir=afile", "hydra.sweep.dir=afile: that is a file, not a folder"),
+        ("run_dir=afile/${hydra:job.num}", "that is a file, not a folder"),
+    ],
+)
+def test_a_sweep_folder_that_cannot_hold_the_sweep_is_refused(tmp_path, given, said):
+    # Empty, the sweep trained its jobs into the working directory (0/, 1/, multirun.yaml);
+    # a file ended in a FileExistsError traceback from Hydra.
+    (tmp_path / "afile").write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "seedq.cli", "-m", "seed=0,1", given, "total_env_steps=1000"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert (result.returncode, said in result.stderr) == (2, True), result.stdout + result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
 def test_a_sweep_with_a_run_dir_per_job_keeps_each_jobs_hydra_files_there(tmp_path):
     # They went to runs/multirun/..., so seedq-plot labelled the jobs by folder number.
     result = fake_sweep(tmp_path, "seed=0,1")
