@@ -43,6 +43,7 @@ from seedq.exit_status import (
     exit_while_starting,
     stop_while_starting,
 )
+from seedq.files import unwritable
 from seedq.launch.sizing import size_config, size_run
 from seedq.learner.errors import CheckpointError
 from seedq.learner.run_lock import LOCK_NAME, held_by
@@ -1180,19 +1181,6 @@ def unusable_run_dir(argv: list[str]) -> str | None:
             # refuses it all the same.
             return f"{arg}: {existing} cannot be written ({reason}); give another folder"
     return None
-
-
-def unwritable(folder: Path) -> str:
-    """Why a file cannot be made in ``folder`` ("" if one can): one is made and removed."""
-    import tempfile
-
-    try:
-        fd, name = tempfile.mkstemp(dir=folder, prefix=".seedq-write-check-")
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    os.close(fd)
-    os.unlink(name)
-    return ""
 
 
 # Hydra launchers seedq's extras install, by the name of their option in hydra/launcher.

@@ -1,9 +1,10 @@
-"""Files a run keeps whole: a text written through a rename, and a free name to set a file
-aside under without replacing an earlier copy."""
+"""Files a run keeps whole: a text written through a rename, a free name to set a file aside
+under without replacing an earlier copy, and whether a folder takes new files at all."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -34,3 +35,16 @@ def free_name(path: Path, before: str, after: str = "") -> Path:
     while (aside := path.with_name(f"{before}{n if n > 1 else ''}{after}")).exists():
         n += 1
     return aside
+
+
+def unwritable(folder: Path) -> str:
+    """Why a file cannot be made in ``folder`` ("" if one can): one is made and removed (root
+    passes ``os.access`` everywhere; an immutable folder or a read-only mount refuses it all
+    the same)."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".seedq-write-check-")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(name)
+    return ""

@@ -34,6 +34,7 @@ from seedq.learner.checkpoint_files import list_checkpoints
 from seedq.learner.checkpoint_writer import CheckpointWriter
 from seedq.learner.run_lock import LOCK_NAME
 from seedq.metrics import MetricsWriter
+from seedq.schema import ConfigError
 
 
 def state(env_steps: int) -> dict:
@@ -886,3 +887,27 @@ def test_a_run_dir_no_file_can_be_made_in_is_refused_before_hydra(tmp_path, monk
         f"resume={tmp_path} (its run dir): {tmp_path} cannot be written (Operation not "
         "permitted); give another folder"
     )
+
+
+@pytest.mark.parametrize("resume", ["auto", "null"])
+def test_a_run_dir_whose_checkpoints_is_a_file_is_refused_at_start(tmp_path, resume):
+    # The run trained to its end with every checkpoint failing ('Free space ...'), exit 3.
+    (tmp_path / "checkpoints").write_text("x")
+    done = run_cli(
+        "env=fake", f"run_dir={tmp_path}", f"resume={resume}", "total_env_steps=200", timeout=120
+    )
+    assert done.returncode == 2, done.stdout[-2000:]
+    assert f"{tmp_path / 'checkpoints'} is a file, not a folder" in done.stdout
+    assert "or give this run another run_dir" in done.stdout
+    assert (tmp_path / "checkpoints").read_text() == "x"
+
+
+def test_a_checkpoints_folder_that_takes_no_files_is_refused_at_claim(tmp_path, monkeypatch):
+    from seedq.learner import checkpoint_files
+    from seedq.learner.run_lock import claim_run_dir, held_by
+
+    (tmp_path / "checkpoints").mkdir()
+    monkeypatch.setattr(checkpoint_files, "unwritable", lambda folder: "Read-only file system")
+    with pytest.raises(ConfigError, match=r"checkpoints cannot be written \(Read-only file"):
+        claim_run_dir(str(tmp_path))
+    assert held_by(str(tmp_path)) is None  # let go of

@@ -6,12 +6,25 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from seedq.files import unwritable
 from seedq.learner.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
 DIR_NAME = "checkpoints"
 PREFIX = "ckpt-"
+
+
+def checkpoints_refusal(run_dir: str | Path) -> str | None:
+    """Why no checkpoint could be written in ``run_dir`` (its ``checkpoints`` a file, or a
+    folder that takes no files), or None: said at start, where the run would train to its end
+    with every checkpoint failing."""
+    folder = Path(run_dir) / DIR_NAME
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not a folder, so no checkpoint can be written: move it away"
+    if folder.is_dir() and (reason := unwritable(folder)):
+        return f"{folder} cannot be written ({reason}), so no checkpoint can be: fix it"
+    return None
 
 
 def list_checkpoints(folder: Path) -> list[Path]:

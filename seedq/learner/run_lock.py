@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from seedq.learner.checkpoint_files import checkpoints_refusal
 from seedq.schema import ConfigError
 
 LOCK_NAME = ".seedq.lock"
@@ -23,7 +24,7 @@ _held: dict[Path, int] = {}
 
 def claim_run_dir(run_dir: str) -> None:
     """Hold ``run_dir``'s lock until this process ends; :class:`ConfigError` naming the
-    holder when another process holds it."""
+    holder when another process holds it, or why no checkpoint could be written there."""
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     key = folder.resolve()
@@ -41,6 +42,9 @@ def claim_run_dir(run_dir: str) -> None:
                 os.close(fd)
                 raise ConfigError(in_use(run_dir, holder)) from None
             time.sleep(PROBE_WAIT_S)
+    if refusal := checkpoints_refusal(folder):
+        os.close(fd)  # lets go of the lock
+        raise ConfigError(f"{refusal}, or give this run another run_dir")
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = fd
