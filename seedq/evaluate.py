@@ -83,8 +83,9 @@ logger = logging.getLogger(__name__)
 MODES = ("sample", "greedy")
 # What seedq-eval does with a checkpoint, in the advice to take an older one.
 EVALUATE = "evaluate"
-# An episode of an env without a time limit says every this many steps that it goes on: a
-# policy that never ends one (CliffWalking-v1's greedy walk into a wall) ran silently for good.
+# An episode of an env without a time limit says at this many steps that it goes on, and again
+# at ten times as many, and so on: a policy that never ends one (CliffWalking-v1's greedy walk
+# into a wall) ran silently for good, and a line every 10,000 steps flooded the log.
 LONG_EPISODE_STEPS = 10_000
 
 
@@ -430,7 +431,7 @@ def _gym_episodes(
             if video:
                 video.start(episode)
                 video.add(_render(env))
-            total, done, steps = 0.0, False, 0
+            total, done, steps, said_at = 0.0, False, 0, LONG_EPISODE_STEPS
             while not done:
                 row = transform(batch_singles(env.observation_space, [obs]))[0]
                 action = to_env(np.asarray([policy.act(row)]))[0]
@@ -439,7 +440,8 @@ def _gym_episodes(
                 total += float(reward)
                 done = terminated or truncated
                 steps += 1
-                if unlimited and not done and steps % LONG_EPISODE_STEPS == 0:
+                if unlimited and not done and steps == said_at:
+                    said_at *= 10
                     logger.warning(
                         "episode %d of %d: %d steps and not ended; %s has no time limit, "
                         "env.max_episode_steps=N ends each episode after N steps",

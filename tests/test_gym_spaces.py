@@ -448,10 +448,11 @@ class _EndsAt(_EchoAction):
 def test_seedq_eval_says_when_an_episode_without_a_time_limit_runs_long(
     monkeypatch, caplog
 ) -> None:
-    # A policy that never ends an episode of such an env ran silently for good.
+    # A policy that never ends an episode of such an env ran silently for good; then it said
+    # so every 10,000 steps (203 lines for one CliffWalking episode): now at 10 x, 100 x, ...
     from seedq import evaluate
 
-    monkeypatch.setattr(gym, "make", lambda env_id, **kwargs: _EndsAt(12))
+    monkeypatch.setattr(gym, "make", lambda env_id, **kwargs: _EndsAt(520))
     monkeypatch.setattr(
         evaluate, "make_env_batch", lambda *a, **k: GymVectorBatch("CartPole-v1", 1, 0)
     )
@@ -471,7 +472,7 @@ def test_seedq_eval_says_when_an_episode_without_a_time_limit_runs_long(
     assert said == [
         f"episode 1 of 1: {steps} steps and not ended; Endless-v0 has no time limit, "
         "env.max_episode_steps=N ends each episode after N steps"
-        for steps in (5, 10)
+        for steps in (5, 50, 500)
     ]
 
 
