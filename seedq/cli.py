@@ -962,8 +962,9 @@ def described_as(name: str, helps: dict[str, str]) -> list[str]:
 
 
 @functools.cache
-def int_keys() -> frozenset[str]:
-    """The keys that hold an int in any algorithm's config on any env family."""
+def typed_keys(kind: str) -> frozenset[str]:
+    """The keys that hold an int (``kind="whole"``) or a bool (``"switch"``) in any
+    algorithm's config on any env family."""
     from seedq.agents.registry import agent_names
     from seedq.envs.registry import BACKENDS
     from seedq.schema import describe
@@ -973,8 +974,27 @@ def int_keys() -> frozenset[str]:
         for a in agent_names()
         for k in BACKENDS
         for d in describe(schema_for(a, k))
-        if d.whole
+        if getattr(d, kind)
     )
+
+
+# A number: OmegaConf reads any int as a bool (2 and -1 as true), where a count or a size was
+# likely meant for another key.
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def number_for_switch(argv: list[str]) -> str | None:
+    """The refusal of a bool key given a number other than 0 or 1 (each value of a sweep);
+    None if there is none. OmegaConf takes ``env.full_action_space=2`` as true."""
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        name = key.lstrip("+")
+        if not eq or name not in typed_keys("switch"):
+            continue
+        for part in value.split(","):
+            if NUMBER.fullmatch(part.strip()) and part.strip() not in ("0", "1"):
+                return f"{name}={part.strip()}: it takes true or false"
+    return None
 
 
 def whole_numbers(argv: list[str]) -> list[str]:
@@ -990,7 +1010,7 @@ def whole_numbers(argv: list[str]) -> list[str]:
         key, eq, value = arg.partition("=")
         name = key.lstrip("+")
         parts = value.split(",")
-        if eq and name in int_keys() and all(FLOAT_NOTATION.fullmatch(p) for p in parts):
+        if eq and name in typed_keys("whole") and all(FLOAT_NOTATION.fullmatch(p) for p in parts):
             numbers = [Decimal(p) for p in parts]
             if all(n == n.to_integral_value() for n in numbers):
                 arg = f"{key}={','.join(str(int(n)) for n in numbers)}"
@@ -1070,6 +1090,7 @@ def key_refusal(argv: list[str]) -> str | None:
         or foreign_algorithm_key(argv)
         or misspelt_key(argv)
         or foreign_arch_key(argv)
+        or number_for_switch(argv)
     )
 
 

@@ -55,6 +55,7 @@ class KeyDoc:
     default: Any
     help: str
     whole: bool = False  # the key holds an int (int or int | None), whatever its default
+    switch: bool = False  # the key holds a bool (bool or bool | None)
 
 
 def describe(schema: Any, prefix: str = "") -> Iterator[KeyDoc]:
@@ -76,9 +77,14 @@ def describe(schema: Any, prefix: str = "") -> Iterator[KeyDoc]:
                 and int in typing.get_args(hint)
                 and not {float, str} & set(typing.get_args(hint))
             )
+            switch = hint is bool or (
+                typing.get_origin(hint) in (typing.Union, types.UnionType)
+                and set(typing.get_args(hint)) == {bool, type(None)}
+            )
             if hint is None:
                 whole = isinstance(value, int) and not isinstance(value, bool)
-            yield KeyDoc(key, value, f.metadata.get("help", ""), whole)
+                switch = isinstance(value, bool)
+            yield KeyDoc(key, value, f.metadata.get("help", ""), whole, switch)
 
 
 def choice(key: str, value: Any, allowed: Sequence[Any]) -> None:

@@ -441,6 +441,34 @@ def test_an_option_no_group_has_is_refused_by_name_with_the_groups_options(argv,
 
 
 @pytest.mark.parametrize(
+    "argv, says",
+    [
+        # OmegaConf read any int as a bool: these ran with the switch on.
+        (["env=atari", "env.full_action_space=2"], "env.full_action_space=2: it takes true or"),
+        (["algorithm.normalize_advantages=-1"], "algorithm.normalize_advantages=-1: it takes"),
+        (["-m", "hardware.pin_memory=true,5"], "hardware.pin_memory=5: it takes true or false"),
+        (["+algorithm.value_norm=1.0"], "algorithm.value_norm=1.0: it takes true or false"),
+    ],
+)
+def test_a_switch_given_a_number_other_than_0_or_1_is_refused(argv, says):
+    refusal = key_refusal(argv)
+    assert refusal is not None and says in refusal, refusal
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["algorithm.normalize_advantages=1"],
+        ["env=atari", "env.full_action_space=0"],
+        ["hardware.pin_memory=false"],
+        ["total_env_steps=2"],
+    ],
+)
+def test_a_switch_given_true_false_0_or_1_passes(argv):
+    assert key_refusal(argv) is None
+
+
+@pytest.mark.parametrize(
     "argv",
     [
         ["algorithm=ppo", "env=atari", "arch=sebulba", "hardware=cpu", "launcher=ssh"],
