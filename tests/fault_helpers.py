@@ -17,6 +17,31 @@ from seedq.config import register_configs
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")
 # A fake-env run that needs no download and steps fast; tests add their own budget.
 FAKE = ["env=fake", "actor.envs_per_batch=8", "log_interval_s=0.5"]
+# seedq-train (the learner is its process) on a disk that fills once the run has started:
+# every checkpoint write fails with ENOSPC. A checkpoints folder that cannot be written at all
+# is refused at start instead.
+FULL_DISK_TRAIN = [
+    sys.executable,
+    "-c",
+    "import errno, sys, torch\n"
+    "def full(*args, **kwargs):\n"
+    "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+    "torch.save = full\n"
+    "from seedq.cli import train_main\n"
+    "train_main()\n",
+]
+
+
+def train_on_a_full_disk(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """:data:`FULL_DISK_TRAIN` run to its end; stdout holds everything printed."""
+    return subprocess.run(
+        [*FULL_DISK_TRAIN, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+
 
 register_configs()
 

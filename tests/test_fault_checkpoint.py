@@ -9,8 +9,7 @@ import uuid
 
 import pytest
 import torch
-from cli_helpers import run_cli
-from fault_helpers import FAKE, make_run
+from fault_helpers import FAKE, make_run, train_on_a_full_disk
 
 from seedq.learner import checkpoint
 from seedq.learner.checkpoint import (
@@ -103,8 +102,7 @@ def test_a_run_that_never_saved_a_checkpoint_does_not_point_at_one(tmp_path, mon
         save_checkpoint(str(tmp_path), state(100), keep=3)
     monkeypatch.undo()
     (tmp_path / "checkpoints").rmdir()
-    (tmp_path / "checkpoints").write_text("a file where the folder goes: every write fails")
-    result = run_cli(*FAKE, f"run_dir={tmp_path}", "total_env_steps=3000")
+    result = train_on_a_full_disk(*FAKE, f"run_dir={tmp_path}", "total_env_steps=3000")
     assert result.returncode == 3, result.stdout
     assert "(there is none: nothing of the run is)" in result.stdout
     assert "then starts the run again (exit status 3)" in result.stdout

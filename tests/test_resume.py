@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from cli_helpers import run_cli
-from fault_helpers import FAKE, wait_for
+from fault_helpers import FAKE, FULL_DISK_TRAIN, train_on_a_full_disk, wait_for
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -399,9 +399,8 @@ def test_a_stop_signal_saves_a_checkpoint_and_exits_75_to_be_resumed(tmp_path, s
 
 
 def test_a_stop_whose_checkpoint_cannot_be_written_does_not_claim_one(tmp_path):
-    (tmp_path / "checkpoints").write_text("a file where the folder goes: every write fails")
     process = subprocess.Popen(
-        [sys.executable, "-m", "seedq.cli", *FAKE, f"run_dir={tmp_path}", "max_minutes=3"]
+        [*FULL_DISK_TRAIN, *FAKE, f"run_dir={tmp_path}", "max_minutes=3"]
         + ["checkpoint.every_minutes=0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -422,8 +421,7 @@ def test_a_stop_whose_checkpoint_cannot_be_written_does_not_claim_one(tmp_path):
 def test_a_finish_whose_final_checkpoint_cannot_be_written_exits_3(tmp_path):
     # As a stop's: the run reached its budget, but what it learned is not on disk, so a script
     # or scheduler must not read the exit as a finish.
-    (tmp_path / "checkpoints").write_text("a file where the folder goes: every write fails")
-    result = run_cli(*FAKE, f"run_dir={tmp_path}", "total_env_steps=3000")
+    result = train_on_a_full_disk(*FAKE, f"run_dir={tmp_path}", "total_env_steps=3000")
     assert result.returncode == 3, result.stdout
     assert "its final checkpoint could not be written" in result.stdout
     assert "run finished (total_env_steps)" in result.stdout
