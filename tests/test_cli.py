@@ -79,13 +79,8 @@ def test_sigterm_stops_actors_and_writes_a_checkpoint(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    metrics = tmp_path / "metrics.csv"
     # Stop it once it has trained a while: header and a first row of metrics.
-    while time.monotonic() < deadline and (
-        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
-    ):
-        time.sleep(0.2)
+    wait_for_a_metrics_row(tmp_path / "metrics.csv", 60)
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=60)
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -179,12 +174,7 @@ def test_a_joblib_sweep_whose_job_is_killed_runs_its_other_jobs_and_ends_with_3(
         "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "max_minutes=2,0.1",
         "env=fake", "actor.envs_per_batch=8", "log_interval_s=0.5", f"hydra.sweep.dir={tmp_path}",
     )  # fmt: skip
-    deadline = time.monotonic() + 180
-    metrics = tmp_path / "0" / "metrics.csv"
-    while time.monotonic() < deadline and (
-        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
-    ):
-        time.sleep(0.2)
+    wait_for_a_metrics_row(tmp_path / "0" / "metrics.csv", 180)
     os.kill(int((tmp_path / "0" / LOCK_NAME).read_text().split()[0]), signal.SIGKILL)
     output, _ = sweep.communicate(timeout=120)
     assert sweep.returncode == 3, output
@@ -203,12 +193,7 @@ def test_a_joblib_worker_killed_ends_the_sweep_with_3_its_job_stopped_with_a_che
         "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", "max_minutes=2",
         "env=fake", "actor.envs_per_batch=8", "log_interval_s=0.5", f"hydra.sweep.dir={tmp_path}",
     )  # fmt: skip
-    deadline = time.monotonic() + 180
-    metrics = tmp_path / "0" / "metrics.csv"
-    while time.monotonic() < deadline and (
-        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
-    ):
-        time.sleep(0.2)
+    wait_for_a_metrics_row(tmp_path / "0" / "metrics.csv", 180)
     job = int((tmp_path / "0" / LOCK_NAME).read_text().split()[0])
     worker = int(Path(f"/proc/{job}/stat").read_text().rsplit(")", 1)[1].split()[1])
     os.kill(worker, signal.SIGKILL)
@@ -217,6 +202,16 @@ def test_a_joblib_worker_killed_ends_the_sweep_with_3_its_job_stopped_with_a_che
     assert "seedq-train: a process of the sweep's jobs died" in output
     summary = json.loads((tmp_path / "0" / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted"  # SIGTERM when its worker died
+
+
+def wait_for_a_metrics_row(metrics: Path, seconds: float) -> None:
+    """Until ``metrics`` holds its header and a first row (the run has trained a while), at
+    most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (
+        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
+    ):
+        time.sleep(0.2)
 
 
 def run_cli_in_background(*args: str) -> subprocess.Popen:
@@ -709,12 +704,7 @@ def test_ctrl_c_in_a_sweep_stops_the_sweep_not_only_its_job(tmp_path):
     # The job checkpointed and exited 75, then the next job started: stopping a sweep of N
     # jobs took N Ctrl-Cs, and a scheduler's one SIGTERM stopped one job of it.
     sweep = start_fake_sweep(tmp_path, "max_minutes=2")
-    deadline = time.monotonic() + 120
-    metrics = tmp_path / "0" / "metrics.csv"
-    while time.monotonic() < deadline and (
-        not metrics.exists() or len(metrics.read_text().splitlines()) < 2
-    ):
-        time.sleep(0.2)
+    wait_for_a_metrics_row(tmp_path / "0" / "metrics.csv", 120)
     sweep.send_signal(signal.SIGINT)
     output, _ = sweep.communicate(timeout=120)
     assert (sweep.returncode, (tmp_path / "1").exists()) == (75, False), output
