@@ -36,7 +36,7 @@ from seedq.keys import create_keys
 from seedq.launch import ssh
 from seedq.launch.actors import ActorPool
 from seedq.launch.config import LauncherConfig
-from seedq.launch.remote_actor import remote_script
+from seedq.launch.remote_actor import remote_script, start_fed
 from seedq.launch.ssh import (
     HostCheckError,
     SshHost,
@@ -546,3 +546,14 @@ def test_learner_and_actors_in_two_network_namespaces_over_curve(tmp_path, two_n
         ) == ("total_env_steps", True, ["actor.key_secret", "learner.key"], []), process.stdout
     finally:
         sshd.kill()
+
+
+def test_a_command_that_ends_before_it_reads_its_script_is_a_failed_start(tmp_path):
+    # ssh to a host that just died refuses at once: the script's write met a closed pipe and
+    # its BrokenPipeError, raised out of the actor pool's restart, ended the whole run (seen
+    # once under the full suite's load as a killed host never dropped). More than a pipe's
+    # buffer, so the write is still blocked when the command closes its stdin.
+    command = ["sh", "-c", "exec 0<&-; echo refused; exit 255"]
+    proc = start_fed(command, "#" * (1 << 20), str(tmp_path / "actor.log"))
+    assert proc.wait(timeout=30) == 255
+    assert (tmp_path / "actor.log").read_text() == "refused\n"

@@ -15,6 +15,7 @@ and the spawner that counts restarts as failures of a host.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -126,8 +127,15 @@ def start_fed(command: list[str], script: str, log_path: str) -> subprocess.Pope
             start_new_session=True,
         )
     assert proc.stdin is not None
-    proc.stdin.write(script.encode())
-    proc.stdin.flush()
+    try:
+        proc.stdin.write(script.encode())
+        proc.stdin.flush()
+    except BrokenPipeError:
+        # The command ended before it read the script (ssh to a host that just died refuses
+        # at once): it is a failed start, which its exit status and log say, for the caller's
+        # restart accounting; raised here, it ended the whole run.
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # what is left in its buffer goes nowhere
     return proc
 
 
