@@ -168,6 +168,28 @@ def test_a_server_that_writes_an_ssh_banner_and_waits_is_not_a_learner(ssh_serve
     ) == (True, True), error
 
 
+def test_a_handshake_the_peer_ended_is_a_refusal_though_the_loop_took_its_event_late():
+    # The time is read when the event loop takes the event: on a loaded box seconds later.
+    # At half the timeout such ends counted as timeouts, and an actor dialling a learner
+    # without CURVE waited on (the suite's test_curve_at_the_actor_only_is_named timed out).
+    ctx = zmq.asyncio.Context()
+    link = loop._Link(ctx, "inproc://nobody", None)
+    try:
+        for attempt in range(loop.HANDSHAKE_TRIES):
+            connected = attempt * 10.0
+            link.handshake_since = connected
+            link._handshake_failed(
+                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+                104,
+                connected + 0.6 * loop.HANDSHAKE_TIMEOUT_S,
+            )
+    finally:
+        link.close()
+        ctx.destroy(linger=0)
+    assert link.refused == loop.HANDSHAKE_TRIES
+    assert "inproc://nobody ended the ZeroMQ handshake 3 times in a row" in link.trouble(30.0)
+
+
 def test_a_handshake_that_times_out_is_a_slow_learner_not_a_refusal():
     # A frozen learner's connection fails by libzmq's handshake timeout and is tried again;
     # however many times, that is no reason to exit (the reply timeout decides).

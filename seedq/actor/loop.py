@@ -323,6 +323,11 @@ HANDSHAKE_TIMEOUT_S = 5.0
 # Handshakes the peer ends at once, in a row, before the actor gives up: one can be a learner
 # that restarts, libzmq retries every 0.1 s, so a refusing peer reaches this in a second.
 HANDSHAKE_TRIES = 3
+# A handshake that ended this share of HANDSHAKE_TIMEOUT_S after it began was ended by the peer:
+# libzmq's timeout ends one at the full interval. The time is read when the event loop takes
+# the event, which a loaded machine delays by seconds (at half the interval, a refusing learner
+# was taken for a slow one on a loaded 2-core box, and the actor waited on).
+PEER_ENDED_BEFORE = 0.8
 
 
 class _Link:
@@ -408,7 +413,7 @@ class _Link:
                 f"the ZeroMQ handshake with {self.endpoint} broke the protocol (error "
                 f"{value:#x}): not a seedq learner at that endpoint? check its host and port"
             )
-        elif started is not None and now - started < HANDSHAKE_TIMEOUT_S / 2:
+        elif started is not None and now - started < PEER_ENDED_BEFORE * HANDSHAKE_TIMEOUT_S:
             # Ended by the peer, not by the timeout (a frozen learner's, tried again).
             self.refused += 1
             if self.refused >= HANDSHAKE_TRIES:
