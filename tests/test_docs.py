@@ -82,3 +82,107 @@ def test_no_documented_seedq_train_command_names_a_misspelt_key():
                             refused.append(f"{page.name}: {refusal}")
     assert checked > 100
     assert refused == []
+
+
+def _inline_code(text: str) -> list[str]:
+    """The inline code spans of a Markdown page, fenced blocks left out."""
+    return re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+
+
+def _layout_names() -> dict[str, set[str]]:
+    """What docs/architecture.md's Layout block names: ``{package folder ("" for seedq/
+    itself, else "actor/", ...): the module file names on its lines}``."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    named: dict[str, set[str]] = {}
+    top = ""
+    for line in block.splitlines()[2:]:  # after the fence's newline and "seedq/"
+        if line and not line.startswith(" "):
+            break  # scripts/, benchmarks/, docs/: outside the package
+        words = line.split()
+        if len(line) - len(line.lstrip()) == 2:
+            top = words[0] if words[0].endswith("/") else ""
+        named.setdefault(top, set()).update(re.findall(r"\b(\w+\.py)\b", line))
+    return named
+
+
+def test_the_architecture_layout_names_every_module_and_no_other():
+    """A module added without a line in the Layout block, or a line left behind by a module
+    that moved, fails here (the layout is the map contributors read first)."""
+    package = ROOT / "seedq"
+    named = _layout_names()
+    stale = [
+        f"{top}{name}"
+        for top, names in named.items()
+        for name in names
+        if not ((package / name).exists() if not top else any((package / top).rglob(name)))
+    ]
+    unnamed = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.name == "__init__.py" or rel.parts[0] == "conf":
+            continue
+        top = "" if len(rel.parts) == 1 else f"{rel.parts[0]}/"
+        if path.name not in named.get(top, set()):
+            unnamed.append(str(rel))
+    assert (stale, unnamed) == ([], [])
+
+
+def test_every_repository_path_the_docs_name_exists():
+    """``seedq/...``, ``scripts/...``, ``tests/...`` and package-relative paths such as
+    ``arch/seed.py`` or ``tuning/ppo_atari.yaml`` in the README and docs name real files."""
+    package = ROOT / "seedq"
+    tops = {"seedq", "scripts", "tests", "benchmarks", "docs"}
+    tops |= {p.name for p in package.iterdir() if p.is_dir()}
+    tops |= {p.name for p in (package / "conf").iterdir() if p.is_dir()}
+    checked, missing = 0, []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for code in _inline_code(page.read_text()):
+            if "/" not in code or any(c in code for c in " <*{") or code.split("/")[0] not in tops:
+                continue
+            if not (code.endswith("/") or re.search(r"\.\w+$", code)):
+                continue  # a metric (train/lr) or a key, not a file
+            checked += 1
+            if not any((base / code).exists() for base in (ROOT, package, package / "conf")):
+                missing.append(f"{page.name}: {code}")
+    assert checked > 100
+    assert missing == []
+
+
+# Metrics the docs name from other systems (Sample Factory's summaries), not seedq's columns.
+OTHER_SYSTEMS_METRICS = {"train/kl_divergence"}
+
+
+def test_every_metric_column_the_docs_name_is_one_a_run_writes():
+    from seedq.agents.registry import agent_class, agent_names
+    from seedq.arch.monitor import RUN_COLUMNS
+    from seedq.metrics import REQUIRED_COLUMNS
+
+    columns = {*REQUIRED_COLUMNS, *RUN_COLUMNS}
+    for name in agent_names():
+        columns |= set(agent_class(name).metric_columns)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {
+        (page.name, code)
+        for page in pages
+        for code in _inline_code(page.read_text())
+        if re.fullmatch(r"(episode|train|perf|faults|loss|replay|eval)/\w+", code)
+    }
+    unknown = sorted(f"{page}: {code}" for page, code in named if code not in columns)
+    assert len(named) > 30
+    assert unknown == [f"results.md: {code}" for code in sorted(OTHER_SYSTEMS_METRICS)]
+
+
+def test_the_architecture_page_lists_the_run_columns_in_their_order():
+    """Its Metrics section: item 1 the columns every tool reads first, item 2 the run's own
+    groups, each with its names in the order metrics.csv has them."""
+    from seedq.arch.monitor import RUN_COLUMNS
+    from seedq.metrics import REQUIRED_COLUMNS
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Metrics", 1)[1]
+    first = re.search(r"^1\. (.*?)^2\. (.*?)^3\. ", section, flags=re.S | re.M)
+    leading = re.findall(r"`(\w+)`", first.group(1))
+    groups = re.findall(r"`(\w+/)` \(([^)]*)\)", first.group(2))
+    run = [group + name.strip() for group, names in groups for name in names.split(",")]
+    assert (leading, run) == (list(REQUIRED_COLUMNS), RUN_COLUMNS)
