@@ -1,7 +1,7 @@
 """The run monitor: one metrics row per interval, the progress line, and when to stop.
 
 Columns (``metrics.csv`` and TensorBoard), documented in docs/architecture.md: ``wall_time``,
-``env_steps``, ``steps_per_s`` and ``return_mean`` first (every tool reads them), then groups:
+``env_steps``, ``return_mean`` and ``steps_per_s`` first (every tool reads them), then groups:
 ``episode/``, ``train/``, ``perf/``, ``faults/``, and the agent's own (``loss/``, ``replay/``,
 ``eval/``, more ``train/``), which it supplies with ``metric_columns`` and ``metrics()``.
 """
