@@ -200,8 +200,32 @@ def test_reconnect_with_a_new_run_restarts_the_actor_stream(broker):
 
 
 class _Shard:
-    def revoke(self, actor_id):
-        pass
+    def __init__(self):
+        self.revoked = []
+
+    def revoke(self, actor_id, run_id, by_run):
+        self.revoked.append((actor_id, run_id, by_run))
+
+
+def test_a_join_on_another_shard_revokes_the_run_the_first_shard_holds():
+    registry = ActorRegistry()
+    first, second = _Shard(), _Shard()
+    registry.join(hello(actor_id=5, run_id="a"), first)
+    registry.join(hello(actor_id=5, run_id="b"), second)
+    registry.join(hello(actor_id=5, run_id="c"), first)
+    assert (first.revoked, second.revoked) == ([(5, "a", "b")], [(5, "b", "c")])
+
+
+def test_a_revocation_that_crossed_a_newer_run_of_the_id_leaves_that_run_alone(broker):
+    # Shard 0 held run a; b joined shard 1 (revoking a on shard 0), then c joined shard 0
+    # before shard 0 took the revocation: it dropped c, the newest run, by actor id alone.
+    broker_obj, endpoint, ctx = broker
+    with dealer(ctx, endpoint) as sock:
+        sock.send_multipart(encode(hello(run_id="c")))
+        broker_obj.revoke(0, "a", "b")
+        sock.send_multipart(encode(step(0, run_id="c")), copy=False)
+        answer = reply(sock)
+    assert (type(answer), list(broker_obj.actors)) == (Actions, [0])
 
 
 def test_the_env_ids_of_the_runs_own_actors_are_kept_for_them():

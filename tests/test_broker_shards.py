@@ -5,6 +5,7 @@ recording consumer, or a whole SeedRun. Waits poll for a condition with a genero
 nothing asserts on time.
 """
 
+import contextlib
 import os
 import signal
 import threading
@@ -47,19 +48,28 @@ class Recorder:
         self.left.append(slot.hello.run_id)
 
 
-@pytest.fixture()
-def hub():
+@contextlib.contextmanager
+def serving_hub(settings: dict = SETTINGS):
+    """A hub of two shard processes, served by a thread; its recorder and a context."""
     recorder = Recorder()
-    hub = ShardHub(SPEC, recorder, ["tcp://127.0.0.1:0"] * 2, SETTINGS, start_shard)
+    hub = ShardHub(SPEC, recorder, ["tcp://127.0.0.1:0"] * 2, settings, start_shard)
     stop = threading.Event()
     thread = threading.Thread(target=hub.serve, args=(stop,), daemon=True)
     thread.start()
     ctx = zmq.Context()
-    yield hub, recorder, ctx
-    stop.set()
-    thread.join(timeout=10)
-    hub.close()
-    ctx.destroy(linger=0)
+    try:
+        yield hub, recorder, ctx
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        hub.close()
+        ctx.destroy(linger=0)
+
+
+@pytest.fixture()
+def hub():
+    with serving_hub() as served:
+        yield served
 
 
 def dealer(ctx, endpoint):
@@ -103,7 +113,7 @@ def test_an_actor_restarting_on_another_shard_is_dropped_on_the_first(hub):
         hub.registry.rows.in_use,
     ) == (
         [Actions] * 3,
-        "unknown_actor",
+        "taken_over",
         ["run-a", "run-b"],
         [("run-a", 0), ("run-a", 1), ("run-b", 0)],
         2,
@@ -136,6 +146,35 @@ def test_a_shard_that_dies_stops_the_hub_with_its_name():
         hub.close()
     assert (thread.is_alive(), len(failed)) == (False, 1)
     assert failed[0].startswith("broker shard 1 exited")
+
+
+def test_a_run_whose_id_joined_another_shard_is_told_taken_over_with_a_step_in_flight():
+    # Two processes with actor id 5 on two shards: the second's join revoked the first on its
+    # shard, which dropped the first's queued step unanswered (its actor waited
+    # actor.reply_timeout_s, 600 s) and answered its later steps unknown_actor, on which the
+    # two rejoined and took the id from each other in turn. One broker tells the older run
+    # taken_over, and its actor exits.
+    settings = {**SETTINGS, "deadline_ms": 600_000.0}  # a step waits in its batch
+    with serving_hub(settings) as (hub, recorder, ctx):
+        idle, first = dealer(ctx, hub.endpoints[1]), dealer(ctx, hub.endpoints[1])
+        second = dealer(ctx, hub.endpoints[0])
+        # Shard 1's batch is released by its deadline only: the idle actor never steps.
+        idle.send_multipart(encode(Hello(7, "idle", 2, SPEC, first_env=20)))
+        first.send_multipart(encode(Hello(5, "a", 2, SPEC, first_env=10)))
+        obs = np.zeros((2, 4), np.float32)
+        flags = np.zeros(2, bool)
+        queued = Step(5, "a", 0, obs, np.zeros(2, np.float32), flags, flags, obs[:0])
+        first.send_multipart(encode(queued), copy=False)
+        until(lambda: hub.stats.messages == 3, "shard 1 to read both Hellos and the step")
+        second.send_multipart(encode(Hello(5, "b", 2, SPEC, first_env=10)))
+        answered = step(second, 5, "b", 0)
+        refused = decode_reply(first.recv_multipart(), 2)
+        assert (type(answered), type(refused), refused.code, refused.seq) == (
+            Actions,
+            Error,
+            "taken_over",
+            0,
+        )
 
 
 def test_env_ids_are_checked_across_shards(hub):

@@ -4,7 +4,8 @@ Rows index the learner's per-env state (recurrent state, unroll columns); env id
 unrolls. Both are learner-wide, while each broker shard owns its own connections, so the
 shards share one registry (thread-safe). It also knows which shard holds each actor: an actor
 that joins a shard while another shard still holds it (it restarted and was told to dial
-another shard) is *revoked* there, so its old run is dropped as when a new run id replaces it.
+another shard, or a second process uses its id) is *revoked* there: its old run is taken over,
+as when a new run joins one broker on another connection.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ MAX_TOTAL_ENVS = 1 << 20
 
 
 class Shard(Protocol):
-    def revoke(self, actor_id: int) -> None:
-        """Drop ``actor_id``'s run soon (thread-safe): it joined another shard."""
+    def revoke(self, actor_id: int, run_id: str, by_run: str) -> None:
+        """End ``actor_id``'s run ``run_id`` soon (thread-safe): its run ``by_run`` joined
+        another shard. A newer run of the id on this shard is left alone."""
 
 
 class ActorRegistry:
@@ -41,7 +43,8 @@ class ActorRegistry:
         self._lock = threading.Lock()
         self._starts: list[tuple[int, int, int]] = []  # (first env, last env, actor), sorted
         self._ranges: dict[int, tuple[int, int, int]] = {}
-        self._owner: dict[int, Shard] = {}
+        # actor id -> the shard that holds its run, and the run's id
+        self._owner: dict[int, tuple[Shard, str]] = {}
 
     def join(self, hello: Hello, shard: Shard, old_rows: np.ndarray | None = None) -> np.ndarray:
         """Rows for a valid Hello on ``shard``; ``old_rows``: those of this actor's run on the
@@ -65,16 +68,17 @@ class ActorRegistry:
                     self.rows.release(old_rows)
                 rows = self.rows.allocate(hello.n_envs)
             owner = self._owner.get(hello.actor_id)
-            if owner is not None and owner is not shard:
-                owner.revoke(hello.actor_id)
+            if owner is not None and owner[0] is not shard:
+                owner[0].revoke(hello.actor_id, owner[1], hello.run_id)
             self._set_range(hello.actor_id, first, last)
-            self._owner[hello.actor_id] = shard
+            self._owner[hello.actor_id] = (shard, hello.run_id)
             return rows
 
     def leave(self, actor_id: int, shard: Shard, rows: np.ndarray) -> None:
         """``actor_id``'s run on ``shard`` ended; its rows are free again."""
         with self._lock:
-            if self._owner.get(actor_id) is shard:
+            owner = self._owner.get(actor_id)
+            if owner is not None and owner[0] is shard:
                 del self._owner[actor_id]
                 self._set_range(actor_id, None, None)
             self.rows.release(rows)

@@ -140,7 +140,8 @@ class Broker:
         # The broker clock when a drain that then found the socket empty began: everything the
         # actors sent before it has been read (None: not yet).
         self._heard_all_at: float | None = None
-        self._revoked: collections.deque[int] = collections.deque()
+        # (actor id, run id, the run on another shard that took the id), from the hub.
+        self._revoked: collections.deque[tuple[int, str, str]] = collections.deque()
         # A connection whose actor id another run took -> (the actor id, which run took it).
         self._taken_over: collections.OrderedDict[bytes, tuple[int, str]] = (
             collections.OrderedDict()
@@ -151,9 +152,31 @@ class Broker:
     def rows(self):  # noqa: ANN201 - the registry's RowPool
         return self.registry.rows
 
-    def revoke(self, actor_id: int) -> None:
-        """Drop ``actor_id``'s run at the next turn of the loop (it joined another shard)."""
-        self._revoked.append(actor_id)
+    def revoke(self, actor_id: int, run_id: str, by_run: str) -> None:
+        """End ``actor_id``'s run ``run_id`` at the next turn of the loop: its run ``by_run``
+        joined another shard (thread-safe)."""
+        self._revoked.append((actor_id, run_id, by_run))
+
+    def _end_revoked(self) -> None:
+        """Take over the runs whose ids joined other shards, as a Hello on another connection
+        of one broker does: a step in flight and whatever the connection sends later are
+        refused ``taken_over``, so a second process with the id exits rather than rejoining
+        and taking the id back, in turn, for ever (``unknown_actor`` had it rejoin, and a step
+        dropped unanswered had its actor wait ``actor.reply_timeout_s``)."""
+        while self._revoked:
+            actor_id, run_id, by_run = self._revoked.popleft()
+            slot = self.actors.get(actor_id)
+            if slot is None or slot.hello.run_id != run_id:
+                continue  # gone, or a newer run joined here since: the revocation crossed it
+            log.warning(
+                "actor %d: run %s joined another broker shard and took the id over from run "
+                "%s, which is refused from now on (taken_over): its actor restarted on another "
+                "shard, or two processes were started with this actor id",
+                actor_id,
+                by_run,
+                run_id,
+            )
+            self._take_over(slot, f"run {by_run}, on another broker shard")
 
     def serve(
         self,
@@ -176,10 +199,7 @@ class Broker:
                 self._drain()
                 if side is not None:
                     side[1]()
-            while self._revoked:
-                slot = self.actors.get(self._revoked.popleft())
-                if slot is not None:
-                    self._remove(slot)
+            self._end_revoked()
             self.answer_ready()
             self.evict_if_due()
             if tick is not None:

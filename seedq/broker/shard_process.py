@@ -66,7 +66,8 @@ class HubLink:
         op = frames[0].bytes
         if op == link.REVOKE:
             assert self.broker is not None
-            self.broker.revoke(int(link.int_array(frames[1])[0]))
+            actor_id, run_id, by_run = link.unpack(frames[1])
+            self.broker.revoke(actor_id, run_id, by_run)
         elif op == link.STOP:
             self.stop.set()
 

@@ -8,7 +8,8 @@ the learner process, is their central inference: it registers every Hello in the
 batch with the one model and records it in the one unroll store, and keeps the run's counters.
 
 An actor that restarts on another shard joins there like a new run: the registry revokes it
-on the shard it left (which drops its old run), and the consumer records only its live run.
+on the shard it left (which takes its old run over: refused ``taken_over`` from then on), and
+the consumer records only its live run.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class _ShardProxy:
     def __init__(self, index: int, sock: zmq.Socket) -> None:
         self.index, self.sock = index, sock
 
-    def revoke(self, actor_id: int) -> None:
-        self.sock.send_multipart([link.REVOKE, np.asarray([actor_id], np.int64)])
+    def revoke(self, actor_id: int, run_id: str, by_run: str) -> None:
+        self.sock.send_multipart([link.REVOKE, link.pack([actor_id, run_id, by_run])])
 
 
 class ShardHub:
