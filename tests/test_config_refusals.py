@@ -141,6 +141,8 @@ def test_infinity_is_refused_where_a_finite_number_is_needed(overrides, key):
         # A segmentation fault in torch.set_num_threads.
         (["hardware.num_threads=1000000"], "at most 1024 torch threads"),
         (["hardware.train_threads=1000000"], "hardware.train_threads=1000000"),
+        # ZeroMQ aborted the learner (or each shard process): "Too many open files".
+        (["broker.io_threads=100000"], "broker.io_threads=100000"),
         # Every n-step target quietly cut to the sequence's 5 trained transitions.
         (
             [

@@ -43,6 +43,9 @@ class BrokerConfig:
 
 
 MAX_SHARDS = 64
+# Far more than any NIC needs (about one per 300 MB/s of CURVE traffic); each takes file
+# descriptors, and ZeroMQ aborts the process when they run out (100,000: "Too many open files").
+MAX_IO_THREADS = 256
 # The largest broker.max_message_bytes: ZeroMQ's ZMQ_MAXMSGSIZE is an int64.
 MAX_MESSAGE_BYTES = 2**63 - 1
 
@@ -56,6 +59,11 @@ def validate_broker(broker: BrokerConfig) -> None:
         raise ConfigError(
             f"broker.max_message_bytes={broker.max_message_bytes} is out of range; at most "
             f"{MAX_MESSAGE_BYTES} (2^63 - 1, ZeroMQ's limit)"
+        )
+    if broker.io_threads > MAX_IO_THREADS:
+        raise ConfigError(
+            f"broker.io_threads={broker.io_threads}: at most {MAX_IO_THREADS} (one I/O thread "
+            "carries ~1 GB/s, ~300 MB/s with CURVE)"
         )
     if broker.shards > MAX_SHARDS:
         raise ConfigError(
