@@ -23,7 +23,7 @@ from seedq.agents.r2d2.acting import EpsilonGreedy
 from seedq.agents.r2d2.config import QModelConfig, R2D2Config
 from seedq.agents.r2d2.learner import R2D2Learner
 from seedq.agents.r2d2.network import build_network as build_q_network
-from seedq.agents.r2d2.sequences import insertion_priorities
+from seedq.agents.r2d2.sequences import ReplaySink, insertion_priorities, replay_fields
 from seedq.agents.sac.config import SACConfig, SACModelConfig
 from seedq.agents.sac.learner import SACLearner
 from seedq.agents.sac.network import build_network as build_sac_network
@@ -356,3 +356,42 @@ def test_one_sac_update_is_the_papers_algorithm_on_the_replayed_rows():
     entropy = -log_prob.mean().item()
     moved = model.log_alpha.item() - before.log_alpha.item()
     assert np.sign(moved) == np.sign(-2.0 - entropy)
+
+
+# --- priorities that are not finite ------------------------------------------------------------
+
+
+def test_a_refused_insert_leaves_the_replay_as_it_was():
+    """A NaN priority used to be refused by the sum tree after the sequences had been written:
+    the ring's oldest slots held the refused batch (under the priorities of the sequences it
+    replaced) while size, cursor and counters said nothing had been inserted."""
+    fields = {"x": ((), np.dtype(np.int64))}
+    replay = SequenceReplay(4, fields, alpha=0.9, beta=0.6, limiter=RateLimiter(1.0, 1, 1e9))
+    replay.insert({"x": np.arange(4)}, np.ones(4), lambda: False)
+    before = {name: array.copy() for name, array in replay.storage.items()}
+    generation, leaves = replay.generation.copy(), replay.tree.get(np.arange(4))
+    with pytest.raises(ValueError, match="finite"):
+        replay.insert({"x": np.array([7, 8])}, np.array([1.0, np.nan]), lambda: False)
+    np.testing.assert_array_equal(replay.storage["x"], before["x"])
+    np.testing.assert_array_equal(replay.generation, generation)
+    np.testing.assert_array_equal(replay.tree.get(np.arange(4)), leaves)
+    assert (replay.cursor, len(replay), replay.added, replay.limiter.inserts) == (0, 4, 4, 4)
+
+
+def test_a_sequence_whose_q_values_are_not_finite_is_left_out_and_the_others_stored(caplog):
+    cfg = r2d2_config()
+    _, sequences = acted_sequences(cfg)
+    unroll = sequences[-1]
+    unroll.behaviour[cfg.burn_in + 1, 1] = np.inf  # column 1: inference's Q overflowed
+    fields = replay_fields(cfg, EnvSpec((OBS,), "float32", ACTIONS), (6, 6))
+    replay = SequenceReplay(
+        16, fields, alpha=0.9, beta=0.6, limiter=RateLimiter(1.0, 1, 1e9), seed=0
+    )
+    ReplaySink(replay, cfg, threading.Event())(unroll)
+    assert len(replay) == ENVS - 1
+    np.testing.assert_array_equal(replay.storage["env_id"][: ENVS - 1], unroll.env_id[[0, 2]])
+    np.testing.assert_array_equal(
+        replay.storage["obs"][: ENVS - 1], np.swapaxes(unroll.obs, 0, 1)[[0, 2]]
+    )
+    assert np.isfinite(replay.tree.get(np.arange(ENVS - 1))).all()
+    assert "1 sequence" in caplog.text and "not finite" in caplog.text

@@ -204,8 +204,17 @@ class SequenceReplay:
     def insert(
         self, data: dict[str, np.ndarray], priorities: np.ndarray, stop: Callable[[], bool]
     ) -> bool:
-        """Store K sequences; waits while the rate limiter refuses. False if stopped first."""
+        """Store K sequences; waits while the rate limiter refuses. False if stopped first.
+
+        ValueError, the replay untouched, if a priority is not finite (checked before anything
+        is written: the sum tree refused it only after the sequences had replaced others)."""
         count = len(priorities)
+        scaled = self._scaled(priorities)
+        if not np.isfinite(scaled).all():
+            raise ValueError(
+                f"priorities must be finite; {int((~np.isfinite(scaled)).sum())} of {count} "
+                "are not, nothing was inserted"
+            )
         with self.cond:
             while not self.limiter.can_insert(count):
                 if stop():
@@ -215,7 +224,7 @@ class SequenceReplay:
             for name, array in data.items():
                 self.storage[name][slots] = array
             self.generation[slots] += 1
-            self.tree.update(slots, self._scaled(priorities))
+            self.tree.update(slots, scaled)
             self.cursor = int((self.cursor + count) % self.capacity)
             self.size = min(self.size + count, self.capacity)
             self.added += count

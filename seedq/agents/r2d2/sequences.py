@@ -20,7 +20,7 @@ from seedq.agents.common.replay import RateLimiter, SequenceReplay, check_fits
 from seedq.agents.common.targets import transition_rewards
 from seedq.agents.r2d2.config import R2D2Config
 from seedq.agents.r2d2.loss import n_step_double_q_targets, sequence_priorities
-from seedq.core.unroll import Unroll
+from seedq.core.unroll import Unroll, take_columns
 from seedq.limits import available_memory_bytes
 from seedq.messages import EnvSpec
 
@@ -135,6 +135,21 @@ class ReplaySink:
         self.stop = stop
 
     def __call__(self, unroll: Unroll) -> None:
+        priorities = insertion_priorities(unroll, self.cfg)
+        finite = np.isfinite(priorities)
+        if not finite.all():
+            # Q-values that overflowed at inference: trained on, such a sequence's loss is not
+            # finite and every update it is sampled into is skipped. The others are stored.
+            log.warning(
+                "replay: %d sequence(s) left out, the Q-values inference computed for them are "
+                "not finite (env ids %s)",
+                int((~finite).sum()),
+                unroll.env_id[~finite].tolist(),
+            )
+            if not finite.any():
+                return
+            unroll = take_columns(unroll, np.flatnonzero(finite))
+            priorities = priorities[finite]
         # (h, c) -> [N, 2, H]; a net without LSTM stores an empty [N, 0, 0].
         state = (
             np.stack(unroll.core_state, axis=1)
@@ -151,4 +166,4 @@ class ReplaySink:
             "core_state": state,
             "env_id": unroll.env_id,
         }
-        self.replay.insert(data, insertion_priorities(unroll, self.cfg), self.stop.is_set)
+        self.replay.insert(data, priorities, self.stop.is_set)
