@@ -8,7 +8,6 @@ checkpoint, to be continued by the same command with ``resume=auto``.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import dataclasses
 import errno
@@ -21,12 +20,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import CompactHydraException, HydraException
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -45,6 +44,16 @@ from seedq.exit_status import (
 )
 from seedq.files import unwritable
 from seedq.launch.sizing import size_config, size_run
+from seedq.launch.sweep_jobs import (
+    COMMAND,
+    WORKER_LOST,
+    Command,
+    stopped_between_jobs,
+    sweep_failed,
+    sweep_job,
+    wait_for_the_jobs,
+)
+from seedq.launch.sweeps import JOB_NUM, jobs_elsewhere, sweep_refusal, sweeping, with_sweep_dir
 from seedq.learner.errors import CheckpointError
 from seedq.learner.run_lock import LOCK_NAME, held_by
 from seedq.logging_setup import quiet_file_errors
@@ -333,188 +342,8 @@ def train_job(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return _train_job(cfg)
-    COMMAND.sweep_hint = continue_sweep(hydra_cfg, cfg.resume == AUTO)
-    if os.getpid() != COMMAND.main_pid:
-        return _train_job_elsewhere(cfg, hydra_cfg)
-    COMMAND.next_job = hydra_cfg.job.num
-    COMMAND.sweep_dir = str(hydra_cfg.sweep.dir)
-    try:
-        return _train_job(cfg)
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            raise
-        COMMAND.job_codes.append(int(exc.code))
-        if exc.code == EXIT_STOPPED:
-            # A stop signal (Ctrl-C, a scheduler's SIGTERM) stops the sweep, not only the job
-            # it landed in: the next job started, and stopping a sweep took one per job.
-            log.warning(
-                "job %s of the sweep was stopped: the sweep stops with it, its later jobs are "
-                "not started; %s",
-                hydra_cfg.job.num,
-                COMMAND.sweep_hint,
-            )
-            raise
-        # A SystemExit would end the sweep here, its later jobs never run. The job returns
-        # instead (an exception would be Hydra's failed job, printed with a traceback), and
-        # the sweep ends with its worst job's status once all have run (train_main).
-        log.error(
-            "job %s of the sweep ended with exit status %s (see above); its other jobs run",
-            hydra_cfg.job.num,
-            exc.code,
-        )
-        return None
-
-
-def _train_job_elsewhere(cfg: DictConfig, hydra_cfg: Any) -> float | None:
-    """A sweep's job in a process of Hydra's launcher (a joblib worker, a submitit job). What
-    this process notes never reaches seedq-train's, which ended 0 however its jobs failed:
-    a failed or stopped job is Hydra's failed job instead (:class:`JobFailed`). The job runs in
-    a process of its own, forked here: a job killed (the OOM killer, kill -9) is one failed
-    job, where a joblib worker killed made joblib kill the sweep's other jobs mid-run. A stop
-    signal ends the job with a checkpoint and keeps this process's later jobs from starting."""
-    num = hydra_cfg.job.num
-    log_file = str(Path(hydra_cfg.runtime.output_dir) / f"{hydra_cfg.job.name}.log")
-    if COMMAND.sweep_stopped:
-        log.warning("job %s of the sweep is not started: the sweep was stopped", num)
-        raise JobFailed(num, EXIT_STOPPED, log_file)
-    main_thread = threading.current_thread() is threading.main_thread()
-    returned, sent = os.pipe()
-    job = os.fork()
-    if job == 0:
-        os.close(returned)
-        forked_job(cfg, num, sent)
-    os.close(sent)
-    if main_thread:
-        # The job's process has the terminal's signals itself; seedq-train's come through here.
-        def pass_on(signum: int, frame: object) -> None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(job, signum)
-
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, pass_on)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    _, status = os.waitpid(job, 0)
-    if main_thread:
-        note_stop_signals()
-    os.set_blocking(returned, False)
-    try:
-        value = os.read(returned, 64).decode()
-    except BlockingIOError:  # nothing written: the job returned no value, or was killed
-        value = ""
-    finally:
-        os.close(returned)
-    code = os.waitstatus_to_exitcode(status)
-    if code == 0:
-        return float(value) if value else None
-    if code < 0:
-        log.error(
-            "job %s of the sweep: its process was killed by %s (SIGKILL: the kernel's "
-            "out-of-memory killer, or a kill -9); its other jobs run, and resume=auto with the "
-            "sweep's folder continues it from its newest checkpoint",
-            num,
-            signal.Signals(-code).name,
-        )
-        raise JobFailed(num, EXIT_RUN_FAILED, log_file)
-    if code == EXIT_STOPPED:
-        COMMAND.sweep_stopped = True
-        log.warning(
-            "job %s of the sweep was stopped: its later jobs are not started; %s",
-            num,
-            COMMAND.sweep_hint,
-        )
-    else:
-        log.error("job %s of the sweep ended with exit status %s (see above)", num, code)
-    raise JobFailed(num, code, log_file)
-
-
-def forked_job(cfg: DictConfig, num: int, sent: int) -> NoReturn:
-    """The process of one sweep job (:func:`_train_job_elsewhere`): the run, its final return
-    written to ``sent``, and its exit status as a single run's."""
-    import multiprocessing
-
-    code, value = EXIT_RUN_FAILED, None
-    COMMAND.started = False  # this job's run has not started
-    stop_with_parent()
-    # joblib's worker set multiprocessing's start method to its own "loky", which a process
-    # the run spawns (a broker shard) cannot set: it died at start and the run failed.
-    multiprocessing.set_start_method(None, force=True)
-    try:
-        if threading.current_thread() is threading.main_thread():
-            # Its start is a single run's: a signal ends it (KeyboardInterrupt). seedq-train
-            # blocked them for its workers (wait_for_the_jobs): one pending arrives here.
-            for sig in STOP_SIGNALS:
-                signal.signal(sig, stop_the_start)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        value = _train_job(cfg)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    except KeyboardInterrupt as exc:
-        name = exc.name if isinstance(exc, StoppedWhileStarting) else "SIGINT"
-        log.warning("job %s of the sweep stopped by %s while starting", num, name)
-        code = EXIT_STOPPED
-    except BaseException:
-        log.exception("job %s of the sweep failed", num)
-        code = 1
-    finally:
-        with contextlib.suppress(BaseException):
-            os.write(sent, b"" if value is None else repr(float(value)).encode())
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        # Not sys.exit: the worker's own exit handlers (joblib's queues) are not this
-        # process's to run.
-        os._exit(code)
-
-
-def stop_with_parent() -> None:
-    """Have Linux send this process SIGTERM when its parent (the joblib worker) dies: the job
-    then stops with a checkpoint, as the rest of its sweep does when joblib ends its workers,
-    rather than training on with no one to report to."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # it died before prctl ran, which then never fires
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def stop_the_start(signum: int, frame: object) -> None:
-    """A sweep job's start in a launcher's process: the first stop signal ends it, as a single
-    run's start. One after its run (which takes the signals itself) or after another (seedq-train
-    passes on the signal a terminal gave every process of the group) stops the sweep's later
-    jobs, not this one's end with an exception."""
-    first = not COMMAND.sweep_stopped
-    COMMAND.sweep_stopped = True
-    if first and not COMMAND.started:
-        raise StoppedWhileStarting(signal.Signals(signum).name)
-
-
-def note_stop_signals() -> None:
-    """A launcher's process between a sweep's jobs: a stop signal keeps its later jobs from
-    starting, and the process (a joblib worker) lives on; killed, joblib killed the others."""
-
-    def noted(signum: int, frame: object) -> None:
-        if not COMMAND.sweep_stopped:
-            log.warning("%s: this sweep's later jobs are not started", signal.Signals(signum).name)
-        COMMAND.sweep_stopped = True
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, noted)
-
-
-def continue_sweep(hydra_cfg: Any, resumes: bool) -> str:
-    """How a stopped sweep goes on: its jobs' folders again, with ``resume=auto`` (a finished
-    job is not trained again, the stopped one continues from its checkpoint)."""
-    if resumes:
-        return "the same command continues the sweep"
-    if fixed_run_dir(hydra_cfg):
-        return "the same command with resume=auto continues the sweep"
-    return (
-        f"the same command with resume=auto hydra.sweep.dir={hydra_cfg.sweep.dir} continues "
-        "the sweep"
+    return sweep_job(
+        _train_job, cfg, hydra_cfg, resumes=cfg.resume == AUTO, fixed=fixed_run_dir(hydra_cfg)
     )
 
 
@@ -800,7 +629,6 @@ def foreign_algorithm_key(argv: list[str]) -> str | None:
     """The refusal of the first ``algorithm.<key>=`` that belongs to another algorithm than the
     one ``algorithm=<name>`` (or the default) chooses; None if there is none (a key no
     algorithm has is a typo, Hydra's to report with the keys it knows)."""
-    import dataclasses
 
     from seedq.agents.registry import agent_names, config_class
 
@@ -1094,16 +922,6 @@ def key_refusal(argv: list[str]) -> str | None:
     )
 
 
-def sweeping(argv: list[str]) -> bool:
-    """Whether this command line is a sweep: ``-m``, ``--multirun``, or Hydra's
-    ``hydra.mode=MULTIRUN`` (which ran one without ``-m``, unseen by seedq's checks: a failed
-    job's sweep ended 0)."""
-    return any(
-        a in ("-m", "--multirun") or a.replace(" ", "").upper() == "HYDRA.MODE=MULTIRUN"
-        for a in argv
-    )
-
-
 def with_hydra_dir(argv: list[str]) -> list[str]:
     """``run_dir=DIR`` also puts Hydra's own files there (``.hydra/``, ``cli.log``): one folder
     holds the whole run, however often it is restarted (sweeps keep Hydra's job folders). So
@@ -1123,25 +941,6 @@ def with_hydra_dir(argv: list[str]) -> list[str]:
         if run_dir is not None:
             return [*argv, f"hydra.run.dir={run_dir}"]
     return argv
-
-
-JOB_NUM = "${hydra:job.num}"
-
-
-def with_sweep_dir(argv: list[str]) -> list[str]:
-    """A sweep's ``run_dir=DIR/${hydra:job.num}`` (one folder per job, as the docs show) also
-    puts each job's Hydra files there: ``hydra.sweep.dir=DIR``, one subfolder per job. Without
-    it they went to ``runs/multirun/...``, apart from the run, and ``seedq-plot`` labelled
-    the jobs by their folder numbers."""
-    if any(a.startswith(("hydra.sweep.dir=", "hydra.sweep.subdir=")) for a in argv):
-        return argv
-    dirs = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
-    if not dirs or not dirs[-1].rstrip("/").endswith(f"/{JOB_NUM}"):
-        return argv
-    top = dirs[-1].rstrip("/").removesuffix(f"/{JOB_NUM}")
-    if "${" in top or "," in top:
-        return argv
-    return [*argv, f"hydra.sweep.dir={top}", "hydra.sweep.subdir=${hydra.job.num}"]
 
 
 def live_run_dir(argv: list[str]) -> str | None:
@@ -1234,126 +1033,11 @@ def missing_launcher(argv: list[str]) -> str | None:
     return None
 
 
-def printing_sweep(argv: list[str]) -> str | None:
-    """The refusal of ``--cfg`` or ``--info`` with ``-m``: Hydra's answer was a ValueError
-    traceback ("Only one of --run, --multirun, --cfg, --info ... can be specified")."""
-    if not any(a in ("-m", "--multirun") for a in argv):
-        return None
-    for arg in argv:
-        if arg in ("--cfg", "-c", "--info", "-i"):
-            return (
-                f"{arg} prints one run's config and cannot go with -m: drop -m and give each "
-                "swept key one of its values (seed=0,1 -> seed=0) to see that job's"
-            )
-    return None
-
-
-def supervised_sweep(argv: list[str]) -> str | None:
-    """The refusal of ``supervise=true`` with ``-m`` before Hydra: each job refused it alone,
-    leaving a dated sweep folder of refused jobs behind."""
-    multirun = sweeping(argv)
-    asked = [a.partition("=")[2] for a in argv if a.lstrip("+").partition("=")[0] == "supervise"]
-    if multirun and asked and asked[-1].lower() in ("true", "yes", "on", "1"):
-        return (
-            "supervise=true supervises one run, not a sweep (-m): drop -m, or drop supervise "
-            "and continue a stopped sweep with resume=auto"
-        )
-    return None
-
-
-def interval_sweep(argv: list[str]) -> str | None:
-    """The refusal of ``key=interval(a,b)`` with Hydra's basic sweeper, which runs lists,
-    ``range()`` and ``choice()`` only: its answer was a HydraException traceback ("BasicSweeper
-    does not support sweep type : INTERVAL_SWEEP")."""
-    from hydra.core.override_parser.types import ValueType
-
-    multirun = sweeping(argv)
-    if not multirun or any(a.lstrip("+").startswith("hydra/sweeper=") for a in argv):
-        return None
-    try:
-        overrides = OverridesParser.create().parse_overrides(
-            [a for a in argv if not a.startswith("-")]
-        )
-    except HydraException:
-        return None  # Hydra names what it cannot read
-    for override in overrides:
-        if override.value_type == ValueType.INTERVAL_SWEEP:
-            return (
-                f"{override.input_line}: interval() is a range for an optimising sweeper to "
-                "sample (hydra/sweeper=optuna, its Hydra plugin installed); Hydra's basic "
-                "sweeper runs the values given: a list (0.001,0.003), range() or choice()"
-            )
-    return None
-
-
-def shared_sweep_dir(argv: list[str]) -> str | None:
-    """The refusal of a sweep (``-m``) whose jobs would all write into one ``run_dir=``; None
-    if there is none. Each job needs its own folder: Hydra gives it one when run_dir is left
-    out, and ``run_dir=runs/x/${hydra:job.num}`` names one per job."""
-    if not sweeping(argv):
-        return None
-    for arg in argv:
-        if arg.startswith("run_dir=") and "${" not in arg and "," not in arg:
-            return (
-                f"{arg}: every job of this sweep would write into that one folder (their "
-                "metrics, checkpoints and summaries mixed); leave run_dir out (each job gets "
-                "its own folder under runs/multirun/) or give one per job, e.g. "
-                "'run_dir=runs/sweep/${hydra:job.num}'"
-            )
-    return None
-
-
-@dataclasses.dataclass
-class Command:
-    """What this ``seedq-train`` did with its run dir: Hydra's folder (set once composed), and
-    whether a run started in it (a refused command, or one that finds its run finished, starts
-    none)."""
-
-    output_dir: str | None = None
-    started: bool = False
-    composed: bool = False  # Hydra composed the config and called seedq
-    job_codes: list[int] = dataclasses.field(default_factory=list)  # a sweep's failed jobs
-    next_job: int | None = None  # a sweep's first job whose run has not started
-    main_pid: int | None = None  # the process of seedq-train itself (train_main)
-    sweep_dir: str | None = None  # the folder of a sweep whose jobs run in this process
-    sweep_stopped: bool = False  # a stop signal ended the sweep: no later job starts
-    not_jobs: set[int] = dataclasses.field(default_factory=set)  # child processes, no workers
-    sweep_hint: str = ""  # how a stopped sweep goes on (continue_sweep)
-
-
-COMMAND = Command()
-
-
-class JobFailed(CompactHydraException):
-    """The exit status of a sweep's job that ran in a launcher's own process (Hydra's joblib
-    or submitit launchers). Raised there, Hydra counts the job failed and its other jobs run;
-    it comes back to seedq-train's process pickled with the job's result, and rebuilding it
-    there (:func:`job_failed_here`) adds the status to the sweep's."""
-
-    def __init__(self, num: int, code: int, log_file: str) -> None:
-        super().__init__(
-            f"job {num} of the sweep ended with exit status {code} (its log: {log_file})"
-        )
-        self.num, self.code, self.log_file = num, code, log_file
-
-    def __reduce__(self) -> tuple[Any, tuple[int, int, str]]:
-        return job_failed_here, (self.num, self.code, self.log_file)
-
-
-def job_failed_here(num: int, code: int, log_file: str) -> JobFailed:
-    """A :class:`JobFailed` unpickled in this process: its status is one of this sweep's."""
-    COMMAND.job_codes.append(code)
-    return JobFailed(num, code, log_file)
-
-
 # What a full disk, a quota or a folder this user cannot write raise while a run starts.
 DISK_ERRORS = frozenset(
     [errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO]
 )
 HYDRA_ERROR = 1  # Hydra's exit status for any error it reports itself
-PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent dies
-# joblib's errors when one of its worker processes died (it then ends the others).
-WORKER_LOST = ("TerminatedWorkerError", "BrokenProcessPool")
 
 # What Hydra puts in a run dir before the command is judged; nothing else is ever removed.
 HYDRA_FILES = (".hydra", "cli.log", LOCK_NAME)
@@ -1469,107 +1153,6 @@ class ReaderMayLeave:
         return getattr(self._stream, name)
 
 
-def sweep_failed() -> None:
-    """End a sweep some of whose jobs failed or were stopped with their worst exit status, in
-    one line."""
-    stopped = COMMAND.job_codes.count(EXIT_STOPPED)
-    failed = len(COMMAND.job_codes) - stopped
-    ended = [
-        f"{count} job{'s' if count > 1 else ''} of the sweep {verb}"
-        for count, verb in ((failed, "failed"), (stopped, "stopped or not started"))
-        if count
-    ]
-    print(
-        f"seedq-train: {' and '.join(ended)} (see above); the sweep ends with the worst "
-        f"status, {max(COMMAND.job_codes)}",
-        file=sys.stderr,
-    )
-    sys.exit(max(COMMAND.job_codes))
-
-
-def jobs_elsewhere(argv: list[str]) -> bool:
-    """Whether a sweep's jobs run in processes of Hydra's launcher (``hydra/launcher=joblib``,
-    submitit), not in seedq-train's own (Hydra's basic launcher)."""
-    named = [
-        a.partition("=")[2] for a in argv if a.partition("=")[0].lstrip("+") == "hydra/launcher"
-    ]
-    return bool(named) and named[-1] != "basic"
-
-
-def child_processes() -> list[int]:
-    """The processes this one started (Linux: /proc)."""
-    me, found = str(os.getpid()), []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me:
-            found.append(int(entry.name))
-    return found
-
-
-def wait_for_the_jobs() -> None:
-    """seedq-train's stop signals while its sweep's jobs run in a launcher's processes
-    (joblib's workers). Raised into joblib, a signal made it kill those processes, the jobs in
-    the middle of their stop checkpoints, and the command said no run had started; a worker
-    that had no job yet died of it the same way. So each signal is passed on to the workers,
-    whose running jobs stop with a checkpoint while this process waits; and the signals are
-    blocked in this thread before any worker exists: the workers inherit the mask, a job
-    unblocks it as it starts, and a signal pending in an idle worker stops its next job
-    there."""
-    from multiprocessing import resource_tracker
-
-    # Started later (by joblib), multiprocessing's resource tracker unblocks SIGINT and
-    # SIGTERM in the thread that starts it (CPython up to 3.13): the workers would not inherit
-    # the mask.
-    resource_tracker.ensure_running()
-    COMMAND.not_jobs = set(child_processes())  # the tracker
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, pass_on_to_the_jobs)
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-
-    def relay() -> None:
-        # A signal no thread takes (all block it) reaches the handler through here.
-        while True:
-            _thread.interrupt_main(signal.sigwait(STOP_SIGNALS))
-
-    threading.Thread(target=relay, name="sweep-signals", daemon=True).start()
-
-
-def pass_on_to_the_jobs(signum: int, frame: object) -> None:
-    """seedq-train's handler of a stop signal while its sweep's jobs run in other processes
-    (:func:`wait_for_the_jobs`)."""
-    name = signal.Signals(signum).name
-    workers = set(child_processes()) - COMMAND.not_jobs
-    if not workers:
-        # No job has started yet: the command stops as any start does.
-        raise KeyboardInterrupt if signum == signal.SIGINT else StoppedWhileStarting(name)
-    if not COMMAND.sweep_stopped:
-        COMMAND.sweep_stopped = True
-        print(
-            f"seedq-train: {name}: the sweep stops; its running jobs save a checkpoint and end, "
-            "its jobs not started yet are not run",
-            file=sys.stderr,
-        )
-    for pid in workers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-
-
-def stopped_between_jobs(exc: KeyboardInterrupt) -> None:
-    """End a sweep a stop signal reached while no job's run held the signals (a job starting,
-    or Hydra between two jobs): one line and exit status 75, not a traceback."""
-    name = exc.name if isinstance(exc, StoppedWhileStarting) else "SIGINT"
-    print(
-        f"seedq-train: stopped by {name} before job {COMMAND.next_job} of the sweep started; "
-        f"it and the jobs after it are not run (exit status {EXIT_STOPPED}: "
-        f"{COMMAND.sweep_hint})",
-        file=sys.stderr,
-    )
-    sys.exit(max([*COMMAND.job_codes, EXIT_STOPPED]))
-
-
 def train_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--keys":
         try:
@@ -1580,13 +1163,7 @@ def train_main() -> None:
     COMMAND.main_pid = os.getpid()
     sys.argv[1:] = argv = whole_numbers(sys.argv[1:])
     if refusal := (
-        key_refusal(argv)
-        or missing_launcher(argv)
-        or printing_sweep(argv)
-        or supervised_sweep(argv)
-        or interval_sweep(argv)
-        or shared_sweep_dir(argv)
-        or unusable_run_dir(argv)
+        key_refusal(argv) or missing_launcher(argv) or sweep_refusal(argv) or unusable_run_dir(argv)
     ):
         print(f"seedq-train: {refusal}", file=sys.stderr)
         sys.exit(EXIT_REFUSED)

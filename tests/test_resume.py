@@ -588,7 +588,7 @@ def test_a_fresh_run_into_a_run_dir_with_checkpoints_is_refused(tmp_path):
 
 
 def test_a_sweep_into_one_run_dir_is_refused(tmp_path):
-    from seedq.cli import shared_sweep_dir
+    from seedq.launch.sweeps import shared_sweep_dir
 
     assert shared_sweep_dir(["-m", "seed=0,1", "run_dir=runs/x"]) is not None
     assert shared_sweep_dir(["-m", "seed=0,1", "run_dir=runs/x/${hydra:job.num}"]) is None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import functools
 import json
 import logging
@@ -44,6 +43,7 @@ from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
 from seedq.messages import MAX_ENVS, env_json
+from seedq.processes import signal_at_parent_death
 from seedq.security import client_options
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,6 @@ def run_actor_thread(
         errors.append(exc)
 
 
-PR_SET_PDEATHSIG = 1
 REPORT_EVERY_S = 10.0
 # The learner's death reaches its actors as SIGUSR2, apart from SIGTERM and SIGINT (a deliberate
 # stop: the launcher's, a user's, a scheduler's) and SIGHUP (which nohup ignores). Linux sends it
@@ -220,9 +219,10 @@ def exit_with_parent(parent_pid: int) -> bool:
     if sys.platform.startswith("linux"):
         if signal.getsignal(PARENT_DEATH_SIGNAL) == signal.SIG_IGN:  # inherited: it must kill
             signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_DFL)
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL, 0, 0, 0) != 0:
-            log.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d)", ctypes.get_errno())
+        try:
+            signal_at_parent_death(PARENT_DEATH_SIGNAL)
+        except OSError as exc:
+            log.warning("cannot have the learner's death signalled to this actor: %s", exc)
     return os.getppid() == parent_pid
 
 

@@ -24,7 +24,6 @@ of the learner's orphans, so it can wait for every one of them.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -45,6 +44,7 @@ from seedq.exit_status import (
     STOP_SIGNALS,
     stop_signals_to,
 )
+from seedq.processes import PR_SET_CHILD_SUBREAPER, prctl, signal_at_parent_death
 from seedq.schema import check_positive, override, setting
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,6 @@ log = logging.getLogger(__name__)
 OWN_KEYS = ("supervise", "resume", "run_dir", "hydra.run.dir")
 # Seconds the rest of a dead learner's process group gets between SIGTERM and SIGKILL.
 GROUP_GRACE_S = 10.0
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass
@@ -97,15 +95,9 @@ def learner_command(task: list[str], hydra: list[str], run_dir: str) -> list[str
     ]
 
 
-def _prctl(option: int, value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option})")
-
-
 def _become_subreaper() -> None:
     try:
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
     except (OSError, AttributeError) as exc:
         log.warning("cannot reap the learner's orphans here (%s); relying on init", exc)
 
@@ -116,7 +108,7 @@ def _stop_with_parent() -> None:
     # Not Linux (no prctl): the learner then outlives a killed supervisor. Nothing is logged:
     # this runs between fork and exec, where logging could deadlock on a lock the fork copied.
     with contextlib.suppress(OSError, AttributeError):
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        signal_at_parent_death(signal.SIGTERM)
 
 
 class Supervisor:
