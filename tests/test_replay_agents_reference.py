@@ -395,3 +395,30 @@ def test_a_sequence_whose_q_values_are_not_finite_is_left_out_and_the_others_sto
     )
     assert np.isfinite(replay.tree.get(np.arange(ENVS - 1))).all()
     assert "1 sequence" in caplog.text and "not finite" in caplog.text
+
+
+def test_a_truncated_episode_bootstraps_from_max_q_of_its_final_obs_in_the_old_episodes_state():
+    cfg = r2d2_config()
+    torch.manual_seed(0)
+    model = build_q_network((OBS,), ACTIONS, cfg.model, channels_last=False)
+    engine = InferenceEngine(
+        model, CPU, threading.Lock(), select=EpsilonGreedy(cfg.value_rescale_eps)
+    )
+    engine.ensure_rows(ENVS)
+    rng = np.random.default_rng(0)
+    first, final, second = (rng.normal(size=(ENVS, OBS)).astype(np.float32) for _ in range(3))
+    none = np.zeros(0, np.int64), np.zeros((0, OBS), np.float32)
+    engine.infer(first, np.ones(ENVS, bool), np.arange(ENVS), *none, np.zeros(ENVS))
+    # Env 1 hits its time limit: its true last observation is `final[1]`, and `second[1]`
+    # starts its next episode; env 2 terminates (no final observation, no bootstrap).
+    done = np.array([False, True, True])
+    result = engine.infer(second, done, np.arange(ENVS), np.array([1]), final[1:2], np.zeros(3))
+    with torch.no_grad():
+        zeros = tuple(torch.zeros(ENVS, 6) for _ in range(2))
+        _, state = model(
+            torch.from_numpy(first)[None], torch.ones(1, ENVS, dtype=torch.bool), zeros
+        )
+        out, _ = model(torch.from_numpy(final)[None], torch.zeros(1, ENVS, dtype=torch.bool), state)
+    best = out.q[0, 1].double().numpy().max()
+    expected = [0.0, h_inv(best, cfg.value_rescale_eps), 0.0]
+    np.testing.assert_allclose(result.truncation_value, expected, rtol=1e-5, atol=1e-7)
