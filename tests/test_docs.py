@@ -197,6 +197,7 @@ NOT_KEYS = {
     "actor.key",
     "actor.key_secret",
     "algorithm.lrr",
+    "algorithm.foo",
     "algorithm.discount",
     "env.sticky_actions",
     "env.reset",
