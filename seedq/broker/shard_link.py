@@ -9,7 +9,7 @@ answers ``rows`` or ``refused``), ``started`` / ``left`` (an actor run began or 
 ``release`` (its rows are free), ``act`` (a batch; the hub answers ``actions``), ``count``
 (messages, rejections, evictions).
 hub -> shard: ``rows``, ``refused``, ``actions``, ``revoke`` (an actor joined another shard),
-``stop``.
+``flush`` (send your counts now, marked ``flushed``: the run stops), ``stop``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from seedq.broker.batch import Episodes, RequestBatch
 READY, JOIN, STARTED, LEFT, RELEASE = b"ready", b"join", b"started", b"left", b"release"
 ACT, COUNTERS = b"act", b"count"
 ROWS, REFUSED, ACTIONS, REVOKE, STOP = b"rows", b"refused", b"actions", b"revoke", b"stop"
+FLUSH = b"flush"
 
 
 def pack(value: Any) -> bytes:

@@ -49,6 +49,7 @@ class HubLink:
     def __init__(self, sock: zmq.Socket) -> None:
         self.sock = sock
         self.broker: Broker | None = None
+        self.counters: _Counters | None = None
         self.stop = threading.Event()
 
     def request(self, frames: list, answer: tuple[bytes, ...]) -> list:
@@ -68,6 +69,9 @@ class HubLink:
             assert self.broker is not None
             actor_id, run_id, by_run = link.unpack(frames[1])
             self.broker.revoke(actor_id, run_id, by_run)
+        elif op == link.FLUSH:
+            assert self.counters is not None
+            self.counters.send(flushed=True)
         elif op == link.STOP:
             self.stop.set()
 
@@ -178,6 +182,7 @@ def serve_shard(
     hub.broker = broker
     hub.send(link.READY, link.pack({"index": index, "endpoint": bound}))
     counters = _Counters(hub, stats, curve)
+    hub.counters = counters
     try:
         broker.serve(hub.stop, side=(hub_sock, hub.poll), tick=counters.maybe_send)
     except ShardStopped:
@@ -209,8 +214,9 @@ class _Counters:
                 self.hub.send(link.COUNTERS, link.pack(EMPTY_COUNT))
                 self.last_sent = now
 
-    def send(self) -> bool:
-        """Send what was counted since the last send; False when there was nothing."""
+    def send(self, *, flushed: bool = False) -> bool:
+        """Send what was counted since the last send; False when there was nothing.
+        ``flushed``: the hub asked (the run stops); sent even when empty, and marked."""
         stats, sent = self.stats, self.sent
         bad = {code: n for code, n in stats.bad_messages.items() if n}
         refused = self.curve.refused if self.curve is not None else 0
@@ -221,10 +227,14 @@ class _Counters:
             "bad": {code: n - sent["bad"].get(code, 0) for code, n in bad.items()},
         }
         if not (
-            delta["messages"] or delta["evicted"] or delta["refused"] or any(delta["bad"].values())
+            flushed
+            or delta["messages"]
+            or delta["evicted"]
+            or delta["refused"]
+            or any(delta["bad"].values())
         ):
             return False
-        self.hub.send(link.COUNTERS, link.pack(delta))
+        self.hub.send(link.COUNTERS, link.pack({**delta, "flushed": flushed}))
         self.last_sent = time.monotonic()
         self.sent = {
             "messages": stats.messages,

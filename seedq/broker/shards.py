@@ -36,6 +36,8 @@ from seedq.messages import EnvSpec, ProtocolError, decode_header, decode_hello
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# How long a stopping hub waits for the shards' last counts (a hung shard's never come).
+FLUSH_TIMEOUT_S = 5.0
 # The shortest silence taken for a hung shard: several of its heartbeats (HEARTBEAT_S) missed.
 SILENT_AT_LEAST_S = 5.0
 
@@ -150,6 +152,39 @@ class ShardHub:
                 next_check = now + 1.0
                 self._check_processes()
                 self._check_heard(heard, now)
+        self._flush_counts()
+
+    def _flush_counts(self) -> None:
+        """Read what each shard counted up to the run's stop, as one broker's own counts are:
+        shards send their counts every shard_process.COUNTERS_EVERY_S, and those sent after
+        the hub's last turn were lost (the run's last row and faults.json missed them). The
+        shards go on serving until :meth:`close`; requests read here are not answered."""
+        waiting = set()
+        for index, sock in enumerate(self.links):
+            try:
+                sock.send_multipart([link.FLUSH], zmq.NOBLOCK)
+                waiting.add(index)
+            except zmq.ZMQError:
+                pass  # no shard at the other end
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        while waiting and time.monotonic() < deadline:
+            for index in list(waiting):
+                sock = self.links[index]
+                while sock.poll(0):
+                    frames = sock.recv_multipart(copy=False)
+                    if frames[0].bytes == link.COUNTERS and self._count(frames):
+                        waiting.discard(index)
+                if index in waiting and not self.procs[index].is_alive():
+                    waiting.discard(index)
+            if waiting:
+                zmq.zmq_poll([(self.links[i], zmq.POLLIN) for i in waiting], 50)
+        if waiting:
+            log.warning(
+                "broker shard(s) %s sent no last count within %.0f s; the run's counts of bad "
+                "messages and evictions may miss their last moments",
+                sorted(waiting),
+                FLUSH_TIMEOUT_S,
+            )
 
     def _check_heard(self, heard: list[float], now: float) -> None:
         """A shard whose process lives but that sent nothing, not even its heartbeat (an
@@ -195,12 +230,17 @@ class ShardHub:
             actor_id = int(link.int_array(frames[1])[0])
             self.registry.leave(actor_id, self.proxies[shard], link.int_array(frames[2]).copy())
         elif op == link.COUNTERS:
-            counts = link.unpack(frames[1])
-            self.stats.messages += counts["messages"]
-            self.stats.evicted += counts["evicted"]
-            self.stats.refused_peers += counts.get("refused", 0)
-            for code, n in counts["bad"].items():
-                self.stats.bad_messages[code] += n
+            self._count(frames)
+
+    def _count(self, frames: list) -> bool:
+        """Add a shard's counts to the run's; True when they answer the hub's flush."""
+        counts = link.unpack(frames[1])
+        self.stats.messages += counts["messages"]
+        self.stats.evicted += counts["evicted"]
+        self.stats.refused_peers += counts.get("refused", 0)
+        for code, n in counts["bad"].items():
+            self.stats.bad_messages[code] += n
+        return bool(counts.get("flushed"))
 
     def _join(self, shard: int, frames: list) -> None:
         hello = decode_hello(decode_header(frames[1]))
