@@ -237,3 +237,54 @@ def test_every_config_key_the_docs_name_is_in_the_schema():
                     unknown.append(f"{page.name}: {word}")
     assert checked > 500
     assert unknown == []
+
+
+def _modules() -> dict[str, list[str]]:
+    """Each dotted tail of a seedq module (``cli``, ``learner.checkpoint``, ...): the modules
+    it names, the ones nearest the package root first."""
+    named: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "seedq").rglob("*.py"), key=lambda p: len(p.parts)):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        for i in range(1, len(parts)):
+            named.setdefault(".".join(parts[i:]), []).append(".".join(parts))
+    return named
+
+
+def test_every_module_attribute_the_docs_name_exists():
+    """``cli.misspelt_key``, ``learner_ranks.rank_main``, ``seedq.envs.gym.env_actions``:
+    a function moved to another module leaves no reference to its old home."""
+    import importlib
+
+    from seedq.agents.registry import agent_names
+    from seedq.config import schema_for
+    from seedq.envs.registry import BACKENDS
+    from seedq.schema import describe
+
+    keys = {d.key for a in agent_names() for k in BACKENDS for d in describe(schema_for(a, k))}
+    sections = {key.split(".")[0] for key in keys if "." in key}
+    modules = _modules()
+    checked, missing = 0, []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for code in _inline_code(page.read_text()):
+            found = re.fullmatch(r"(?:seedq\.)?((?:\w+\.)*\w+)\.(\w+)(?:\(.*\))?", code)
+            if not found or re.search(r"\.(py|csv|npz|json|log|yaml|md|key|key_secret)$", code):
+                continue
+            module, attr = found.groups()
+            names = modules.get(module, [])
+            if code.startswith("seedq."):
+                names = [n for n in names if n == f"seedq.{module}"]
+            elif module.split(".")[0] in sections - {"checkpoint"} or f"{module}.{attr}" in keys:
+                continue  # a config key (arch.anakin.num_envs), not a module's attribute
+            nearest = [n for n in names if n.count(".") == names[0].count(".")] if names else []
+            if len(nearest) != 1:
+                continue
+            checked += 1
+            owner = importlib.import_module(nearest[0])
+            submodule = hasattr(owner, "__path__") and importlib.util.find_spec(
+                f"{owner.__name__}.{attr}"
+            )
+            if not (hasattr(owner, attr) or submodule):
+                missing.append(f"{page.name}: {code} ({nearest[0]} has no {attr})")
+    assert checked > 15
+    assert missing == []
