@@ -288,3 +288,31 @@ def test_every_module_attribute_the_docs_name_exists():
                 missing.append(f"{page.name}: {code} ({nearest[0]} has no {attr})")
     assert checked > 15
     assert missing == []
+
+
+def test_the_configuration_page_lists_every_option_of_every_group():
+    """Its Groups table against the YAML groups in seedq/conf and the algorithm registry."""
+    from seedq.agents.registry import agent_names
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text.split("## Groups", 1)[1].split("\n\n", 2)[1]
+    listed = {
+        row.split("|")[1].strip(" `"): set(re.findall(r"`(\w+)`", row.split("|")[2]))
+        for row in table.splitlines()[2:]
+    }
+    conf = ROOT / "seedq" / "conf"
+    groups = {g: {p.stem for p in (conf / g).glob("*.yaml")} for g in listed if g != "algorithm"}
+    assert listed == {**groups, "algorithm": set(agent_names())}
+
+
+def test_the_configuration_page_lists_every_preset():
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split("## Presets", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`((?:arch_)?tuning/\w+)`", section))
+    conf = ROOT / "seedq" / "conf"
+    presets = {
+        f"{p.parent.name}/{p.stem}"
+        for g in ("tuning", "arch_tuning")
+        for p in (conf / g).glob("*.yaml")
+    }
+    assert listed == presets
