@@ -314,6 +314,17 @@ def wait_for_rank_training(run_dir: Path, rank: int, proc: subprocess.Popen) -> 
     raise AssertionError("the ranks did not start training within 180 s")
 
 
+def test_two_ranks_stop_near_a_small_step_budget(tmp_path):
+    # Each rank checked the budget at its loop's rows only: a fake env given 2,000 env steps
+    # ran to 15-25 k (the first row's sum, ~0.5 s of 30 k steps/s). A rank now stops its own
+    # stepping once its steps and the others' as last summed reach the budget.
+    result = train(tmp_path, "env=fake", "total_env_steps=2000", "log_interval_s=5")
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert 2000 <= summary["env_steps"] <= 6000, summary
+    assert summary["stop_reason"] == "total_env_steps"
+
+
 def test_two_ranks_learn_cartpole_in_a_short_run(tmp_path):
     result = train(tmp_path, "stop_at_return=150", "max_minutes=3", "log_interval_s=2", timeout=400)
     assert result.returncode == 0, result.stdout[-3000:]

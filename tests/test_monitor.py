@@ -5,6 +5,8 @@ import threading
 import time
 from types import SimpleNamespace
 
+import torch
+
 from seedq.arch.monitor import Monitor
 from seedq.core.stats import RunStats, TrainStats
 from seedq.parallel.agreement import NullWriter
@@ -94,6 +96,34 @@ def test_the_batch_that_spends_the_step_budget_sets_the_stop_event():
     assert not stop.is_set()
     stats.record_batch(64, [])
     assert (stop.is_set(), stats.env_steps) == (True, 320)
+
+
+def test_a_learner_rank_stops_at_its_steps_plus_the_other_ranks_last_summed():
+    # Ranks checked the budget only at their loop's rows: two ranks of a fake env given 2,000
+    # env steps ran to 15-25 k before the first row's sum stopped them.
+    others = [0]
+    stats, stop = RunStats(), threading.Event()
+    stats.stop_at(1000, stop, lambda: others[0])
+    stats.record_batch(400, [])
+    others[0] = 500  # the other rank's count as a training round summed it
+    assert not stop.is_set()  # read when this rank counts, not before
+    stats.record_batch(100, [])
+    assert (stop.is_set(), stats.env_steps) == (True, 500)
+
+
+def test_the_other_ranks_steps_are_the_newer_of_a_rows_and_a_rounds_sum():
+
+    from seedq.parallel.agreement import COUNTERS, RankAgreement
+
+    agreement = RankAgreement.__new__(RankAgreement)
+    agreement.others = torch.zeros(len(COUNTERS), dtype=torch.int64)
+    agreement.collective = SimpleNamespace(env_steps=0, local_at_round=0)
+    assert agreement.others_env_steps() == 0
+    agreement.others[COUNTERS.index("env_steps")] = 700  # a row's sum
+    agreement.collective.env_steps, agreement.collective.local_at_round = 1500, 600
+    assert agreement.others_env_steps() == 900  # the round is newer
+    agreement.collective.env_steps, agreement.collective.local_at_round = 1000, 400
+    assert agreement.others_env_steps() == 700  # the row is
 
 
 def test_a_batchs_steps_and_episodes_are_counted_in_one_moment():

@@ -369,10 +369,11 @@ class TrainingRun:
         cfg = self.cfg
         writer = self.dist.metrics_writer(self.run_dir, Monitor.columns(self.agent), cfg)
         stats = self.dist.run_stats(self.stats)  # summed over learner ranks, before they train
-        if stats is self.stats:
-            # One learner: the step budget stops the roles where the counting happens. Ranks
-            # sum their steps at rows and agree to stop there.
-            self.stats.stop_at(cfg.total_env_steps, self.stop)
+        # The step budget stops the roles where the counting happens. A learner rank counts
+        # the others' steps as last summed: it stops once the run's steps surely reached the
+        # budget (its stop is agreed at its training round and its loop's next row), where
+        # the ranks stepped on until a row's sum and overshot a small budget many times over.
+        self.stats.stop_at(cfg.total_env_steps, self.stop, self.dist.others_env_steps)
         threads = self._start_roles()
         log.info(
             "training %s on %s (%s), %s; run dir %s",
@@ -401,7 +402,7 @@ class TrainingRun:
                 due = now >= next_row or bool(
                     monitor.budget_spent(now)
                     or self.errors
-                    or self.stop_signal
+                    or self.stop.is_set()
                     or monitor.target_met()
                 )
                 # Several learner ranks sum their counters here and write rows together; a stop

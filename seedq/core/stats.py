@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,21 +115,25 @@ class RunStats:
     # Set by the counting thread once env_steps reaches budget (see stop_at).
     budget: int = 0
     at_budget: threading.Event | None = None
+    others_steps: Callable[[], int] = lambda: 0
 
     def refused_peers_with(self, curve: Any) -> int:
         """Refused CURVE handshakes of the whole run: these and ``curve``'s (the learner's
         socket guard, or None)."""
         return self.refused_peers + (curve.refused if curve is not None else 0)
 
-    def stop_at(self, budget: int, event: threading.Event) -> None:
-        """Set ``event`` as soon as ``env_steps`` reaches ``budget``: the thread that answers
-        batches stops the run's roles at the step that spends the budget, not a loop wake later
-        (CartPole runs at 10-40 k env steps/s, so a quarter second is thousands of steps)."""
-        self.budget, self.at_budget = budget, event
+    def stop_at(
+        self, budget: int, event: threading.Event, others: Callable[[], int] = lambda: 0
+    ) -> None:
+        """Set ``event`` as soon as ``env_steps`` plus ``others()`` (the other learner ranks'
+        steps as last known) reaches ``budget``: the thread that answers batches stops the
+        run's roles at the step that spends the budget, not a loop wake later (CartPole runs at
+        10-40 k env steps/s, so a quarter second is thousands of steps)."""
+        self.budget, self.at_budget, self.others_steps = budget, event, others
         self._check_budget()
 
     def _check_budget(self) -> None:
-        if self.at_budget is not None and self.env_steps >= self.budget:
+        if self.at_budget is not None and self.env_steps + self.others_steps() >= self.budget:
             self.at_budget.set()
 
     def record_batch(self, envs: int, steps: Iterable[Step]) -> None:

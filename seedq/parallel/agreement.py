@@ -54,6 +54,10 @@ class SingleLearner:
     def training_env_steps(self, local: int) -> int:
         return local
 
+    def others_env_steps(self) -> int:
+        """No other rank steps envs."""
+        return 0
+
     def sync_env_steps(self) -> None:
         """One learner counts its env steps alone."""
 
@@ -126,6 +130,15 @@ class RankAgreement:
         """The run's env steps as the training rounds last summed them (identical on every
         rank at a given update, so schedules such as a linear learning rate agree)."""
         return self.collective.env_steps
+
+    def others_env_steps(self) -> int:
+        """The other ranks' env steps as last summed, at a row or a training round (whichever
+        is newer): never more than they have stepped, so a rank that stops at its own count
+        plus these has not stopped before the run's budget was spent. Read by the thread that
+        counts this rank's steps."""
+        at_row = int(self.others[COUNTERS.index("env_steps")])
+        collective = self.collective
+        return max(at_row, collective.env_steps - collective.local_at_round)
 
     def sync_env_steps(self) -> None:
         """A round outside a training loop (Anakin's act-and-learn step), to sum env steps.

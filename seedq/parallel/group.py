@@ -176,11 +176,11 @@ class RankCollective:
         # last round: what learning-rate schedules read, the same on every rank at an update.
         self.local_env_steps: Callable[[], int] = lambda: 0
         self.env_steps = 0
+        self.local_at_round = 0  # this rank's share of env_steps
 
     def next_turn(self, ready: bool, stopping: bool) -> tuple[bool, bool]:
-        flags = torch.tensor(
-            [0 if ready else 1, 1 if stopping else 0, self.local_env_steps()], dtype=torch.int64
-        )
+        local = self.local_env_steps()
+        flags = torch.tensor([0 if ready else 1, 1 if stopping else 0, local], dtype=torch.int64)
         try:
             self.group.call(
                 "a training round", lambda: dist.all_reduce(flags, group=self.group.rounds)
@@ -188,7 +188,7 @@ class RankCollective:
         except LearnerRankLost:
             # The run loop reports it; this thread just stops training.
             return False, True
-        self.env_steps = int(flags[2])
+        self.env_steps, self.local_at_round = int(flags[2]), local
         return int(flags[0]) == 0, int(flags[1]) > 0
 
     def average_gradients(self, grads: Sequence[Tensor], finite: bool) -> None:
