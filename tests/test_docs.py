@@ -316,3 +316,35 @@ def test_the_configuration_page_lists_every_preset():
         for p in (conf / g).glob("*.yaml")
     }
     assert listed == presets
+
+
+def test_every_default_the_docs_give_after_a_key_is_its_default():
+    """``arch.anakin.num_envs`` (1,024), ``total_env_steps`` (5 M): a number in parentheses
+    right after a key is the key's default for some algorithm or env family, so a changed
+    default leaves no stale figure in the prose."""
+    from seedq.agents.registry import agent_names
+    from seedq.config import schema_for
+    from seedq.envs.registry import BACKENDS
+    from seedq.schema import describe
+
+    defaults: dict[str, list] = {}
+    for name in agent_names():
+        for kind in BACKENDS:
+            for doc in describe(schema_for(name, kind)):
+                defaults.setdefault(doc.key, []).append(doc.default)
+    units = {None: 1, " M": 1e6, "M": 1e6, " k": 1e3, "k": 1e3}
+    checked, wrong = 0, []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        pattern = r"`([a-z_]+(?:\.[a-z_]+)*)` \(([0-9][0-9,.]*)( ?[Mk])?[;,) ]"
+        for key, number, unit in re.findall(pattern, page.read_text()):
+            if key not in defaults:
+                continue
+            checked += 1
+            value = float(number.replace(",", "")) * units[unit or None]
+            numbers = [d for d in defaults[key] if isinstance(d, int | float)]
+            if not any(float(d) == value for d in numbers if not isinstance(d, bool)):
+                wrong.append(
+                    f"{page.name}: {key} ({number}{unit}), the default is {defaults[key][0]}"
+                )
+    assert checked > 25
+    assert wrong == []
