@@ -8,6 +8,7 @@ nothing asserts on time.
 import contextlib
 import os
 import signal
+import tempfile
 import threading
 import time
 
@@ -199,6 +200,33 @@ def test_what_the_shards_counted_before_the_hub_stopped_is_in_the_run_s_counts()
         10,
         10,
     )
+
+
+def test_shards_start_under_a_temporary_folder_too_long_for_a_socket_address(tmp_path, monkeypatch):
+    # The links' ipc sockets lay in TMPDIR: under a path longer than a socket address takes
+    # (107 bytes), the link's bind failed, and the hub, closing, waited for ever on the socket
+    # it had not yet kept: seedq-train broker.shards=2 hung at its start.
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    started: list[ShardHub] = []
+    thread = threading.Thread(
+        target=lambda: started.append(
+            ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 2, SETTINGS, start_shard)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(timeout=60)
+    try:
+        assert (thread.is_alive(), len(started), len(started and started[0].endpoints)) == (
+            False,
+            1,
+            2,
+        )
+    finally:
+        for hub in started:
+            hub.close()
 
 
 def test_env_ids_are_checked_across_shards(hub):

@@ -50,6 +50,28 @@ class BrokerShardLost(RunFault):
     """A broker shard process exited while the run went on."""
 
 
+def _link_path(folder: str, index: int) -> str:
+    return os.path.join(folder, f"shard-{index}")
+
+
+def _link_folder(shards: int) -> str:
+    """A private folder (mkdtemp's 0700) for the links' ipc sockets: in TMPDIR or, where that
+    path is too long for a socket address (zmq.IPC_PATH_MAX_LEN, 107 bytes on Linux; a deep
+    TMPDIR on a cluster), in /tmp."""
+    tried = []
+    for parent in dict.fromkeys([tempfile.gettempdir(), "/tmp"]):
+        folder = tempfile.mkdtemp(prefix="seedq-shards-", dir=parent)
+        if len(_link_path(folder, shards - 1)) <= zmq.IPC_PATH_MAX_LEN:
+            return folder
+        os.rmdir(folder)
+        tried.append(parent)
+    raise BrokerShardLost(
+        f"the broker shards' link sockets need a folder whose path leaves them at most "
+        f"{zmq.IPC_PATH_MAX_LEN} bytes; {' and '.join(tried)} are too deep: set TMPDIR to a "
+        "shorter folder"
+    )
+
+
 class _ShardProxy:
     """A shard as the registry sees it: something to revoke actors on."""
 
@@ -90,8 +112,8 @@ class ShardHub:
         self.silent_limit_s = max(timeout, SILENT_AT_LEAST_S) if timeout else 0.0
         self.stats = stats if stats is not None else RunStats()
         self.registry = registry if registry is not None else ActorRegistry()
+        self._dir = _link_folder(len(binds))
         self.ctx = zmq.Context()
-        self._dir = tempfile.mkdtemp(prefix="seedq-shards-")
         self.links: list[zmq.Socket] = []
         self.proxies: list[_ShardProxy] = []
         self.procs: list[Any] = []
@@ -101,10 +123,12 @@ class ShardHub:
         try:
             for index, bind in enumerate(binds):
                 sock = self.ctx.socket(zmq.PAIR)
-                sock.setsockopt(zmq.LINGER, 0)
-                endpoint = f"ipc://{os.path.join(self._dir, f'shard-{index}')}"
-                sock.bind(endpoint)
+                # Kept before it binds: close() must close it, or the context's term() waits
+                # for it for ever.
                 self.links.append(sock)
+                sock.setsockopt(zmq.LINGER, 0)
+                endpoint = f"ipc://{_link_path(self._dir, index)}"
+                sock.bind(endpoint)
                 self.proxies.append(_ShardProxy(index, sock))
                 self.procs.append(start(index, bind, endpoint, spec.to_dict(), settings, keys_dir))
             self.endpoints = self._await_ready()
