@@ -221,6 +221,31 @@ def test_a_block_of_k_batches_is_k_updates_each_on_its_own_batch():
         torch.testing.assert_close(a, b)
 
 
+def test_a_take_with_no_block_allowed_hands_the_training_loop_none_within_a_moment():
+    # SAC's take waited on the replay until the rate limiter allowed a block or the run
+    # stopped: with several learner ranks, a rank whose actors were restarting held every
+    # rank's training round, up to hardware.learner_timeout_s, which then ended the run.
+    import threading
+    from types import SimpleNamespace
+
+    from seedq.agents.sac.agent import SACAgent
+    from seedq.agents.sac.transitions import make_replay
+
+    alg = SACConfig(batch_size=4, block_updates=2, model=SACModelConfig(hidden_sizes=[8]))
+    agent = SACAgent.__new__(SACAgent)
+    agent.alg, agent.ctx = alg, SimpleNamespace(stop=threading.Event())
+    agent.replay = make_replay(alg, SPEC, 0)  # empty: no block is allowed
+    takes = []
+    agent.training_loop = lambda take, train: takes.append(take)
+    agent.train(lambda: 0)
+    result = []
+    taker = threading.Thread(target=lambda: result.append(takes[0]()), daemon=True)
+    taker.start()
+    taker.join(timeout=30)
+    agent.ctx.stop.set()  # the old take returns only now
+    assert result == [None], "the take waited on the replay"
+
+
 def test_a_block_larger_than_the_replay_slack_is_refused():
     with pytest.raises(ConfigError, match="algorithm.block_updates=40"):
         to_config(compose_config("algorithm=sac", "env=gym", "algorithm.block_updates=40"))

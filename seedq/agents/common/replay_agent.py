@@ -41,12 +41,13 @@ class ReplayAgent(AgentBase):
     def train(self, env_steps: Callable[[], int]) -> None:
         self.training_loop(self._take, self.train_on)
 
-    def _take(self) -> Any:
-        """A sampled batch, or None when the rate limiter allows none within a moment (the
-        training loop then looks again; with several learner ranks it takes part in a round)."""
+    def _take(self, size: int | None = None) -> Any:
+        """A sampled batch (of ``size`` items, the batch size by default), or None when the
+        rate limiter allows none within a moment (the training loop then looks again; with
+        several learner ranks it takes part in a round)."""
         stop, deadline = self.ctx.stop, time.monotonic() + TAKE_PATIENCE_S
         return self.replay.sample(
-            self.alg.batch_size, lambda: stop.is_set() or time.monotonic() > deadline
+            size or self.alg.batch_size, lambda: stop.is_set() or time.monotonic() > deadline
         )
 
     def train_on(self, sample: Any) -> None:

@@ -50,10 +50,13 @@ class SACAgent(ReplayAgent):
         return SACLearner(self.model, self.alg, placement)
 
     def train(self, env_steps: Callable[[], int]) -> None:
-        stop, updates = self.ctx.stop, self.alg.block_updates
-        block = updates * self.alg.batch_size
+        updates = self.alg.block_updates
+        # Handed None within a moment when the rate limiter allows no block, as R2D2's: with
+        # several learner ranks a rank that waited on its replay until it filled held every
+        # rank's training round (a rank whose actors were restarting, for up to
+        # hardware.learner_timeout_s, which then ended the run).
         self.training_loop(
-            lambda: self.replay.sample(block, stop.is_set),
+            lambda: self._take(updates * self.alg.batch_size),
             lambda sample: self.learner.train_block(sample, updates),
         )
 
