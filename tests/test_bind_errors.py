@@ -94,17 +94,26 @@ def test_a_broker_shard_logs_the_refusal_and_exits_2(tmp_path):
     assert "Traceback" not in log
 
 
-def test_seedq_train_with_shards_that_cannot_bind_fails_in_lines_not_a_trace(tmp_path):
-    # The shards refused in their own lines, then the hub's BrokerShardLost was a traceback.
+def test_seedq_train_with_shards_that_cannot_bind_is_refused_in_lines_not_a_trace(tmp_path):
+    # The shards refused in their own lines, then the hub's BrokerShardLost was a traceback;
+    # then a run that failed (exit 3), which supervise=true restarted ten times over minutes,
+    # failing alike, where one broker's refusal (exit 2) ends a supervisor at once.
     result = run_cli(
         f"broker.host={NOT_HERE}",
         "security.allow_insecure=true",
         "broker.shards=2",
         f"run_dir={tmp_path}",
     )
-    assert (result.returncode, "Traceback" in result.stdout) == (3, False), result.stdout
-    assert f"broker.host='{NOT_HERE}' is not an address" in result.stdout
-    assert "run failed while starting: broker shard" in result.stdout
+    assert (result.returncode, "Traceback" in result.stdout) == (2, False), result.stdout
+    assert f"seedq: broker.host='{NOT_HERE}' is not an address" in result.stdout
+
+
+def test_seedq_train_with_a_shard_port_taken_is_refused(tmp_path):
+    holder, port = taken_port()
+    with holder:
+        result = run_cli(f"broker.port={port - 1}", "broker.shards=2", f"run_dir={tmp_path}")
+    assert (result.returncode, "Traceback" in result.stdout) == (2, False), result.stdout
+    assert "seedq: broker.port=" in result.stdout and "choose another port" in result.stdout
 
 
 def test_the_bench_broker_refuses_a_host_not_of_this_machine():

@@ -4,10 +4,10 @@
 It is internal to one learner host (shards and hub are started together, from one seedq), so it
 is not versioned like the actors' wire format; arrays travel as raw frames, uncopied.
 
-shard -> hub: ``ready`` (the shard's bound endpoint), ``join`` (a Hello to register; the hub
-answers ``rows`` or ``refused``), ``started`` / ``left`` (an actor run began or ended),
-``release`` (its rows are free), ``act`` (a batch; the hub answers ``actions``), ``count``
-(messages, rejections, evictions).
+shard -> hub: ``ready`` (the shard's bound endpoint) or ``refused`` (why it could not bind),
+``join`` (a Hello to register; the hub answers ``rows`` or ``refused``), ``started`` / ``left``
+(an actor run began or ended), ``release`` (its rows are free), ``act`` (a batch; the hub
+answers ``actions``), ``count`` (messages, rejections, evictions).
 hub -> shard: ``rows``, ``refused``, ``actions``, ``revoke`` (an actor joined another shard),
 ``flush`` (send your counts now, marked ``flushed``: the run stops), ``stop``.
 """

@@ -11,6 +11,7 @@ threads of one process share one interpreter lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
@@ -36,6 +37,8 @@ COUNTERS_EVERY_S = 0.25
 # A shard with nothing to count still sends an empty count this often: its heartbeat.
 HEARTBEAT_S = 1.0
 EMPTY_COUNT = {"messages": 0, "evicted": 0, "refused": 0, "bad": {}}
+# How long a shard that refused its settings waits for its reason to reach the hub.
+REFUSAL_LINGER_MS = 2000
 
 
 class ShardStopped(Exception):
@@ -159,8 +162,12 @@ def serve_shard(
     try:
         bound = f"{address}:{bind_router(router, host, int(port))}"
     except ConfigError as exc:
-        # One line in the shard's log; the hub reports the shard's exit to the learner.
+        # One line in the shard's log, and the reason to the hub: the learner refuses the run
+        # with it (exit 2, which a supervisor does not restart).
         log.error("%s", exc)
+        with contextlib.suppress(zmq.ZMQError):
+            hub_sock.send_multipart([link.REFUSED, link.pack({"detail": str(exc)})], zmq.NOBLOCK)
+        hub_sock.close(linger=REFUSAL_LINGER_MS)
         if curve is not None:
             curve.stop()
         ctx.destroy(linger=0)

@@ -31,11 +31,15 @@ from seedq.broker.batch import ActorSlot
 from seedq.broker.registry import ActorRegistry
 from seedq.broker.router import BatchConsumer
 from seedq.core.stats import RunFault, RunStats
+from seedq.exit_status import EXIT_REFUSED
 from seedq.messages import EnvSpec, ProtocolError, decode_header, decode_hello
+from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# How long the hub waits for the reason of a shard that exited refusing its settings.
+REFUSAL_WAIT_MS = 2000
 # How long a stopping hub waits for the shards' last counts (a hung shard's never come).
 FLUSH_TIMEOUT_S = 5.0
 # The shortest silence taken for a hung shard: several of its heartbeats (HEARTBEAT_S) missed.
@@ -142,15 +146,24 @@ class ShardHub:
         while None in endpoints:
             for index, sock in enumerate(self.links):
                 if endpoints[index] is None and sock.poll(50):
-                    frames = sock.recv_multipart()
-                    if frames[0] != link.READY:
-                        raise RuntimeError(f"broker shard {index} sent {frames[0]!r} first")
-                    endpoints[index] = link.unpack(frames[1])["endpoint"]
+                    endpoints[index] = self._ready(index, sock.recv_multipart())
+            for index, proc in enumerate(self.procs):
+                if proc.exitcode == EXIT_REFUSED and self.links[index].poll(REFUSAL_WAIT_MS):
+                    self._ready(index, self.links[index].recv_multipart())
             self._check_processes()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"broker shards not ready in {READY_TIMEOUT_S:.0f} s")
         log.info("%d broker shards at %s", len(endpoints), ", ".join(endpoints))
         return endpoints
+
+    def _ready(self, index: int, frames: list) -> str:
+        """Shard ``index``'s first word: its endpoint, or why it refused its settings (a port
+        taken, an address not this machine's), which refuses the run as one broker's would."""
+        if frames[0] == link.REFUSED:
+            raise ConfigError(link.unpack(frames[1])["detail"])
+        if frames[0] != link.READY:
+            raise RuntimeError(f"broker shard {index} sent {frames[0]!r} first")
+        return link.unpack(frames[1])["endpoint"]
 
     def _check_processes(self) -> None:
         for index, proc in enumerate(self.procs):
