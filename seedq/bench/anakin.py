@@ -18,6 +18,7 @@ from typing import Any
 
 from seedq.bench.common import (
     BenchError,
+    check_not_stopped,
     compose,
     kept_dir,
     one_of,
@@ -80,7 +81,9 @@ def _time_to_target(seed: int, options: dict[str, Any], overrides: list[str]) ->
             ],
             run_dir,
         )
-        summary = AnakinRun(cfg, run_dir).run()
+        run = AnakinRun(cfg, run_dir)
+        summary = run.run()
+        check_not_stopped(run)  # the next seed would start; and kept_dir drops this run's dir
     return {
         "seed": seed,
         "time_to_target_s": summary.time_to_target_s,

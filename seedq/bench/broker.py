@@ -137,7 +137,7 @@ def run_point(
         args = (broker.endpoints, part.tolist(), n_envs, spec.to_dict(), control, results)
         procs.append(mp.Process(target=generate, args=args, daemon=True))
         procs[-1].start()
-    rows = []
+    rows, measured = [], False
     try:
         deadline = time.monotonic() + 60 + streams / 50
         while broker.connected_streams < streams:
@@ -170,9 +170,15 @@ def run_point(
             before = after
             if options["report_s"]:
                 print_json("broker-window", rows[-1])
+        measured = True
     finally:
         control["stop"].set()
         for proc in procs:
+            if not measured:
+                # Ctrl-C, SIGTERM, a generator that died: the others' last report (every
+                # round trip since the warm-up) is never read, and a generator whose report
+                # fills its queue's pipe waits for a reader at its exit, here 20 s each.
+                proc.terminate()
             proc.join(timeout=20)
             if proc.is_alive():
                 proc.kill()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from seedq.bench.common import BenchError
+from seedq.bench.common import BenchError, stop_on_sigterm, stopped_status
 from seedq.config import ConfigError
 from seedq.envs import EnvError
 
@@ -62,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    stop_on_sigterm()
     try:
         command(argv[1:])
     except (BenchError, ConfigError, EnvError) as exc:
         print(f"seedq-bench {argv[0]}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        # Ctrl-C or SIGTERM: the subcommand's finally blocks ended its processes.
+        return stopped_status(f"seedq-bench {argv[0]}", exc)
     return 0
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +30,43 @@ class BenchError(ValueError):
     """A bench argument is wrong; the message names it and what is allowed."""
 
 
+class BenchStopped(KeyboardInterrupt):
+    """SIGTERM ended a bench, or stopped the training run it times: raised in the main thread
+    as Ctrl-C's KeyboardInterrupt is, so every ``finally`` (child processes, sockets, scratch
+    dirs) runs. Its default action killed the bench at once, its actor, env and generator
+    processes and a contention copy's whole run left running on their own."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    raise BenchStopped(signal.Signals(signum).name)
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM raises :class:`BenchStopped` in the main thread from now on (a training run
+    takes it over while it runs, and stops in order: :func:`check_not_stopped`)."""
+    signal.signal(signal.SIGTERM, _stopped)
+
+
+def check_not_stopped(run: Any) -> None:
+    """Raise :class:`BenchStopped` if a stop signal ended ``run`` (a ``TrainingRun``, which
+    takes SIGINT and SIGTERM over while it trains and returns early): its figures would be
+    those of a cut-short window, and a bench of several runs would go on to the next."""
+    if getattr(run, "stop_signal", ""):
+        raise BenchStopped(run.stop_signal)
+
+
+def stopped_status(command: str, exc: KeyboardInterrupt) -> int:
+    """One line for a bench that Ctrl-C or SIGTERM ended, and its exit status (128 + the
+    signal's number, as a shell reports it)."""
+    name = exc.name if isinstance(exc, BenchStopped) else "SIGINT"
+    print(f"{command}: stopped by {name}; nothing was measured to the end", file=sys.stderr)
+    return 128 + signal.Signals[name].value
+
+
 def script_main(main: Callable[[list[str]], Any], doc: str, argv: list[str]) -> int:
     """A benchmark script's ``main(argv)`` of ``key=value`` arguments run as a command: ``-h``
     or ``--help`` prints ``doc`` (its usage), a refused argument, config or env one line; the
@@ -36,11 +74,15 @@ def script_main(main: Callable[[list[str]], Any], doc: str, argv: list[str]) -> 
     if any(a in ("-h", "--help") for a in argv):
         print(doc.strip())
         return 0
+    name = Path(sys.argv[0]).name
+    stop_on_sigterm()
     try:
         main(argv)
     except (BenchError, ConfigError, EnvError) as exc:
-        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        return stopped_status(name, exc)
     return 0
 
 

@@ -44,6 +44,7 @@ from seedq.agents.registry import agent_class, build_agent
 from seedq.bench.common import (
     CONF_DIR,
     BenchError,
+    check_not_stopped,
     compose,
     one_of,
     positive_sizes,
@@ -246,6 +247,7 @@ def run_process(options: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     run.run()
+    check_not_stopped(run)
     if len(marks) < 2:
         raise RuntimeError(f"learner mode=run: the run ended before {seconds} s were measured")
     (w0, c0, s0, u0), (w1, c1, s1, u1) = marks

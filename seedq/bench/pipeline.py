@@ -175,6 +175,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         proc = mp.Process(target=actor_process, args=args, daemon=True)
         proc.start()
         procs.append(proc)
+    outcomes = None
     try:
         # Measure from when every actor has joined and warmed up until the first one stops.
         deadline = time.monotonic() + 60
@@ -201,6 +202,10 @@ def run(argv: list[str]) -> dict[str, Any]:
         outcomes = [results.get(timeout=seconds + 60) for _ in procs]
     finally:
         for proc in procs:
+            # Ended by an exception (Ctrl-C, SIGTERM, an actor that died): the others would
+            # run on until their seconds were up, each joined for 10 s.
+            if outcomes is None:
+                proc.terminate()
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()

@@ -112,9 +112,15 @@ def run(argv: list[str]) -> dict[str, Any]:
         proc = ctx.Process(target=_worker, args=(args, results), daemon=True)
         proc.start()
         procs.append(proc)
-    outcomes = [results.get(timeout=options["seconds"] + options["warmup_s"] + 120) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=10)
+    outcomes = None
+    try:
+        limit = options["seconds"] + options["warmup_s"] + 120
+        outcomes = [results.get(timeout=limit) for _ in procs]
+    finally:
+        for proc in procs:
+            if outcomes is None:  # Ctrl-C, SIGTERM: the others would step on to their end
+                proc.terminate()
+            proc.join(timeout=10)
     errors = [message for status, _, message in outcomes if status == "error"]
     if errors:
         raise BenchError(f"an env process failed: {errors[0]}")

@@ -18,6 +18,7 @@ import numpy as np
 
 from seedq.agents.registry import agent_class
 from seedq.bench.common import (
+    check_not_stopped,
     compose,
     frames_per_step,
     kept_dir,
@@ -67,6 +68,7 @@ def _train(
     # The run's clock starts as run() starts its roles, within a few ms of the sampler's.
     with ThreadSampler() as sampler:
         summary = run.run()
+    check_not_stopped(run)
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > warmup_s]
     if not rows:
