@@ -150,6 +150,24 @@ def test_each_agent_names_the_env_steps_before_its_first_update():
     assert VTraceAgent.before_training(vtrace)[0] == 512  # its first batch
 
 
+def test_the_steps_before_the_first_update_count_the_envs_that_fill_it():
+    # The default CartPole run (256 envs, batches of 32 unrolls of 20 steps) was said to train
+    # after 640 env steps: every env makes its first unroll at once, at 5,120.
+    from seedq.agents.r2d2.agent import R2D2Agent
+    from seedq.agents.sac.agent import SACAgent
+    from seedq.agents.vtrace.agent import VTraceAgent
+
+    vtrace = SimpleNamespace(alg=SimpleNamespace(batch_size=32, unroll_length=20))
+    steps, what = VTraceAgent.before_training(vtrace, 256)
+    assert steps == 5120 and what.endswith("made by 256 envs at once")
+    assert VTraceAgent.before_training(vtrace, 24)[0] == 2 * 24 * 20  # two rounds of 24 envs
+    assert VTraceAgent.before_training(vtrace, 32) == VTraceAgent.before_training(vtrace)
+    r2d2 = SimpleNamespace(alg=SimpleNamespace(replay_min_size=50, sequence_length=80))
+    assert R2D2Agent.before_training(r2d2, 64)[0] == 64 * 80
+    sac = SimpleNamespace(alg=SimpleNamespace(learning_starts=5000))
+    assert SACAgent.before_training(sac, 3)[0] == 5001
+
+
 def test_a_step_budget_stops_the_run_within_one_inference_batch_of_it(tmp_path):
     # CartPole runs at thousands of env steps/s and the run loop wakes every quarter second:
     # when only the loop checked the budget, 3,000 steps stopped at 15,808 (and 4,480-10,432).

@@ -486,8 +486,15 @@ class TrainingRun:
 
     def _before_training(self) -> tuple[int, str]:
         """The env steps a fresh run takes at least before its first update, and what they
-        fill (the agent says; an architecture that always trains says 0)."""
-        return self.agent.before_training()
+        fill (the agent says, for the envs this learner rank starts; every rank fills its own
+        first batch; an architecture that always trains says 0)."""
+        ranks = self.dist.group.world_size if self.dist.group is not None else 1
+        steps, what = self.agent.before_training(self.launched_envs())
+        return steps * ranks, what
+
+    def launched_envs(self) -> int:
+        """The envs this learner starts (hand-started actors not counted); 1 if none."""
+        return 1
 
     def _announce_budget(self, env_steps_done: int) -> None:
         """What the step budget allows, said at the start: a fresh run whose budget ends

@@ -214,5 +214,8 @@ class SebulbaRun(TrainingRun):
     def monitor_config(self) -> Any:
         return self.layout
 
+    def launched_envs(self) -> int:
+        return self.threads_n * self.envs_per_thread
+
     def describe(self) -> str:
         return f"arch=sebulba, {self.threads_n} threads x {self.envs_per_thread} envs"

@@ -128,6 +128,7 @@ class SeedRun(TrainingRun):
         self.registry = ActorRegistry(
             launched=(num_actors * cfg.actor.batches_per_actor, cfg.actor.envs_per_batch)
         )
+        self.envs_started = num_actors * cfg.actor.batches_per_actor * cfg.actor.envs_per_batch
         if cfg.broker.shards > 1:
             self.hub = self._start_shards()
             self.stats = self.hub.stats
@@ -247,6 +248,9 @@ class SeedRun(TrainingRun):
             self.socket.close(linger=0)
         if self._own_context:
             self.ctx.term()
+
+    def launched_envs(self) -> int:
+        return max(1, self.envs_started)
 
     def describe(self) -> str:
         if self.hub is not None:

@@ -129,9 +129,10 @@ class AgentBase(ABC):
     def judged_returns(self, returns: list[float]) -> list[float]:
         return returns
 
-    def before_training(self) -> tuple[int, str]:
-        """The env steps a fresh run takes at least before its first update, with what fills
-        in that time (a replay's minimum size, an on-policy batch)."""
+    def before_training(self, envs: int = 1) -> tuple[int, str]:
+        """The env steps a fresh run of ``envs`` envs (stepping together) takes at least
+        before its first update, with what fills in that time (a replay's minimum size, an
+        on-policy batch)."""
         return 0, "it has its first batch"
 
     def training_loop(self, take: Callable[[], Item | None], train: Callable[[Item], None]) -> None:
@@ -177,3 +178,17 @@ class AgentBase(ABC):
                 train(item)
                 item = None
                 stats.busy_s += time.monotonic() - begin
+
+
+def first_items_steps(items: int, steps_each: int, envs: int) -> int:
+    """The env steps ``envs`` envs stepping together take to make ``items`` items (unrolls,
+    sequences, transitions) of ``steps_each`` new steps each: every env makes one per
+    ``steps_each`` steps, so the first ``items`` come whole rounds of all envs at a time (256
+    envs fill a batch of 32 unrolls of 20 steps at 5,120 env steps, not 640)."""
+    envs = max(1, envs)
+    return -(-items // envs) * envs * steps_each
+
+
+def from_envs(items: int, envs: int) -> str:
+    """What :func:`first_items_steps` adds to a message, where the envs count."""
+    return f", made by {envs} envs at once" if envs > items else ""

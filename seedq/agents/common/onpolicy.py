@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from seedq.agents.common.base import AgentBase
+from seedq.agents.common.base import AgentBase, first_items_steps, from_envs
 from seedq.agents.common.batches import BatchAssembler
 from seedq.agents.common.normalize import RewardScaler, popart_of
 from seedq.agents.common.targets import clip_rewards, transition_rewards
@@ -196,12 +196,12 @@ class OnPolicyAgent(AgentBase):
         # Central inference writes each training batch at once; the assembler passes it on.
         return int(self.alg.batch_size)
 
-    def before_training(self) -> tuple[int, str]:
+    def before_training(self, envs: int = 1) -> tuple[int, str]:
         # The run's sized batch (batch_size 0 is one unroll of every env by now).
         columns, length = int(self.alg.batch_size), int(self.alg.unroll_length)
-        return columns * length, (
+        return first_items_steps(columns, length, envs), (
             f"its first batch holds {columns} unrolls of {length} steps "
-            "(algorithm.batch_size, algorithm.unroll_length)"
+            f"(algorithm.batch_size, algorithm.unroll_length){from_envs(columns, envs)}"
         )
 
     def on_unroll(self, unroll: Unroll) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from seedq.agents.common.base import discrete_network
+from seedq.agents.common.base import discrete_network, first_items_steps, from_envs
 from seedq.agents.common.replay_agent import ReplayAgent
 from seedq.agents.common.update import Placement
 from seedq.agents.r2d2.acting import EpsilonGreedy
@@ -73,12 +73,13 @@ class R2D2Agent(ReplayAgent):
         # that bootstraps this one's last transition.
         return self.alg.burn_in + self.alg.sequence_length, self.alg.burn_in + 1
 
-    def before_training(self) -> tuple[int, str]:
+    def before_training(self, envs: int = 1) -> tuple[int, str]:
         # Each sequence after an env's first takes sequence_length new steps (the layout above).
         alg = self.alg
-        return alg.replay_min_size * alg.sequence_length, (
-            f"its replay holds algorithm.replay_min_size={alg.replay_min_size} sequences of "
-            f"{alg.sequence_length} new steps each"
+        least = alg.replay_min_size
+        return first_items_steps(least, alg.sequence_length, envs), (
+            f"its replay holds algorithm.replay_min_size={least} sequences of "
+            f"{alg.sequence_length} new steps each{from_envs(least, envs)}"
         )
 
     def state_dict(self) -> dict[str, Any]:

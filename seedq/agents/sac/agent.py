@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from seedq.agents.common.base import first_items_steps, from_envs
 from seedq.agents.common.normalize import update_obs_norm
 from seedq.agents.common.replay_agent import ReplayAgent
 from seedq.agents.common.update import Placement
@@ -68,10 +69,13 @@ class SACAgent(ReplayAgent):
     def extra_metrics(self) -> dict[str, Any]:
         return {"replay/size": len(self.replay), "replay/ratio": self.replay.limiter.replay_ratio()}
 
-    def before_training(self) -> tuple[int, str]:
+    def before_training(self, envs: int = 1) -> tuple[int, str]:
         # One transition per env step.
         starts = self.alg.learning_starts
-        return starts, f"its replay holds algorithm.learning_starts={starts} transitions"
+        return first_items_steps(starts, 1, envs), (
+            f"its replay holds algorithm.learning_starts={starts} transitions"
+            f"{from_envs(starts, envs)}"
+        )
 
     def progress(self, row: dict[str, Any]) -> str:
         if row.get("loss/critic") is None:
