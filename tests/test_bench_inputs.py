@@ -30,7 +30,12 @@ from seedq.messages import CONTINUOUS, EnvSpec
         (["inference", "num_actions=0", "models=mlp"], "num_actions=0 is not allowed"),
         # A TypeError of the empty table, a ZeroDivisionError, ValueErrors of numpy and
         # multiprocessing, and shards=0 measured the in-process broker under another name.
-        (["anakin", "mode=time-to-target", "seeds="], "seeds= names no seed"),
+        (["anakin", "mode=time-to-target", "seeds="], "seeds= names nothing; give one or more"),
+        # A list that names nothing, and points that all exceed max_inflight_mb: TypeErrors
+        # of the empty table.
+        (["inference", "models="], "models= names nothing; give one or more, e.g. models=mlp,"),
+        (["broker", "obs="], "obs= names nothing; give one or more, e.g. obs=4:float32"),
+        (["broker", "streams=4", "max_inflight_mb=0.00001"], "every point's observations in"),
         (["broker", "stages=true", "rounds=0"], "rounds=0 is not allowed"),
         (["broker", "stages=true", "rounds=2", "parallel=-1"], "parallel=-1 is not allowed"),
         (["broker", "streams=1", "generators=-1"], "generators=-1 is not allowed"),

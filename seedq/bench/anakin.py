@@ -17,7 +17,6 @@ import time
 from typing import Any
 
 from seedq.bench.common import (
-    BenchError,
     check_not_stopped,
     compose,
     kept_dir,
@@ -100,8 +99,6 @@ def run(argv: list[str]) -> dict[str, Any]:
     one_of("mode", options["mode"], MODES)
     # An empty list measured nothing and ended in a TypeError of the table.
     positive_sizes("num_envs", options["num_envs"], "256,1024")
-    if not options["seeds"]:
-        raise BenchError("seeds= names no seed; give one or more, e.g. seeds=0,1,2")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if options["mode"] == "time-to-target":
         rows = [_time_to_target(seed, options, overrides) for seed in options["seeds"]]

@@ -220,18 +220,27 @@ def run(argv: list[str]) -> dict[str, Any]:
     positive_sizes("envs", options["envs"], "16")
     if options["stages"]:
         return stages(options, specs, cfg.broker.max_batch)
-    raise_open_file_limit()
-    points = []
+    plan, limit = [], options["max_inflight_mb"]
     for spec in specs:
         obs_bytes = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
         for n_envs in options["envs"]:
             for streams in options["streams"]:
                 inflight_mb = streams * n_envs * obs_bytes / 2**20
-                if inflight_mb > options["max_inflight_mb"]:
-                    print(f"skipped {streams} streams x {n_envs} envs: {inflight_mb:.0f} MB")
+                if inflight_mb > limit:
+                    print(f"skipped {streams} streams x {n_envs} envs: {inflight_mb:,.3g} MB")
                     continue
-                rows = run_point(cfg, options, streams, n_envs, spec)
-                points.append(rows[-1] if not options["report_s"] else summarize(rows))
+                plan.append((streams, n_envs, spec))
+    if not plan:
+        # A table of no points ended in a TypeError.
+        raise BenchError(
+            f"every point's observations in flight exceed max_inflight_mb={limit:g}; raise it, "
+            "or give fewer streams= or envs="
+        )
+    raise_open_file_limit()
+    points = []
+    for streams, n_envs, spec in plan:
+        rows = run_point(cfg, options, streams, n_envs, spec)
+        points.append(rows[-1] if not options["report_s"] else summarize(rows))
     print_table(
         f"broker: {where(options['shards'])}, {options['policy']} policy, max_batch "
         f"{cfg.broker.max_batch}, "

@@ -118,6 +118,10 @@ def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, 
             raise BenchError(
                 f"{key}={raw!r}: expected {type(default).__name__} like {default!r}"
             ) from None
+        if values[key] == []:
+            # Nothing to measure: a table of no rows ended in a TypeError.
+            example = ",".join(str(x) for x in default)
+            raise BenchError(f"{key}={raw} names nothing; give one or more, e.g. {key}={example}")
     # Every bench measures for `seconds` after `warmup_s`: none over no time (a division by
     # zero, or a table of zeros).
     if "seconds" in values and not 0 < values["seconds"] <= MAX_SECONDS:
