@@ -43,7 +43,7 @@ from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
 from seedq.messages import MAX_ENVS, env_json
-from seedq.processes import signal_at_parent_death
+from seedq.processes import PARENT_DEATH_SIGNAL, PARENT_EXIT_WAIT_S, exit_with_parent
 from seedq.security import client_options
 
 log = logging.getLogger(__name__)
@@ -167,13 +167,6 @@ def run_actor_thread(
 
 
 REPORT_EVERY_S = 10.0
-# The learner's death reaches its actors as SIGUSR2, apart from SIGTERM and SIGINT (a deliberate
-# stop: the launcher's, a user's, a scheduler's) and SIGHUP (which nohup ignores). Linux sends it
-# when the learner *thread* that started the actor exits, which comes before the reparenting that
-# getppid() shows (the other threads of a killed learner are still exiting), so the actor waits
-# up to PARENT_EXIT_WAIT_S for that.
-PARENT_DEATH_SIGNAL = signal.SIGUSR2
-PARENT_EXIT_WAIT_S = 5.0
 # How often, at most, the watchdog looks at the env call in progress (actor.env_timeout_s).
 WATCH_EVERY_S = 1.0
 
@@ -209,21 +202,6 @@ def watch_env_calls(stats: ActorStats, timeout_s: float, loop_thread: int) -> No
             os._exit(1)
 
 
-def exit_with_parent(parent_pid: int) -> bool:
-    """Have Linux send us ``PARENT_DEATH_SIGNAL`` when ``parent_pid`` (our parent, the learner)
-    dies.
-
-    False when the parent is already gone: it may have died before ``prctl`` ran, which then
-    never fires, so the parent pid is checked after it.
-    """
-    if sys.platform.startswith("linux"):
-        if signal.getsignal(PARENT_DEATH_SIGNAL) == signal.SIG_IGN:  # inherited: it must kill
-            signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_DFL)
-        try:
-            signal_at_parent_death(PARENT_DEATH_SIGNAL)
-        except OSError as exc:
-            log.warning("cannot have the learner's death signalled to this actor: %s", exc)
-    return os.getppid() == parent_pid
 
 
 def _dead(pid: int) -> bool:

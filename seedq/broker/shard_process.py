@@ -144,8 +144,8 @@ def serve_shard(
 ) -> None:
     """Process entry point: bind ``bind`` (``tcp://host:port``, port 0: any free one), tell the
     hub where, and serve until the hub says stop or goes away."""
-    from seedq.actor.main import exit_with_parent  # torch-free, like this process
     from seedq.limits import raise_open_file_limit
+    from seedq.processes import exit_with_parent
 
     exit_with_parent(settings["parent_pid"])
     raise_open_file_limit()

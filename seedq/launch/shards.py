@@ -13,9 +13,9 @@ from typing import Any
 
 def shard_main(index: int, bind: str, link: str, spec: dict, settings: dict, keys_dir: str) -> None:
     """The shard process: logging, exit with the learner, then serve."""
-    from seedq.actor.main import exit_with_parent
     from seedq.broker.shard_process import serve_shard
     from seedq.logging_setup import setup_logging
+    from seedq.processes import exit_with_parent
 
     log_dir = settings.get("log_dir")
     log_file = os.path.join(log_dir, f"broker-shard-{index}.log") if log_dir else None
