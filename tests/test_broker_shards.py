@@ -17,6 +17,8 @@ import pytest
 import zmq
 from test_pipeline import columns_by_env, expected_stream, run_pipeline, stitch
 
+from seedq.broker import shard_link as link
+from seedq.broker.batch import RequestBatch
 from seedq.broker.config import BrokerConfig
 from seedq.broker.router import ActorSlot
 from seedq.broker.shards import SILENT_AT_LEAST_S, BrokerShardLost, ShardHub
@@ -227,6 +229,80 @@ def test_shards_start_under_a_temporary_folder_too_long_for_a_socket_address(tmp
     finally:
         for hub in started:
             hub.close()
+
+
+class PlayedShard:
+    """A shard the test plays: its end of the link, and a process that lives until told."""
+
+    def __init__(self, ctx: zmq.Context, index: int, link_endpoint: str) -> None:
+        self.sock = ctx.socket(zmq.PAIR)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(link_endpoint)
+        self.sock.send_multipart([link.READY, link.pack({"endpoint": f"tcp://played:{index}"})])
+        self.alive, self.exitcode, self.pid = True, None, 0
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+    def join(self, timeout=None) -> None:
+        pass
+
+    def kill(self) -> None:
+        self.alive = False
+
+    def join_actor(self, actor_id: int) -> ActorSlot:
+        ids = np.array([actor_id])
+        slot = ActorSlot(Hello(actor_id, "r", 1, SPEC, first_env=actor_id), b"", ids, ids)
+        self.sock.send_multipart([link.STARTED, encode(slot.hello)[0], slot.rows])
+        return slot
+
+    def act(self, slot: ActorSlot, seq: int) -> None:
+        obs = np.zeros((1, 4), np.float32)
+        flags = np.zeros(1, bool)
+        reward = np.zeros(1, np.float32)
+        step = Step(slot.hello.actor_id, "r", seq, obs, reward, flags, flags, obs[:0])
+        self.sock.send_multipart(link.encode_batch(RequestBatch.from_steps([(slot, step)])))
+
+
+def test_a_shard_whose_next_batch_is_always_ready_does_not_starve_the_others():
+    # The hub served a shard until its link was empty: when recording a batch took longer
+    # than the shard took to send its next one (a V-trace learner's full training queue), it
+    # served that shard for good. Measured with a 10 ms record: 14,656 steps answered on one
+    # shard in 8 s, 20 on the other.
+    ctx = zmq.Context()
+    played: list[PlayedShard] = []
+
+    def start(index, bind, link_endpoint, spec, settings, keys_dir):
+        played.append(PlayedShard(ctx, index, link_endpoint))
+        return played[-1]
+
+    order: list[int] = []
+
+    class InOrder(Recorder):
+        def act(self, batch):
+            order.append(batch.slots[0].hello.actor_id)
+            return super().act(batch)
+
+    hub = ShardHub(SPEC, InOrder(), ["tcp://127.0.0.1:0"] * 2, SETTINGS, start)
+    stop = threading.Event()
+    thread = threading.Thread(target=hub.serve, args=(stop,), daemon=True)
+    try:
+        busy, other = played[0].join_actor(0), played[1].join_actor(1)
+        for seq in range(3):  # each ready by the time the one before it is recorded
+            played[0].act(busy, seq)
+        played[1].act(other, 0)
+        assert all(sock.poll(10_000) for sock in hub.links)  # both links hold their requests
+        time.sleep(0.5)  # and shard 0's three are all there
+        thread.start()
+        until(lambda: len(order) == 4, "the four batches to be answered")
+    finally:
+        stop.set()
+        for shard in played:
+            shard.alive = False
+        thread.join(timeout=30)
+        hub.close()
+        ctx.destroy(linger=0)
+    assert order == [0, 1, 0, 0]
 
 
 def test_env_ids_are_checked_across_shards(hub):

@@ -182,7 +182,13 @@ class ShardHub:
             for sock, _ in zmq.zmq_poll(items, 100):
                 index = self.links.index(sock)
                 while sock.poll(0):
-                    self._handle(index, sock.recv_multipart(copy=False))
+                    frames = sock.recv_multipart(copy=False)
+                    self._handle(index, frames)
+                    if frames[0].bytes == link.ACT:
+                        # One batch per shard per turn: a shard whose next batch is ready by
+                        # the time its last is recorded (a full training queue makes recording
+                        # slow) was served for good, and the other shards' actors starved.
+                        break
                 heard[index] = time.monotonic()
             now = time.monotonic()
             if now >= next_check:
