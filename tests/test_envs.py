@@ -474,3 +474,32 @@ def test_env_gym_points_an_atari_id_to_env_atari(caplog, env_id, atari) -> None:
         make_env_batch(GymConfig(id=env_id), 1, seed=0).close()
     hint = f"env=atari env.id={env_id} adds DeepMind's preprocessing"
     assert [hint in r.getMessage() for r in caplog.records] == ([True] if atari else [])
+
+
+@pytest.mark.parametrize(
+    ("config", "env_id", "family"),
+    [
+        ("AtariConfig", "MinAtar/Breakout-v1", "minatar"),
+        ("AtariConfig", "coinrun", "procgen"),
+        ("AtariConfig", "HalfCheetah-v5", "mujoco"),
+        ("AtariConfig", "Acrobot-v1", "gym"),
+        ("MinAtarConfig", "ALE/Pong-v5", "atari"),
+        ("ProcgenConfig", "space_invaders", "minatar"),
+    ],
+)
+def test_an_id_of_another_env_family_is_refused_naming_that_family(config, env_id, family):
+    # env=atari env.id=MinAtar/Breakout-v1 was "unknown Atari env id ... Did you mean
+    # ALE/Breakout-v5?": the id is fine, the family is not.
+    pytest.importorskip("ale_py")
+    import seedq.envs as envs
+
+    with pytest.raises(EnvError, match=rf"env={family} env\.id={env_id} runs it"):
+        make_env_batch(getattr(envs, config)(id=env_id), 2, seed=0)
+
+
+def test_an_id_no_family_has_is_not_given_one():
+    from seedq.envs.families import family_of, other_family_hint
+
+    assert family_of("NoSuchEnv-v0", not_kind="atari") is None
+    assert other_family_hint("NoSuchEnv-v0", "minatar") == ""
+    assert family_of("CartPole-v1", not_kind="gym") is None  # gymnasium's ids are env=gym's

@@ -17,6 +17,7 @@ import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done, vector_env_threads
 from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
+from seedq.envs.families import other_family_hint
 from seedq.envs.gym import import_gymnasium, ram_id_hint
 from seedq.schema import ConfigError, check_positive, in_unit_interval, positive, setting
 
@@ -121,9 +122,10 @@ def _atari_spec(env_id: str) -> tuple[str, dict]:
         spec = None
     game = spec.kwargs.get("game") if spec is not None else None
     if spec is not None and game is None:
+        other = other_family_hint(env_id, "atari") or " Use env=gym (or cartpole) for it."
         raise EnvError(
-            f"{env_id!r} is not an Atari id; use env=gym (or cartpole) for it, or an "
-            "Atari id like 'ALE/Pong-v5' with env=atari"
+            f"{env_id!r} is not an Atari id.{other} Or give env=atari an Atari id like "
+            "'ALE/Pong-v5'"
         )
     if game is None and (ram := ram_id_hint(env_id)):
         raise EnvError(f"{env_id!r}: env=atari steps screens; {ram}")
@@ -132,7 +134,8 @@ def _atari_spec(env_id: str) -> tuple[str, dict]:
         close = difflib.get_close_matches(env_id, ale_ids, n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise EnvError(
-            f"unknown Atari env id {env_id!r}.{hint} Atari ids look like 'ALE/Pong-v5'; list "
+            f"unknown Atari env id {env_id!r}.{other_family_hint(env_id, 'atari') or hint} "
+            "Atari ids look like 'ALE/Pong-v5'; list "
             "the games with `python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())'` "
             "or the ids with `python -c 'import gymnasium, ale_py; "
             "gymnasium.register_envs(ale_py); gymnasium.pprint_registry()'`"

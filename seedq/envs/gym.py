@@ -28,6 +28,7 @@ import numpy as np
 
 from seedq.envs.base import BatchBase, EnvBatch, EnvError, StepBatch, split_done
 from seedq.envs.config import EnvConfig, kind_setting
+from seedq.envs.families import other_family_hint
 from seedq.envs.mujoco_import import import_mujoco
 from seedq.schema import ConfigError, choice, setting
 
@@ -181,7 +182,8 @@ def gym_spec(env_id: str) -> Any:
         if ram := ram_id_hint(env_id):
             raise EnvError(f"unknown gymnasium env id {env_id!r}: {ram}") from exc
         raise EnvError(
-            f"unknown gymnasium env id {env_id!r} ({exc}); list the registered ids with "
+            f"unknown gymnasium env id {env_id!r} ({exc});{other_family_hint(env_id, 'gym')} "
+            "list the registered ids with "
             "`python -c 'import gymnasium; gymnasium.pprint_registry()'`"
         ) from exc
 

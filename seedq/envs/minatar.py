@@ -33,6 +33,7 @@ import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch
 from seedq.envs.config import EnvConfig, kind_setting
+from seedq.envs.families import other_family_hint
 from seedq.schema import in_unit_interval, setting
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,10 @@ def minatar_game(env_id: str) -> str:
             return game
     close = difflib.get_close_matches(name.lower(), GAMES, n=2, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise EnvError(f"env.id={env_id!r} is not a MinAtar game.{hint} Choose one of {list(GAMES)}")
+    raise EnvError(
+        f"env.id={env_id!r} is not a MinAtar game.{other_family_hint(env_id, 'minatar')}{hint} "
+        f"Choose one of {list(GAMES)}"
+    )
 
 
 def registered_full_action_space(env_id: str) -> bool | None:

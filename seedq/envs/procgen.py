@@ -43,6 +43,7 @@ import numpy as np
 
 from seedq.envs.base import BatchBase, EnvError, StepBatch, vector_env_threads
 from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
+from seedq.envs.families import other_family_hint
 from seedq.schema import positive, setting
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,10 @@ def procgen_game(env_id: str) -> str:
         return name
     close = difflib.get_close_matches(name, GAMES, n=2, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise EnvError(f"env.id={env_id!r} is not a Procgen game.{hint} Choose one of {list(GAMES)}")
+    raise EnvError(
+        f"env.id={env_id!r} is not a Procgen game.{other_family_hint(env_id, 'procgen')}{hint} "
+        f"Choose one of {list(GAMES)}"
+    )
 
 
 def rgb_frame(obs: np.ndarray, scale: int = 4) -> np.ndarray:
