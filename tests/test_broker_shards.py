@@ -358,6 +358,36 @@ def test_a_sharded_run_trains_on_exactly_what_each_env_produced(tmp_path):
     )
 
 
+def test_a_shard_that_dies_while_the_hub_answers_it_stops_the_hub_with_its_name():
+    # The hub's answer to a shard that had died blocked for good (a PAIR socket without its
+    # peer): the run went on at 0 steps/s, never checking its shards, and supervise=true
+    # never restarted it. A shard busy with actors spends most of its time waiting for that
+    # answer, so a killed one usually died there.
+    class KillsShard1(Recorder):
+        def act(self, batch):
+            if batch.slots[0].hello.actor_id == 1:
+                hub.procs[1].kill()
+                hub.procs[1].join(30)
+            return super().act(batch)
+
+    hub = ShardHub(SPEC, KillsShard1(), ["tcp://127.0.0.1:0"] * 2, SETTINGS, start_shard)
+    ctx = zmq.Context()
+    thread, failed = serving_until_lost(hub)
+    try:
+        actor = dealer(ctx, hub.endpoints[1])
+        actor.send_multipart(encode(Hello(1, "r", 2, SPEC, first_env=2)))
+        obs = np.zeros((2, 4), np.float32)
+        flags = np.zeros(2, bool)
+        first = Step(1, "r", 0, obs, np.zeros(2, np.float32), flags, flags, obs[:0])
+        actor.send_multipart(encode(first), copy=False)
+        thread.join(timeout=60)
+    finally:
+        hub.close()
+        ctx.destroy(linger=0)
+    assert (thread.is_alive(), len(failed)) == (False, 1)
+    assert failed[0].startswith("broker shard 1 exited (code -9)"), failed[0]
+
+
 def test_a_shard_that_hangs_stops_the_hub_with_its_name():
     # A stopped (hung) shard process is alive: is_alive() alone never noticed, and its actors
     # waited for answers for good. Idle shards still send their heartbeat.

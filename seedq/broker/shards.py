@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 60.0
 # How long the hub waits for the reason of a shard that exited refusing its settings.
 REFUSAL_WAIT_MS = 2000
+# The longest a send to a shard may wait. A PAIR socket whose peer is gone blocks its sends for
+# good, and a live shard reads its link whenever its loop turns.
+SEND_TIMEOUT_MS = 2000
 # How long a stopping hub waits for the shards' last counts (a hung shard's never come).
 FLUSH_TIMEOUT_S = 5.0
 # The shortest silence taken for a hung shard: several of its heartbeats (HEARTBEAT_S) missed.
@@ -131,6 +134,7 @@ class ShardHub:
                 # for it for ever.
                 self.links.append(sock)
                 sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
                 endpoint = f"ipc://{_link_path(self._dir, index)}"
                 sock.bind(endpoint)
                 self.proxies.append(_ShardProxy(index, sock))
@@ -183,7 +187,10 @@ class ShardHub:
                 index = self.links.index(sock)
                 while sock.poll(0):
                     frames = sock.recv_multipart(copy=False)
-                    self._handle(index, frames)
+                    try:
+                        self._handle(index, frames)
+                    except zmq.Again:
+                        self._send_failed()
                     if frames[0].bytes == link.ACT:
                         # One batch per shard per turn: a shard whose next batch is ready by
                         # the time its last is recorded (a full training queue makes recording
@@ -228,6 +235,16 @@ class ShardHub:
                 sorted(waiting),
                 FLUSH_TIMEOUT_S,
             )
+
+    def _send_failed(self) -> None:
+        """A send to a shard (its answer, a revocation) waited SEND_TIMEOUT_MS: the shard died
+        meanwhile, as one busy with actors usually does while it waits for its answer."""
+        self._check_processes()
+        raise BrokerShardLost(
+            f"a broker shard read nothing from the learner for {SEND_TIMEOUT_MS / 1000:g} s while "
+            "its process lived; its actors cannot reach the learner. supervise=true restarts "
+            "the run from its newest checkpoint"
+        )
 
     def _check_heard(self, heard: list[float], now: float) -> None:
         """A shard whose process lives but that sent nothing, not even its heartbeat (an
