@@ -4,18 +4,23 @@ Frames go to ffmpeg as they come, so an episode costs disk, not memory, however 
 an evaluation that held each episode's frames until the episode ended grew without limit on a
 policy that never ends one (a CliffWalking-v1 walk into the wall filled 23 GB and was killed by
 the OOM killer), and a 27,000-step Atari episode held 9 GB of 336x336 frames.
+
+The frames are the rendered screen of a gymnasium env (:func:`make_rendering`, :func:`render`)
+or, for seedq's own env batches, the agent's view of its observations (:func:`agent_view`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seedq.envs import EnvError
+from seedq.envs import EnvConfig, EnvError, minatar, procgen
 from seedq.schema import ConfigError
 
 
@@ -121,3 +126,71 @@ class EpisodeVideos:
 def _remove_if_empty(folder: Path) -> None:
     with contextlib.suppress(OSError):  # not empty: another evaluation's file is being written
         folder.rmdir()
+
+
+def make_rendering(env_id: str, kwargs: dict[str, Any]) -> Any:
+    """``gymnasium.make(env_id, **kwargs)`` (``render_mode="rgb_array"`` among them) for
+    ``video=true``, or an EnvError before any episode when the env renders no frames: one that
+    takes no ``render_mode`` (a user's env) or names no ``rgb_array`` among its
+    ``metadata["render_modes"]`` ended the evaluation in a traceback."""
+    import gymnasium as gym
+
+    refusal = f"video=true: {env_id} renders no frames"
+    try:
+        with warnings.catch_warnings():
+            # gymnasium's warning that the mode is not the env's: the refusal below says it.
+            warnings.filterwarnings("ignore", message=".*render_mode.*")
+            env = gym.make(env_id, **kwargs)
+    except Exception as exc:
+        plain = {k: v for k, v in kwargs.items() if k != "render_mode"}
+        try:
+            gym.make(env_id, **plain).close()
+        except Exception:
+            raise exc from None  # not the render mode: the env's own error
+        raise EnvError(
+            f"{refusal} (made with render_mode='rgb_array' it raised {type(exc).__name__}: "
+            f"{exc}); evaluate without video"
+        ) from None
+    modes = list(env.metadata.get("render_modes") or [])
+    if "rgb_array" not in modes:
+        env.close()
+        raise EnvError(
+            f"{refusal} (its render_modes: {modes}, without 'rgb_array'); evaluate without video"
+        )
+    return env
+
+
+def render(env: Any) -> np.ndarray:
+    """The frame ``env`` renders, or an EnvError naming the extra that renders it."""
+    import gymnasium as gym
+
+    try:
+        return env.render()
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvError(f"video=true: {exc}; pip install 'seedq[video]'") from None
+
+
+def _agent_view(obs: np.ndarray) -> np.ndarray:
+    """The newest grey frame of a stack ``[K, H, W]``, 4x larger, as RGB."""
+    frame = obs[-1] if obs.ndim == 3 else obs
+    frame = np.kron(frame, np.ones((4, 4), dtype=frame.dtype))
+    return np.repeat(frame[..., None], 3, axis=-1)
+
+
+def _rgb_agent_view(obs: np.ndarray) -> np.ndarray:
+    """The newest RGB frame of a stack ``[3 * K, H, W]`` (each frame's channels together, as
+    ``env.grayscale=false`` lays them out), 4x larger."""
+    frame = obs[-3:].transpose(1, 2, 0)
+    return np.kron(frame, np.ones((4, 4, 1), dtype=frame.dtype))
+
+
+# Kinds whose observations are not Atari-style stacks of grey frames.
+_AGENT_VIEWS = {"minatar": minatar.rgb_frame, "procgen": procgen.rgb_frame}
+
+
+def agent_view(env_cfg: EnvConfig) -> Callable[[np.ndarray], np.ndarray]:
+    """How a video shows one observation of ``env_cfg``'s env batch: Atari's newest frame, in
+    colour with ``env.grayscale=false`` (its blue channel alone was shown, as grey)."""
+    if env_cfg.kind in _AGENT_VIEWS:
+        return _AGENT_VIEWS[env_cfg.kind]
+    return _agent_view if getattr(env_cfg, "grayscale", True) else _rgb_agent_view

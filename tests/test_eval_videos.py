@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from test_evaluate_actions import untrained_run
 
-from seedq import evaluate
+from seedq import eval_episodes, evaluate
 from seedq.envs.gym import GymConfig
 from seedq.videos import EpisodeVideos
 
@@ -66,7 +66,7 @@ def test_an_episode_video_is_written_while_it_plays_not_held_in_memory(tmp_path)
     videos = EpisodeVideos(tmp_path, "ckpt")
     tracemalloc.start()
     try:
-        [(total, path)] = list(evaluate._gym_episodes(First(), GymConfig(id=ENV), 1, 0, videos))
+        [(total, path)] = list(eval_episodes.gym_episodes(First(), GymConfig(id=ENV), 1, 0, videos))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -89,7 +89,7 @@ def test_an_episode_the_env_ended_with_an_error_leaves_no_partial_video(tmp_path
 STOPPABLE = """
 import sys
 from pathlib import Path
-from seedq import evaluate
+from seedq import eval_episodes
 from seedq.envs.gym import GymConfig
 from seedq.videos import EpisodeVideos
 
@@ -102,7 +102,7 @@ class Ready:
         return 0
 
 videos = EpisodeVideos(Path(sys.argv[1]), "ckpt")
-for _ in evaluate._gym_episodes(Ready(), GymConfig(id="CartPole-v1"), 10**6, 0, videos):
+for _ in eval_episodes.gym_episodes(Ready(), GymConfig(id="CartPole-v1"), 10**6, 0, videos):
     pass
 """
 

@@ -121,11 +121,11 @@ class RecordingPolicy:
 )
 def test_gym_episodes_show_the_policy_what_training_showed_it(env_id, shape, dtype):
     from seedq.envs import GymConfig
-    from seedq.evaluate import _gym_episodes
+    from seedq.eval_episodes import gym_episodes
 
     policy = RecordingPolicy()
     cfg = GymConfig(id=env_id, max_episode_steps=5)
-    [(total, _)] = list(_gym_episodes(policy, cfg, 1, 0, False))
+    [(total, _)] = list(gym_episodes(policy, cfg, 1, 0, False))
     assert {(s, d) for s, d, _ in policy.seen} == {(shape, dtype)}
     if env_id == "FrozenLake-v1":
         assert all(n == 1 for *_, n in policy.seen)  # one state at a time

@@ -18,9 +18,9 @@ from seedq.cli import to_config
 from seedq.envs import env_spec
 from seedq.envs.base import EnvError
 from seedq.envs.gym import env_actions
-from seedq.evaluate import trained_action_space
 from seedq.learner.checkpoint import plain_config, save_checkpoint
 from seedq.messages import EnvSpec
+from seedq.trained_policy import trained_action_space
 
 ENV = "SeedqActionSpaces-v0"
 # The action spaces of ENV, by its `actions` keyword (a name: configs hold plain values).

@@ -338,7 +338,7 @@ def test_probe_builds_one_game_with_a_row_per_controlled_player(monkeypatch):
 
 
 def test_eval_acts_for_every_player_and_reports_the_mean_of_their_returns(monkeypatch):
-    from seedq import evaluate
+    from seedq import eval_episodes
     from seedq.agents.config import ModelConfig
     from seedq.agents.vtrace.network import build_network
 
@@ -351,11 +351,11 @@ def test_eval_acts_for_every_player_and_reports_the_mean_of_their_returns(monkey
 
         return FootballBatch(env_cfg, num_envs, seed, make_env=make_env)
 
-    monkeypatch.setattr(evaluate, "make_env_batch", make_fake_batch)
+    monkeypatch.setattr(eval_episodes, "make_env_batch", make_fake_batch)
     model = build_network((115,), 19, ModelConfig(hidden_sizes=[8]), channels_last=False)
-    policy = evaluate.Policy(model, {"algorithm": {"name": "vtrace"}})
+    policy = eval_episodes.Policy(model, {"algorithm": {"name": "vtrace"}})
     cfg = FootballConfig(frame_stack=1, controlled_players=3)
-    returns = [total for total, _ in evaluate._env_batch_episodes(policy, cfg, 2, 0, False)]
+    returns = [total for total, _ in eval_episodes.env_batch_episodes(policy, cfg, 2, 0, False)]
     # Players are paid 0, 0.1, 0.2 a step plus the goal on step 2: returns 1, 1.2, 1.4.
     assert (returns, [len(a) for a in games[0].actions]) == (pytest.approx([1.2, 1.2]), [3] * 4)
 

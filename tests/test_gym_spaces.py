@@ -202,7 +202,7 @@ def test_mujoco_runs_take_env_kwargs_too() -> None:
 
 
 def test_seedq_eval_builds_the_env_with_its_runs_kwargs(monkeypatch) -> None:
-    from seedq import evaluate
+    from seedq import eval_episodes
 
     made = []
     real_make = gym.make
@@ -221,7 +221,7 @@ def test_seedq_eval_builds_the_env_with_its_runs_kwargs(monkeypatch) -> None:
 
     monkeypatch.setattr(gym, "make", make)
     cfg = GymConfig(id="FrozenLake-v1", max_episode_steps=5, kwargs={"is_slippery": False})
-    returns = [total for total, _ in evaluate._gym_episodes(Right(), cfg, 1, 0, False)]
+    returns = [total for total, _ in eval_episodes.gym_episodes(Right(), cfg, 1, 0, False)]
     assert made[-1] == {"is_slippery": False, "max_episode_steps": 5}
     assert returns == [0.0]  # the top row's end, (0, 3), is ice: the episode times out
 
@@ -367,14 +367,14 @@ def test_a_box_of_no_action_values_is_refused() -> None:
 
 
 def test_seedq_eval_maps_the_policys_index_as_training_does(monkeypatch) -> None:
-    from seedq import evaluate
+    from seedq import eval_episodes
 
     space = spaces.MultiDiscrete([3, 4], start=[1, 0])
     monkeypatch.setattr(
         gym, "make", lambda env_id, **kwargs: gym.wrappers.TimeLimit(_EchoAction(space, [2, 3]), 4)
     )
     monkeypatch.setattr(
-        evaluate,
+        eval_episodes,
         "make_env_batch",
         lambda *a, **k: GymVectorBatch(
             "CartPole-v1", 1, seed=0, make_one=_make_echo, make_kwargs={"action_space": space}
@@ -389,7 +389,7 @@ def test_seedq_eval_maps_the_policys_index_as_training_does(monkeypatch) -> None
             return 7
 
     cfg = GymConfig(id="CartPole-v1")
-    assert [total for total, _ in evaluate._gym_episodes(Index7(), cfg, 1, 0, False)] == [4.0]
+    assert [total for total, _ in eval_episodes.gym_episodes(Index7(), cfg, 1, 0, False)] == [4.0]
 
 
 class _ContainsOnly(_EchoAction):
@@ -450,13 +450,13 @@ def test_seedq_eval_says_when_an_episode_without_a_time_limit_runs_long(
 ) -> None:
     # A policy that never ends an episode of such an env ran silently for good; then it said
     # so every 10,000 steps (203 lines for one CliffWalking episode): now at 10 x, 100 x, ...
-    from seedq import evaluate
+    from seedq import eval_episodes
 
     monkeypatch.setattr(gym, "make", lambda env_id, **kwargs: _EndsAt(520))
     monkeypatch.setattr(
-        evaluate, "make_env_batch", lambda *a, **k: GymVectorBatch("CartPole-v1", 1, 0)
+        eval_episodes, "make_env_batch", lambda *a, **k: GymVectorBatch("CartPole-v1", 1, 0)
     )
-    monkeypatch.setattr(evaluate, "LONG_EPISODE_STEPS", 5)
+    monkeypatch.setattr(eval_episodes, "LONG_EPISODE_STEPS", 5)
 
     class First:
         def reset(self) -> None:
@@ -466,9 +466,9 @@ def test_seedq_eval_says_when_an_episode_without_a_time_limit_runs_long(
             return 0
 
     cfg = GymConfig(id="Endless-v0")
-    with caplog.at_level("WARNING", logger="seedq.evaluate"):
-        assert len(list(evaluate._gym_episodes(First(), cfg, 1, 0, False))) == 1
-    said = [r.getMessage() for r in caplog.records if r.name == "seedq.evaluate"]
+    with caplog.at_level("WARNING", logger="seedq.eval_episodes"):
+        assert len(list(eval_episodes.gym_episodes(First(), cfg, 1, 0, False))) == 1
+    said = [r.getMessage() for r in caplog.records if r.name == "seedq.eval_episodes"]
     assert said == [
         f"episode 1 of 1: {steps} steps and not ended; Endless-v0 has no time limit, "
         "env.max_episode_steps=N ends each episode after N steps"
@@ -500,7 +500,7 @@ def test_seedq_eval_video_of_an_env_that_renders_no_frames_is_refused_in_one_lin
     env_id, why, tmp_path
 ) -> None:
     # Both ended the evaluation in a traceback (exit 1).
-    from seedq import evaluate
+    from seedq import eval_episodes
     from seedq.videos import EpisodeVideos
 
     class First:
@@ -511,20 +511,20 @@ def test_seedq_eval_video_of_an_env_that_renders_no_frames_is_refused_in_one_lin
             return 0
 
     videos = EpisodeVideos(tmp_path, "ckpt")
-    episodes = evaluate._gym_episodes(First(), GymConfig(id=env_id), 1, 0, videos)
+    episodes = eval_episodes.gym_episodes(First(), GymConfig(id=env_id), 1, 0, videos)
     with pytest.raises(EnvError, match=rf"^video=true: {env_id} renders no frames \({why}.*\); "):
         next(episodes)
 
 
 def test_seedq_eval_clips_box_actions_to_the_bounds_as_training_does(monkeypatch) -> None:
-    from seedq import evaluate
+    from seedq import eval_episodes
 
     space = spaces.Box(-1.0, 1.0, (2,), np.float64)
     monkeypatch.setattr(
         gym, "make", lambda env_id, **kwargs: gym.wrappers.TimeLimit(_EchoAction(space, [1, -1]), 4)
     )
     monkeypatch.setattr(
-        evaluate,
+        eval_episodes,
         "make_env_batch",
         lambda *a, **k: GymVectorBatch(
             "CartPole-v1", 1, seed=0, make_one=_make_echo, make_kwargs={"action_space": space}
@@ -539,4 +539,5 @@ def test_seedq_eval_clips_box_actions_to_the_bounds_as_training_does(monkeypatch
             return np.array([5.0, -5.0], np.float32)
 
     cfg = GymConfig(id="Pendulum-v1")
-    assert [total for total, _ in evaluate._gym_episodes(OutOfBounds(), cfg, 1, 0, False)] == [4.0]
+    episodes = eval_episodes.gym_episodes(OutOfBounds(), cfg, 1, 0, False)
+    assert [total for total, _ in episodes] == [4.0]

@@ -27,10 +27,10 @@ from seedq.broker.config import BrokerConfig
 from seedq.cli import to_config
 from seedq.config import ConfigError, SeedqConfig, register_configs
 from seedq.envs import FakeConfig
-from seedq.evaluate import load_policy
 from seedq.learner.checkpoint import find_checkpoint, load_checkpoint
 from seedq.learner.config import CheckpointConfig
 from seedq.messages import EnvSpec
+from seedq.trained_policy import load_policy
 
 RNG = np.random.default_rng(0)
 CONF_DIR = str(Path(seedq.__file__).parent / "conf")

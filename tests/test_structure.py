@@ -114,9 +114,9 @@ def test_no_import_circle_between_seedqs_modules():
 
 def test_the_module_graph_sees_imports_inside_functions_and_under_type_checking():
     graph = module_graph()
-    # seedq/__init__.py imports seedq.evaluate inside __getattr__; seedq/envs/gym.py imports
+    # seedq/__init__.py imports seedq.trained_policy inside __getattr__; seedq/envs/gym.py imports
     # gymnasium only under TYPE_CHECKING, and seedq.envs.mujoco_import at the top.
-    assert "seedq.evaluate" in graph["seedq"]
+    assert "seedq.trained_policy" in graph["seedq"]
     assert "seedq.envs.mujoco_import" in graph["seedq.envs.gym"]
 
 
