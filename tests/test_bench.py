@@ -415,6 +415,32 @@ def test_the_update_parts_probe_times_the_learners_own_update():
             ["pipeline", "seconds=1", "broker.host=192.0.2.1", "security.allow_insecure=true"],
             "broker.host='192.0.2.1' is not an address (or interface) of this machine",
         ),
+        # A Step that a training run refuses: the actors exited at their Hello and the bench
+        # ended in a RuntimeError traceback; one over broker.max_message_bytes was measured
+        # (the bench's broker took 256 MB whatever the config said).
+        (
+            ["pipeline", "seconds=1", "actor.envs_per_batch=100000"],
+            "actor.envs_per_batch=100000 is more than one Step carries (at most 65536 envs)",
+        ),
+        (
+            [
+                "pipeline",
+                "seconds=1",
+                "obs_shape=4,84,84",
+                "obs_dtype=uint8",
+                "broker.max_message_bytes=100000",
+            ],
+            "more than broker.max_message_bytes=100000",
+        ),
+        # A run that an override stops before the warm-up is over: RuntimeError tracebacks.
+        (
+            ["train", "seconds=1", "warmup_s=1", "total_env_steps=1000"],
+            "the run stopped (total_env_steps) after",
+        ),
+        (
+            ["learner", "mode=run", "seconds=1", "warmup_s=0.5", "total_env_steps=1000"],
+            "mode=run: the run stopped (total_env_steps) before 1 s were measured",
+        ),
     ],
 )
 def test_ordinary_mistakes_exit_2_in_one_line(args, message):

@@ -142,8 +142,10 @@ def run_point(
         deadline = time.monotonic() + 60 + streams / 50
         while broker.connected_streams < streams:
             if time.monotonic() > deadline or not all(p.is_alive() for p in procs):
-                raise RuntimeError(
-                    f"broker bench: {broker.connected_streams} of {streams} streams joined"
+                exits = [p.exitcode for p in procs if not p.is_alive()]
+                raise BenchError(
+                    f"{broker.connected_streams} of {streams} streams joined the broker"
+                    + (f"; a generator process exited (code {exits[0]})" if exits else "")
                 )
             time.sleep(0.05)
         time.sleep(options["warmup_s"])

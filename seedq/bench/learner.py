@@ -246,10 +246,14 @@ def run_process(options: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    run.run()
+    summary = run.run()
     check_not_stopped(run)
     if len(marks) < 2:
-        raise RuntimeError(f"learner mode=run: the run ended before {seconds} s were measured")
+        raise BenchError(
+            f"mode=run: the run stopped ({summary.stop_reason}) before {seconds:g} s were "
+            "measured after the warm-up; let it go on (the bench sets total_env_steps and "
+            "max_minutes itself)"
+        )
     (w0, c0, s0, u0), (w1, c1, s1, u1) = marks
     steps = max(s1 - s0, 1)
     figures = {

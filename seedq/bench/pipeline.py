@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import queue
 import threading
 import time
 from typing import Any
@@ -93,7 +94,8 @@ def actor_process(
     """One actor process: its env batches through the real actor loop for ``seconds``."""
     import zmq.asyncio
 
-    from seedq.actor.loop import ActorStats, install_event_loop_policy, run_env_batch
+    from seedq.actor.loop import install_event_loop_policy, run_env_batch
+    from seedq.actor.stepping import ActorStats
 
     install_event_loop_policy()
     stats = ActorStats(latencies=[])
@@ -132,6 +134,17 @@ def actor_process(
         results.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
+def _failure(results: Any) -> str:
+    """What an actor process that exited early reported (its exception), if anything."""
+    try:
+        while True:
+            status, value = results.get(timeout=5)
+            if status == "error":
+                return value
+    except queue.Empty:
+        return "it exited without a word"
+
+
 def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
     cfg = compose(overrides)
@@ -148,6 +161,13 @@ def run(argv: list[str]) -> dict[str, Any]:
         raise BenchError(f"obs_dtype={options['obs_dtype']}: the protocol carries {carried}")
     seconds, warmup_s = options["seconds"], options["warmup_s"]
     total_envs = actor.num_actors * actor.batches_per_actor * actor.envs_per_batch
+    spec = EnvSpec(obs_shape, dtype, 2)
+    # A Step a training run refuses at its start: the broker refused its Hello (more than
+    # 65,536 envs) or dropped it (too_large), the actors exited, and the bench waited 60 s
+    # for them and ended in a RuntimeError traceback.
+    from seedq.arch.seed import check_message_size
+
+    check_message_size(cfg, spec)
 
     ctx = zmq.Context()
     socket = ctx.socket(zmq.ROUTER)
@@ -159,9 +179,10 @@ def run(argv: list[str]) -> dict[str, Any]:
         ctx.term()
         raise BenchError(str(exc)) from None
     endpoint = f"tcp://{broker_cfg.host}:{port}"
-    spec = EnvSpec(obs_shape, dtype, 2)
     batcher = Batcher(broker_cfg.max_batch, broker_cfg.deadline_ms / 1000.0)
-    broker = Broker(socket, spec, batcher, NullPolicy())
+    broker = Broker(
+        socket, spec, batcher, NullPolicy(), max_message_bytes=broker_cfg.max_message_bytes
+    )
     stop = threading.Event()
     serving = threading.Thread(target=broker.serve, args=(stop,), daemon=True)
     serving.start()
@@ -180,8 +201,13 @@ def run(argv: list[str]) -> dict[str, Any]:
         # Measure from when every actor has joined and warmed up until the first one stops.
         deadline = time.monotonic() + 60
         while broker.connected_envs < total_envs:
-            if time.monotonic() > deadline or not all(p.is_alive() for p in procs):
-                raise RuntimeError("pipeline: the actor processes did not connect within 60 s")
+            if not all(p.is_alive() for p in procs):
+                raise BenchError(f"an actor process failed: {_failure(results)}")
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"{broker.connected_envs} of the {total_envs} actor envs joined the broker "
+                    "within 60 s"
+                )
             time.sleep(0.01)
         time.sleep(warmup_s)
         s0 = (

@@ -18,6 +18,7 @@ import numpy as np
 
 from seedq.agents.registry import agent_class
 from seedq.bench.common import (
+    BenchError,
     check_not_stopped,
     compose,
     frames_per_step,
@@ -69,10 +70,20 @@ def _train(
     with ThreadSampler() as sampler:
         summary = run.run()
     check_not_stopped(run)
+    if summary.stop_reason != "max_minutes" or summary.wall_time_s < seconds + warmup_s - 1:
+        # An override that stops the run early (total_env_steps, stop_at_return, a shorter
+        # max_minutes): a RuntimeError traceback without a row after the warm-up, or figures
+        # of whatever rows were left, labelled "0 s after a 1 s warm-up".
+        raise BenchError(
+            f"the run stopped ({summary.stop_reason}) after {summary.wall_time_s:.1f} s and "
+            f"{summary.env_steps} env steps, before its {warmup_s:g} s warm-up and {seconds:g} s "
+            "measured were over; drop the override that stopped it (seedq-bench train sets "
+            "total_env_steps and max_minutes itself)"
+        )
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > warmup_s]
     if not rows:
-        raise RuntimeError(f"train: no metrics rows after the {warmup_s} s warm-up in {run_dir}")
+        raise BenchError(f"the run wrote no metrics row after the {warmup_s:g} s warm-up")
     first, last = rows[0], rows[-1]
     dt = float(last["wall_time"]) - float(first["wall_time"])
     steps = (
