@@ -8,7 +8,8 @@ import zmq
 import zmq.asyncio
 
 from seedq.actor import loop
-from seedq.actor.loop import ActorError, ActorStats, EpisodeTracker, Patience, run_env_batch
+from seedq.actor.loop import ActorError, Patience, run_env_batch
+from seedq.actor.stepping import ActorStats, EpisodeTracker
 from seedq.envs import FakeConfig, make_env_batch
 from seedq.messages.control import decode_header
 

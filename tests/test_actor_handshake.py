@@ -16,7 +16,7 @@ import zmq
 import zmq.asyncio
 from curve_helpers import curve_router
 
-from seedq.actor import loop
+from seedq.actor import link as actor_link
 from seedq.actor.loop import ActorError, Patience, run_env_batch
 from seedq.envs import FakeConfig, make_env_batch
 from seedq.security import client_options
@@ -159,7 +159,7 @@ def test_a_server_that_writes_garbage_and_hangs_up_is_not_a_learner(http_server)
 def test_a_server_that_writes_an_ssh_banner_and_waits_is_not_a_learner(ssh_server, monkeypatch):
     # libzmq takes the banner for a ZMTP 1.0 greeting and waits for ever, past its own
     # handshake timeout; the actor gives it twice that.
-    monkeypatch.setattr(loop, "HANDSHAKE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(actor_link, "HANDSHAKE_TIMEOUT_S", 0.5)
     error = actor_error(ssh_server)
     assert (
         error.startswith(f"actor 3: connected to {ssh_server} "),
@@ -173,20 +173,20 @@ def test_a_handshake_the_peer_ended_is_a_refusal_though_the_loop_took_its_event_
     # At half the timeout such ends counted as timeouts, and an actor dialling a learner
     # without CURVE waited on (the suite's test_curve_at_the_actor_only_is_named timed out).
     ctx = zmq.asyncio.Context()
-    link = loop._Link(ctx, "inproc://nobody", None)
+    link = actor_link.Link(ctx, "inproc://nobody", None)
     try:
-        for attempt in range(loop.HANDSHAKE_TRIES):
+        for attempt in range(actor_link.HANDSHAKE_TRIES):
             connected = attempt * 10.0
             link.handshake_since = connected
             link._handshake_failed(
                 zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
                 104,
-                connected + 0.6 * loop.HANDSHAKE_TIMEOUT_S,
+                connected + 0.6 * actor_link.HANDSHAKE_TIMEOUT_S,
             )
     finally:
         link.close()
         ctx.destroy(linger=0)
-    assert link.refused == loop.HANDSHAKE_TRIES
+    assert link.refused == actor_link.HANDSHAKE_TRIES
     assert "inproc://nobody ended the ZeroMQ handshake 3 times in a row" in link.trouble(30.0)
 
 
@@ -194,15 +194,15 @@ def test_a_handshake_that_times_out_is_a_slow_learner_not_a_refusal():
     # A frozen learner's connection fails by libzmq's handshake timeout and is tried again;
     # however many times, that is no reason to exit (the reply timeout decides).
     ctx = zmq.asyncio.Context()
-    link = loop._Link(ctx, "inproc://nobody", None)
+    link = actor_link.Link(ctx, "inproc://nobody", None)
     try:
-        for attempt in range(2 * loop.HANDSHAKE_TRIES):
-            connected = attempt * (loop.HANDSHAKE_TIMEOUT_S + 0.1)
+        for attempt in range(2 * actor_link.HANDSHAKE_TRIES):
+            connected = attempt * (actor_link.HANDSHAKE_TIMEOUT_S + 0.1)
             link.handshake_since = connected
             link._handshake_failed(
-                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, 11, connected + loop.HANDSHAKE_TIMEOUT_S
+                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, 11, connected + actor_link.HANDSHAKE_TIMEOUT_S
             )
-        failure = link.trouble(connected + loop.HANDSHAKE_TIMEOUT_S)
+        failure = link.trouble(connected + actor_link.HANDSHAKE_TIMEOUT_S)
     finally:
         link.close()
         ctx.destroy(linger=0)

@@ -18,8 +18,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from seedq.actor.loop import ActorError, ActorStats, ActorTakenOver, Patience, run_env_batch
+from seedq.actor.loop import ActorError, ActorTakenOver, Patience, run_env_batch
 from seedq.actor.main import _run
+from seedq.actor.stepping import ActorStats
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
 from seedq.envs import FakeConfig, make_env_batch

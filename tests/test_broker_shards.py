@@ -18,6 +18,7 @@ import zmq
 from test_pipeline import columns_by_env, expected_stream, run_pipeline, stitch
 
 from seedq.broker import shard_link as link
+from seedq.broker import shards
 from seedq.broker.batch import RequestBatch
 from seedq.broker.config import BrokerConfig
 from seedq.broker.router import ActorSlot
@@ -234,12 +235,21 @@ def test_shards_start_under_a_temporary_folder_too_long_for_a_socket_address(tmp
 class PlayedShard:
     """A shard the test plays: its end of the link, and a process that lives until told."""
 
-    def __init__(self, ctx: zmq.Context, index: int, link_endpoint: str) -> None:
+    def __init__(
+        self, ctx: zmq.Context, index: int, link_endpoint: str, ready: bool = True
+    ) -> None:
+        self.index = index
         self.sock = ctx.socket(zmq.PAIR)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(link_endpoint)
-        self.sock.send_multipart([link.READY, link.pack({"endpoint": f"tcp://played:{index}"})])
+        if ready:
+            self.ready()
         self.alive, self.exitcode, self.pid = True, None, 0
+
+    def ready(self) -> None:
+        self.sock.send_multipart(
+            [link.READY, link.pack({"endpoint": f"tcp://played:{self.index}"})]
+        )
 
     def is_alive(self) -> bool:
         return self.alive
@@ -303,6 +313,54 @@ def test_a_shard_whose_next_batch_is_always_ready_does_not_starve_the_others():
         hub.close()
         ctx.destroy(linger=0)
     assert order == [0, 1, 0, 0]
+
+
+def test_shards_that_start_slowly_but_steadily_are_waited_for(monkeypatch):
+    # All shards had 60 s together to start: 16 took 58 s on a loaded 2-core box, and more
+    # ended the start in a RuntimeError traceback. The wait is for the next shard to be ready.
+    monkeypatch.setattr(shards, "READY_TIMEOUT_S", 3.0)
+    ctx = zmq.Context()
+    played: list[PlayedShard] = []
+
+    def start(index, bind, link_endpoint, spec, settings, keys_dir):
+        played.append(PlayedShard(ctx, index, link_endpoint, ready=False))
+        return played[-1]
+
+    def one_by_one():
+        while len(played) < 8:
+            time.sleep(0.01)
+        for shard in played:
+            time.sleep(0.5)  # 4 s for all eight
+            shard.ready()
+
+    thread = threading.Thread(target=one_by_one, daemon=True)
+    thread.start()
+    try:
+        hub = ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 8, SETTINGS, start)
+        hub.close()
+    finally:
+        thread.join(timeout=30)
+        ctx.destroy(linger=0)
+    assert hub.endpoints == [f"tcp://played:{i}" for i in range(8)]
+
+
+def test_a_shard_that_never_starts_fails_the_start_in_a_line(monkeypatch):
+    monkeypatch.setattr(shards, "READY_TIMEOUT_S", 1.0)
+    ctx = zmq.Context()
+    played: list[PlayedShard] = []
+
+    def start(index, bind, link_endpoint, spec, settings, keys_dir):
+        played.append(PlayedShard(ctx, index, link_endpoint, ready=index == 0))
+        return played[-1]
+
+    try:
+        with pytest.raises(BrokerShardLost) as lost:
+            ShardHub(SPEC, Recorder(), ["tcp://127.0.0.1:0"] * 2, SETTINGS, start)
+    finally:
+        ctx.destroy(linger=0)
+    assert str(lost.value).startswith(
+        "broker shard 1 (pid 0) did not start: no shard became ready for 1 s (1 of 2 not started)"
+    ), lost.value
 
 
 def test_env_ids_are_checked_across_shards(hub):

@@ -20,8 +20,8 @@ from test_arch_agents import ALGORITHM, ARCH
 from test_cuda import short_run
 
 from seedq.agents.common.graphs import GraphedUpdate
-from seedq.agents.common.normalize import value_norm_of
 from seedq.agents.common.update import GradientStep, Placement, clip_grad_norm
+from seedq.agents.common.value_norm import value_norm_of
 from seedq.agents.vtrace.agent import VTraceAgent, graph_mode
 from seedq.agents.vtrace.config import VTraceConfig
 from seedq.agents.vtrace.learner import VTraceLearner

@@ -14,7 +14,7 @@ import pytest
 from fault_helpers import CONF_DIR, capture_batches, make_run
 from hydra import compose, initialize_config_dir
 
-from seedq.actor.loop import EnvFailed, EnvFailures, TooManyEnvFailures
+from seedq.actor.stepping import EnvFailed, EnvFailures, TooManyEnvFailures
 from seedq.arch.sebulba import SebulbaRun
 from seedq.cli import to_config
 from seedq.core.stats import RunFault

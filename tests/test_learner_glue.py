@@ -18,9 +18,10 @@ import torch.nn.functional as F
 from test_vtrace import _lambda_pg_reference, _recursive_reference
 
 from seedq.actor.config import ActorConfig
-from seedq.agents.common.normalize import RewardScaler, obs_norms, update_obs_norm
+from seedq.agents.common.normalize import obs_norms, update_obs_norm
 from seedq.agents.common.onpolicy import LossMeans
 from seedq.agents.common.replay import SampledSequences
+from seedq.agents.common.reward_scaler import RewardScaler
 from seedq.agents.common.update import Placement, clip_grad_norm
 from seedq.agents.config import ModelConfig
 from seedq.agents.r2d2.agent import R2D2Agent

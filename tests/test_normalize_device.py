@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from seedq.agents.common.normalize import RewardScaler, RunningNorm, update_obs_norm
+from seedq.agents.common.normalize import RunningNorm, update_obs_norm
+from seedq.agents.common.reward_scaler import RewardScaler
 
 RNG = np.random.default_rng(7)
 

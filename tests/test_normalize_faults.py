@@ -1,6 +1,6 @@
 """A peer that sends one huge but finite value (1e30 passes every NaN/inf check) costs one
 message, not the run: observation and return statistics screen what they merge
-(``seedq.agents.common.normalize.screen_outliers``). Against the plain merge (the statistics as
+(``seedq.agents.common.moments.screen_outliers``). Against the plain merge (the statistics as
 they were before screening) and NumPy: normal data gives the same statistics bit for bit,
 garbage leaves them within a small factor of the clean ones, and frames are never touched."""
 
@@ -14,15 +14,14 @@ import pytest
 import torch
 
 from seedq.agents.common import normalize
-from seedq.agents.common.normalize import (
+from seedq.agents.common.moments import (
     OUTLIER_REPORT_EVERY,
     OUTLIER_STDS,
     OUTLIER_WARMUP_ROWS,
-    RewardScaler,
-    RunningNorm,
     merge_moments,
-    update_obs_norm,
 )
+from seedq.agents.common.normalize import RunningNorm, update_obs_norm
+from seedq.agents.common.reward_scaler import RewardScaler
 
 GARBAGE = 1e30
 
@@ -182,7 +181,7 @@ def test_uint8_frames_are_merged_as_they_are(shape):
 def test_screened_values_are_reported_by_one_warning_per_report_period(caplog):
     norm = RunningNorm((2,))
     rng = np.random.default_rng(6)
-    with caplog.at_level(logging.WARNING, logger="seedq.agents.common.normalize"):
+    with caplog.at_level(logging.WARNING, logger="seedq.agents.common.moments"):
         for i in range(2 * OUTLIER_REPORT_EVERY):
             rows = rng.normal(size=(300, 2))
             if i in (10, 20):

@@ -13,7 +13,8 @@ from torch import distributions as D
 
 from seedq.actor.config import ActorConfig
 from seedq.agents.common.distributions import Gaussian
-from seedq.agents.common.normalize import RewardScaler, RunningNorm, update_obs_norm
+from seedq.agents.common.normalize import RunningNorm, update_obs_norm
+from seedq.agents.common.reward_scaler import RewardScaler
 from seedq.agents.common.targets import transition_rewards
 from seedq.agents.ppo.agent import PPOAgent
 from seedq.agents.ppo.config import PPOConfig

@@ -13,8 +13,8 @@ from test_learner_glue import GAMMA, log_softmax, take, vtrace_batch, vtrace_con
 from test_ppo import np_gae
 from test_vtrace import _loss, _loss_inputs, _recursive_reference
 
-from seedq.agents.common.normalize import ValueNorm, value_norm_of
 from seedq.agents.common.update import Placement
+from seedq.agents.common.value_norm import ValueNorm, value_norm_of
 from seedq.agents.ppo.config import PPOConfig
 from seedq.agents.ppo.learner import PPOLearner
 from seedq.agents.ppo.loss import ppo_loss

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,11 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 import zmq.asyncio
-from zmq.utils.monitor import parse_monitor_message
 
-from seedq.core.stats import RunFault
+from seedq.actor.link import Link
+from seedq.actor.stepping import (
+    ActorStats,
+    EnvFailed,
+    EnvFailures,
+    EpisodeTracker,
+    close_quietly,
+    next_step,
+)
 from seedq.envs import EnvBatch
-from seedq.envs.base import StepBatch, env_spec_of
+from seedq.envs.base import env_spec_of
 from seedq.messages import (
     Bye,
     EnvSpec,
@@ -46,39 +51,6 @@ class ActorError(RuntimeError):
 class ActorTakenOver(ActorError):
     """Another process joined the learner with this actor's ids, and the learner gave them to
     it."""
-
-
-@dataclass
-class ActorStats:
-    env_steps: int = 0
-    episodes: int = 0
-    rejoins: int = 0  # recoverable refusals answered by a reset and a new run id
-    env_failures: int = 0  # env batches whose reset or step raised, rebuilt and rejoined
-    # The env call in progress: (actor id, "reset" or "step", its start on the monotonic
-    # clock), None between calls; the actor process's watchdog reads it (actor.env_timeout_s).
-    env_call: tuple[int, str, float] | None = None
-    # Seconds from sending each Step to holding its actions; recorded only when a list is given
-    # (seedq-bench pipeline).
-    latencies: list[float] | None = None
-
-
-class EpisodeTracker:
-    """Raw episodic return and length per env, vectorised."""
-
-    def __init__(self, num_envs: int) -> None:
-        self.returns = np.zeros(num_envs, dtype=np.float64)
-        self.lengths = np.zeros(num_envs, dtype=np.int64)
-
-    def update(self, reward: np.ndarray, done: np.ndarray) -> tuple[list[float], list[int]]:
-        self.returns += reward
-        self.lengths += 1
-        if not done.any():
-            return [], []
-        ended = np.flatnonzero(done)
-        finished = (self.returns[ended].tolist(), self.lengths[ended].tolist())
-        self.returns[ended] = 0.0
-        self.lengths[ended] = 0
-        return finished
 
 
 # Refusals an env batch answers by resetting its envs and joining again as a new run: they
@@ -117,83 +89,6 @@ class Patience:
     learner_lost_s: float = 5.0
     max_rejoins: int = 10
     env_timeout_s: float = 300.0
-
-
-class EnvFailed(Exception):
-    """The env batch's own reset or step raised (a simulator's crash, a bug in the env); the
-    env's exception is the cause, ``episodes`` the episodes the batch finished before it."""
-
-    def __init__(self, episodes: int) -> None:
-        super().__init__(f"the envs raised after {episodes} finished episodes")
-        self.episodes = episodes
-
-
-class TooManyEnvFailures(RunFault):
-    """An env batch's envs raised more than ``max_rejoins`` times in a row."""
-
-
-class EnvFailures:
-    """One env batch's failures (:class:`EnvFailed`), each logged with the env's traceback.
-
-    A failure after which the rebuilt batch finishes no episode before it fails again continues
-    a row; more than ``limit`` in a row is an env that does not work (it fails at its reset, or
-    at the same point of every episode) and raises :class:`TooManyEnvFailures`, naming the
-    env's error. An env that crashes now and then, between finished episodes, is rebuilt each
-    time. ``who`` names the batch in messages.
-    """
-
-    def __init__(self, who: str, limit: int) -> None:
-        self.who = who
-        self.limit = limit
-        self.in_a_row = 0
-        self.total = 0
-
-    def note(self, failed: EnvFailed, num_envs: int) -> None:
-        cause = failed.__cause__
-        self.in_a_row = 1 if failed.episodes else self.in_a_row + 1
-        self.total += 1
-        what = f"{type(cause).__name__}: {cause}"
-        over = self.in_a_row > self.limit
-        log.warning(
-            "%s: its envs raised (%s) after %d finished episodes; %s (%d in a row, %d in all)",
-            self.who,
-            what,
-            failed.episodes,
-            "giving up" if over else f"closing them and starting over with {num_envs} new ones",
-            self.in_a_row,
-            self.total,
-            exc_info=cause,
-        )
-        if over:
-            raise TooManyEnvFailures(
-                f"{self.who}: its envs raised {self.in_a_row} times in a row without finishing "
-                f"an episode, more than actor.max_rejoins={self.limit}; the last: {what} (its "
-                "traceback is in the log above)"
-            ) from cause
-
-
-def hung_env_call(stats: ActorStats, timeout_s: float, thread: int | None, who: str) -> str:
-    """ "" while the env call ``stats`` notes (``env_call``) is younger than ``timeout_s``;
-    else the stack where ``thread`` is stuck goes to the log and the reason comes back, one
-    line naming ``who`` (the actor process's watchdog and Sebulba's run loop end on it)."""
-    call = stats.env_call
-    if not timeout_s or call is None or time.monotonic() - call[2] < timeout_s:
-        return ""
-    frame = sys._current_frames().get(thread or -1)
-    where = "".join(traceback.format_stack(frame)).rstrip() if frame else "(not found)"
-    log.error("%s: where its envs' %s is stuck:\n%s", who, call[1], where)
-    return (
-        f"{who}: its envs' {call[1]} has run for {time.monotonic() - call[2]:.0f} s, more than "
-        f"actor.env_timeout_s={timeout_s:g}: the env hangs"
-    )
-
-
-def close_quietly(env: EnvBatch, who: str) -> None:
-    """Close an env batch that may be broken: its error is logged, not raised."""
-    try:
-        env.close()
-    except Exception:  # a crashed simulator may fail to close too
-        log.warning("%s: closing its envs failed", who, exc_info=True)
 
 
 class Refused(Exception):
@@ -244,8 +139,9 @@ async def run_env_batch(
     :class:`ActorError`. When the envs' own reset or step raises, ``rebuild`` (if given) builds
     the batch again, the broken one is closed and the new one rejoins as a new run: the
     episodes in flight are lost, not the process. More than ``patience.max_rejoins`` such
-    failures in a row, no episode finished between them, raise :class:`TooManyEnvFailures`
-    naming the env's error (:class:`EnvFailures`); without ``rebuild`` the env's exception is
+    failures in a row, no episode finished between them, raise
+    :class:`~seedq.actor.stepping.TooManyEnvFailures` naming the env's error
+    (:class:`~seedq.actor.stepping.EnvFailures`); without ``rebuild`` the env's exception is
     raised as it came.
     """
     stats = stats or ActorStats()
@@ -254,10 +150,10 @@ async def run_env_batch(
     episode_seed = seed
     failures = EnvFailures(f"actor {actor_id}", patience.max_rejoins)
     current = env
-    link: _Link | None = None
+    link: Link | None = None
     try:
         while not stop.is_set():
-            link = link or _Link(ctx, endpoint, curve_client)
+            link = link or Link(ctx, endpoint, curve_client)
             link.answered = False
             keep = False  # rejoin on this connection: no reply of the old run can still come
             try:
@@ -309,149 +205,8 @@ async def run_env_batch(
             close_quietly(current, f"actor {actor_id}")
 
 
-# libzmq 4.3 reports how each ZeroMQ handshake ended; without that a link watches TCP only.
-_HANDSHAKE_EVENTS = zmq.zmq_version_info() >= (4, 3) and all(
-    hasattr(zmq, f"EVENT_HANDSHAKE_{name}")
-    for name in ("SUCCEEDED", "FAILED_NO_DETAIL", "FAILED_PROTOCOL", "FAILED_AUTH")
-)
-_MECHANISM_MISMATCH = getattr(zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", None)
-# The actor's limit on one handshake (libzmq's HANDSHAKE_IVL; a learner needs milliseconds):
-# a frozen learner's connection then fails by timeout and is tried again, never counted as a
-# refusal. A connection with no outcome after twice that is one libzmq took for a ZMTP 1.0
-# peer that never finishes (an SSH server's banner does that): not a learner.
-HANDSHAKE_TIMEOUT_S = 5.0
-# Handshakes the peer ends at once, in a row, before the actor gives up: one can be a learner
-# that restarts, libzmq retries every 0.1 s, so a refusing peer reaches this in a second.
-HANDSHAKE_TRIES = 3
-# A handshake that ended this share of HANDSHAKE_TIMEOUT_S after it began was ended by the peer:
-# libzmq's timeout ends one at the full interval. The time is read when the event loop takes
-# the event, which a loaded machine delays by seconds (at half the interval, a refusing learner
-# was taken for a slow one on a loaded 2-core box, and the actor waited on).
-PEER_ENDED_BEFORE = 0.8
-
-
-class _Link:
-    """One DEALER connection for one run of an env batch, watching its own connection state.
-
-    ZMQ reconnects silently, so a dead learner looks like a slow one and a refused handshake
-    like a dead learner; the socket monitor says when the connection dropped and how each
-    handshake ended, and heartbeats make a vanished host drop it too.
-    """
-
-    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, curve: dict | None) -> None:
-        self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 4000)
-        self.sock.setsockopt(zmq.HANDSHAKE_IVL, round(HANDSHAKE_TIMEOUT_S * 1000))
-        for option, value in (curve or {}).items():
-            self.sock.setsockopt(option, value)
-        events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
-        if _HANDSHAKE_EVENTS:
-            events |= (
-                zmq.EVENT_HANDSHAKE_SUCCEEDED
-                | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-            )
-        self.monitor = self.sock.get_monitor_socket(events)
-        self.sock.connect(endpoint)
-        self.endpoint = endpoint
-        self.curve = bool(curve)
-        self.lost_since: float | None = None
-        self.drops = 0  # sessions with the learner that dropped
-        self.up = False  # a session with the learner is up (its handshake done)
-        self.connected = False  # a connection to the endpoint came up at least once
-        self.answered = False  # the learner took at least one step of this run
-        self.handshake_since: float | None = None  # a TCP connection waits for its handshake
-        self.refused = 0  # handshakes the peer ended at once, in a row
-        self.failure: str | None = None  # why no session can come up: the actor must exit
-
-    async def poll_events(self) -> None:
-        while self.failure is None and await self.monitor.poll(timeout=0):
-            event = parse_monitor_message(await self.monitor.recv_multipart())
-            kind, now = event["event"], time.monotonic()
-            if kind == zmq.EVENT_DISCONNECTED:
-                self.lost_since = self.lost_since or now
-                if self.up:
-                    self.drops += 1
-                self.up = False
-                self.handshake_since = None
-            elif kind == zmq.EVENT_CONNECTED:
-                self.lost_since = None
-                self.connected = True
-                self.up = not _HANDSHAKE_EVENTS
-                self.handshake_since = now if _HANDSHAKE_EVENTS else None
-            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.up = True
-                self.handshake_since = None
-                self.refused = 0
-            else:
-                self._handshake_failed(kind, event["value"], now)
-
-    def _handshake_failed(self, kind: int, value: int, now: float) -> None:
-        started, self.handshake_since = self.handshake_since, None
-        where = f"the learner at {self.endpoint}"
-        if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            # The learner's ZAP handler said no; libzmq does not try again.
-            self.failure = (
-                f"{where} refused this actor's CURVE key (status {value}): the public key of "
-                "actor.key_secret in --keys-dir is not authorized on the learner; give this "
-                "actor the learner's actor key pair, or add its actor.key to the learner's "
-                "keys dir under authorized/"
-            )
-        elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == _MECHANISM_MISMATCH:
-            self.failure = (
-                f"CURVE is on at one side only: this actor uses CURVE (--keys-dir), {where} "
-                "does not; drop --keys-dir, or start the learner with security.curve=true"
-                if self.curve
-                else f"CURVE is on at one side only: {where} requires CURVE and this actor "
-                "has no --keys-dir; give it the learner's keys (seedq-keys)"
-            )
-        elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            self.failure = (
-                f"the ZeroMQ handshake with {self.endpoint} broke the protocol (error "
-                f"{value:#x}): not a seedq learner at that endpoint? check its host and port"
-            )
-        elif started is not None and now - started < PEER_ENDED_BEFORE * HANDSHAKE_TIMEOUT_S:
-            # Ended by the peer, not by the timeout (a frozen learner's, tried again).
-            self.refused += 1
-            if self.refused >= HANDSHAKE_TRIES:
-                self.failure = (
-                    f"{where} ended the CURVE handshake {self.refused} times in a row: "
-                    "learner.key in --keys-dir is not this learner's public key (copy its "
-                    "learner.key), the learner runs without CURVE (drop --keys-dir), or it "
-                    "is not a seedq learner at that endpoint"
-                    if self.curve
-                    # A learner that requires CURVE may also just hang up on a plain actor
-                    # (the mismatch is then the learner's event, not this one's).
-                    else f"{self.endpoint} ended the ZeroMQ handshake {self.refused} times "
-                    "in a row: a learner there that requires CURVE (give this actor its keys "
-                    "with --keys-dir), or not a seedq learner at that endpoint? check its host "
-                    "and port"
-                )
-
-    def trouble(self, now: float) -> str | None:
-        """Why no session with a learner can come up on this link, if that is known by now."""
-        if self.failure is None and (
-            self.handshake_since is not None
-            and now - self.handshake_since >= 2 * HANDSHAKE_TIMEOUT_S
-        ):
-            self.failure = (
-                f"connected to {self.endpoint} {now - self.handshake_since:.0f} s ago and no "
-                "ZeroMQ handshake came: the program listening there is not a seedq learner; "
-                "check the host and port of --endpoint"
-            )
-        return self.failure
-
-    def close(self) -> None:
-        self.sock.disable_monitor()
-        self.monitor.close(linger=0)
-        self.sock.close(linger=100)
-
-
 async def _join_and_step(
-    link: _Link,
+    link: Link,
     actor_id: int,
     env: EnvBatch,
     seed: int,
@@ -519,18 +274,13 @@ async def _leave(sock: zmq.asyncio.Socket, actor_id: int, run_id: str) -> None:
         pass
 
 
-def next_step(step: Step, out: StepBatch, returns: list, lengths: list) -> Step:
-    """The request that follows ``step``: the env batch's result and the episodes it ended."""
-    return Step.of_batch(step.actor_id, step.run_id, step.seq + 1, out, returns, lengths)
-
-
 # A request of a link the learner never answered is noted after this long, then this often.
 FIRST_NOTE_S = 10.0
 NOTE_EVERY_S = 60.0
 
 
 async def _receive_actions(
-    link: _Link,
+    link: Link,
     actor_id: int,
     seq: int,
     spec: EnvSpec,

@@ -28,14 +28,12 @@ from seedq.actor.arguments import (
 )
 from seedq.actor.loop import (
     ActorError,
-    ActorStats,
     ActorTakenOver,
     Patience,
-    TooManyEnvFailures,
-    hung_env_call,
     install_event_loop_policy,
     run_env_batch,
 )
+from seedq.actor.stepping import ActorStats, TooManyEnvFailures, hung_env_call
 from seedq.envs import EnvConfig, EnvError, env_config, make_env_batch
 from seedq.envs.base import EnvBatch
 from seedq.envs.config import MAX_SEED
@@ -200,8 +198,6 @@ def watch_env_calls(stats: ActorStats, timeout_s: float, loop_thread: int) -> No
                 child.kill()
             logging.shutdown()
             os._exit(1)
-
-
 
 
 def _dead(pid: int) -> bool:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from seedq.actor.loop import ActorStats, EnvFailed, EnvFailures, close_quietly, hung_env_call
+from seedq.actor.stepping import ActorStats, EnvFailed, EnvFailures, close_quietly, hung_env_call
 from seedq.arch.base import TRAIN_THREAD, TrainingRun
 from seedq.arch.sebulba_threads import InferenceDesk, make_slot, step_env_batch
 from seedq.core.stats import RunFault, RunStats
@@ -189,7 +189,7 @@ class SebulbaRun(TrainingRun):
         built again and starts over as a new run on the same rows (a SEED actor's rejoin): the
         episodes in flight are lost, not the run, unless they raise more than
         ``actor.max_rejoins`` times in a row without finishing an episode
-        (:class:`~seedq.actor.loop.EnvFailures`)."""
+        (:class:`~seedq.actor.stepping.EnvFailures`)."""
         cfg, envs = self.cfg, self.envs_per_thread
         failures = EnvFailures(f"actor thread {i}", cfg.actor.max_rejoins)
         seed = self.env_seed

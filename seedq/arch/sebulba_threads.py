@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seedq.actor.loop import ActorStats, EnvFailed, EpisodeTracker, next_step
+from seedq.actor.stepping import ActorStats, EnvFailed, EpisodeTracker, next_step
 from seedq.broker.batch import ActorSlot, RequestBatch
 from seedq.broker.router import BatchConsumer
 from seedq.core.stats import RunStats
@@ -155,7 +155,7 @@ def step_env_batch(
 ) -> None:
     """Thread body: step ``env`` with the desk's actions until ``stop`` (seedq.actor.loop's
     ``run_env_batch`` with the socket replaced by :meth:`InferenceDesk.submit`); the envs' own
-    error in a reset or step is raised as :class:`~seedq.actor.loop.EnvFailed`. ``stats``:
+    error in a reset or step is raised as :class:`~seedq.actor.stepping.EnvFailed`. ``stats``:
     where the env call in progress is noted (``env_call``), for the run's hung-env check."""
     hello = slot.hello
     n = env.num_envs

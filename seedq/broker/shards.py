@@ -37,6 +37,8 @@ from seedq.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
+# The longest wait for the next shard to report ready: shards start in parallel, each a fresh
+# interpreter, and on a loaded box many take long together (16 took 58 s on two busy cores).
 READY_TIMEOUT_S = 60.0
 # How long the hub waits for the reason of a shard that exited refusing its settings.
 REFUSAL_WAIT_MS = 2000
@@ -151,12 +153,19 @@ class ShardHub:
             for index, sock in enumerate(self.links):
                 if endpoints[index] is None and sock.poll(50):
                     endpoints[index] = self._ready(index, sock.recv_multipart())
+                    deadline = time.monotonic() + READY_TIMEOUT_S
             for index, proc in enumerate(self.procs):
                 if proc.exitcode == EXIT_REFUSED and self.links[index].poll(REFUSAL_WAIT_MS):
                     self._ready(index, self.links[index].recv_multipart())
             self._check_processes()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"broker shards not ready in {READY_TIMEOUT_S:.0f} s")
+                index = endpoints.index(None)
+                raise BrokerShardLost(
+                    f"broker shard {index} (pid {self.procs[index].pid}) did not start: no shard "
+                    f"became ready for {READY_TIMEOUT_S:g} s ({endpoints.count(None)} of "
+                    f"{len(endpoints)} not started); see its log lines (role broker-shard). On a "
+                    "machine too busy to start them, use fewer broker.shards"
+                )
         log.info("%d broker shards at %s", len(endpoints), ", ".join(endpoints))
         return endpoints
 

@@ -1,11 +1,13 @@
-"""Host arrays to the learner's device (zero-copy on CPU, pinned + non-blocking on CUDA), and
-the autocast a forward pass runs under."""
+"""Host arrays to the learner's device (zero-copy on CPU, pinned + non-blocking on CUDA), the
+autocast a forward pass runs under, and tensors cached from a module's buffers, never while an
+update is recorded for a CUDA graph."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,3 +63,30 @@ def recording() -> Iterator[None]:
         yield
     finally:
         _capture.active = before
+
+
+class BufferDerived:
+    """Tensors computed from a module's buffers, recomputed only when one of them changes.
+
+    Any write to a buffer (an update, ``load_state_dict``, a rank's broadcast) bumps its
+    version, and ``module.to`` replaces it, so the key (the buffers themselves, held so that no
+    new tensor can take their place unseen, and their versions) notices each. One tuple is
+    swapped in whole, so a thread reading it never pairs one key with another's values.
+    """
+
+    def __init__(self) -> None:
+        self._entry: tuple[tuple[tuple[torch.Tensor, int], ...], Any] | None = None
+
+    def get(self, buffers: tuple[torch.Tensor, ...], make: Callable[[], Any]) -> Any:  # noqa: ANN401 - what make returns
+        if torch.compiler.is_compiling() or capturing():
+            return make()
+        entry = self._entry
+        if entry is not None and all(
+            held is buffer and version == buffer._version
+            for (held, version), buffer in zip(entry[0], buffers, strict=True)
+        ):
+            return entry[1]
+        key = tuple((buffer, buffer._version) for buffer in buffers)
+        value = make()
+        self._entry = (key, value)
+        return value

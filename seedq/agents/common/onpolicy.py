@@ -24,9 +24,10 @@ import torch
 
 from seedq.agents.common.base import AgentBase, first_items_steps, from_envs
 from seedq.agents.common.batches import BatchAssembler
-from seedq.agents.common.normalize import RewardScaler, popart_of
+from seedq.agents.common.reward_scaler import RewardScaler
 from seedq.agents.common.targets import clip_rewards, transition_rewards
 from seedq.agents.common.update import GradientStep, linear_lr, load_optimizer_state
+from seedq.agents.common.value_norm import popart_of
 from seedq.core.agent import RunContext
 from seedq.core.stats import TrainStats
 from seedq.core.unroll import Unroll

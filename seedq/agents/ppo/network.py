@@ -9,9 +9,9 @@ from torch import Tensor, nn
 
 from seedq.agents.common.distributions import ActionDistribution
 from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
-from seedq.agents.common.normalize import ValueNorm
 from seedq.agents.common.policy_head import PolicyHead
 from seedq.agents.common.torsos import orthogonal_
+from seedq.agents.common.value_norm import ValueNorm
 from seedq.agents.config import model_policy_init_gain
 from seedq.messages import EnvSpec
 

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from seedq.agents.common.normalize import FRAME_ELEMENTS, FRAME_ROWS, obs_norms, update_obs_norm
+from seedq.agents.common.moments import FRAME_ELEMENTS
+from seedq.agents.common.normalize import FRAME_ROWS, obs_norms, update_obs_norm
 from seedq.agents.common.replay import SampledSequences
 from seedq.agents.common.update import GradientStep, Placement, load_optimizer_state
 from seedq.agents.r2d2.config import R2D2Config

@@ -7,8 +7,8 @@ from typing import Any, NamedTuple
 from torch import Tensor, nn
 
 from seedq.agents.common.models import CoreState, RecurrentBody, body_kwargs
-from seedq.agents.common.normalize import ValueNorm
 from seedq.agents.common.torsos import orthogonal_
+from seedq.agents.common.value_norm import ValueNorm
 from seedq.agents.config import POLICY_INIT_GAIN, model_policy_init_gain
 
 
