@@ -36,6 +36,15 @@ from seedq.messages import CONTINUOUS, EnvSpec
         (["inference", "models="], "models= names nothing; give one or more, e.g. models=mlp,"),
         (["broker", "obs="], "obs= names nothing; give one or more, e.g. obs=4:float32"),
         (["broker", "streams=4", "max_inflight_mb=0.00001"], "every point's observations in"),
+        # Options of another mode, ignored without a word: anakin's documented time-to-target
+        # command measured throughput at four sizes.
+        (["anakin", "seeds=0,1,2", "target=475"], "only mode=time-to-target reads them"),
+        (
+            ["anakin", "mode=time-to-target", "num_envs=64"],
+            "num_envs= seconds=: only mode=throughput",
+        ),
+        (["broker", "streams=1", "rounds=5"], "rounds=: only stages=true reads it; add stages"),
+        (["learner", "mode=run", "requests=4"], "requests=: only mode=loop reads it"),
         (["broker", "stages=true", "rounds=0"], "rounds=0 is not allowed"),
         (["broker", "stages=true", "rounds=2", "parallel=-1"], "parallel=-1 is not allowed"),
         (["broker", "streams=1", "generators=-1"], "generators=-1 is not allowed"),

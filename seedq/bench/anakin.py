@@ -1,8 +1,8 @@
 """``seedq-bench anakin``: arch=anakin's act-and-learn loop, env steps/s while learning per
-``num_envs``, and (``seeds=0,1,2``) the wall time to a 100-episode mean return.
+``num_envs``, and (``mode=time-to-target``) the wall time to a 100-episode mean return per seed.
 
     seedq-bench anakin num_envs=256,1024,4096,16384 seconds=5
-    seedq-bench anakin seeds=0,1,2 target=475 max_minutes=2
+    seedq-bench anakin mode=time-to-target seeds=0,1,2 target=475 max_minutes=2
 
 Throughput rows time whole iterations (T steps of every env, then the unroll's updates) after
 one warm-up iteration. Time to target is the run's own ``time_to_target_s``: from the start of
@@ -21,6 +21,7 @@ from seedq.bench.common import (
     compose,
     kept_dir,
     one_of,
+    only_in_mode,
     positive_sizes,
     print_json,
     print_table,
@@ -97,6 +98,15 @@ def _time_to_target(seed: int, options: dict[str, Any], overrides: list[str]) ->
 def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
     one_of("mode", options["mode"], MODES)
+    only_in_mode(
+        argv,
+        "mode",
+        options["mode"],
+        {
+            "throughput": ("num_envs", "seconds"),
+            "time-to-target": ("seeds", "target", "max_minutes"),
+        },
+    )
     # An empty list measured nothing and ended in a TypeError of the table.
     positive_sizes("num_envs", options["num_envs"], "256,1024")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -36,6 +36,7 @@ from seedq.bench.common import (
     BenchError,
     compose,
     one_of,
+    only_in_mode,
     positive_sizes,
     print_json,
     print_table,
@@ -220,6 +221,16 @@ def run(argv: list[str]) -> dict[str, Any]:
             raise BenchError(f"{key}={options[key]} is not allowed; it must be >= 0")
     positive_sizes("streams", options["streams"], "1,16,256")
     positive_sizes("envs", options["envs"], "16")
+    only_in_mode(
+        argv,
+        "stages",
+        options["stages"],
+        {
+            True: ("rounds", "parallel"),
+            False: ("seconds", "warmup_s", "report_s", "generators", "max_inflight_mb", "shards",
+                    "policy"),
+        },
+    )  # fmt: skip
     if options["stages"]:
         return stages(options, specs, cfg.broker.max_batch)
     plan, limit = [], options["max_inflight_mb"]

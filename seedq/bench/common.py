@@ -141,6 +141,26 @@ def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
         raise BenchError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
 
 
+def only_in_mode(
+    argv: Sequence[str], key: str, mode: Any, read_by: dict[Any, Sequence[str]]
+) -> None:
+    """A BenchError when ``argv`` sets an option that only another value of ``key`` reads:
+    ``read_by`` maps a mode to the options only it reads. Such an option was ignored without a
+    word (``anakin seeds=0,1,2`` measured throughput, ``learner mode=run requests=4`` the
+    default)."""
+    given = [arg.partition("=")[0] for arg in argv]
+    own = read_by.get(mode, ())
+    for other, keys in read_by.items():
+        foreign = [k for k in dict.fromkeys(given) if k in keys and k not in own]
+        if other != mode and foreign:
+            shown = str(other).lower() if isinstance(other, bool) else other
+            names = " ".join(f"{k}=" for k in foreign)
+            raise BenchError(
+                f"{names}: only {key}={shown} reads {'it' if len(foreign) == 1 else 'them'}; "
+                f"add {key}={shown}, or leave {'it' if len(foreign) == 1 else 'them'} out"
+            )
+
+
 def positive_sizes(key: str, value: int | Sequence[int], example: str) -> None:
     """A BenchError unless ``value`` (a size or count, or a list of them: one or more) is > 0
     throughout; ``example``: a value that is allowed."""

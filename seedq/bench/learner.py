@@ -47,6 +47,7 @@ from seedq.bench.common import (
     check_not_stopped,
     compose,
     one_of,
+    only_in_mode,
     positive_sizes,
     print_json,
     print_table,
@@ -285,6 +286,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
     one_of("model", options["model"], ("zero", "real"))
     one_of("mode", options["mode"], ("loop", "run"))
+    only_in_mode(argv, "mode", options["mode"], {"loop": ("requests", "profile")})
     positive_sizes("num_actions", options["num_actions"], "6")
     positive_sizes("obs_shape", options["obs_shape"], "4,84,84")
     if options["requests"] < 1:
