@@ -129,7 +129,7 @@ def test_inference_times_each_model_and_batch_size():
 
 def test_learner_times_the_learners_own_work_per_env_step_with_the_torso_left_out():
     result = bench("learner", "seconds=1", "warmup_s=0.5", "obs_shape=4,12,12", "profile=1")
-    figures = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
+    figures = last_json(result)  # the JSON line comes last, after the profile too
     assert figures["model"] == "zero" and figures["batches"] > 0 and figures["trained_steps"] > 0
     # Gradient steps, as a run counts them: the Atari preset's 4 epochs x 4 minibatches a batch.
     assert figures["updates"] == 16 * figures["batches"]

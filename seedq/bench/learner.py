@@ -340,9 +340,11 @@ def run(argv: list[str]) -> dict[str, Any]:
         ["total", *STAGES, "env steps", "updates"],
         [[figures["us_per_step"], *(figures[f"us_{s}"] for s in STAGES), steps, loop.updates]],
     )
-    print_json("learner", figures)
     if int(options["profile"]) > 0:
+        # Before the JSON line, which is the last line of every subcommand (contention and
+        # scripts/bench_seedq.py read it there).
         print(profile_batches(loop, int(options["profile"])))
+    print_json("learner", figures)
     return figures
 
 
