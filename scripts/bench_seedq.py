@@ -71,7 +71,10 @@ def replace_section(text: str, section: str) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="one subcommand: raw-env, pipeline, inference, train")
+    # Only the subcommands that have cases: another (--only learner, a typo) selected none,
+    # and the section was rewritten with no table at all ("Machine: None").
+    kinds = list(dict.fromkeys(kind for kind, _ in CASES))
+    parser.add_argument("--only", choices=kinds, help="the cases of one subcommand")
     parser.add_argument("--no-football", action="store_true", help="skip env=football cases")
     args = parser.parse_args(argv)
     football = importlib.util.find_spec("gfootball") is not None and not args.no_football

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from seedq.envs import EnvConfig, EnvError, make_env_batch, rows_per_env
-from seedq.envs.gym import batch_singles, env_actions, obs_transform
+from seedq.envs.gym_spaces import batch_singles, env_actions, obs_transform
 from seedq.trained_policy import Policy
 from seedq.videos import EpisodeVideos, agent_view, make_rendering, render
 

@@ -26,13 +26,8 @@ import torch
 from seedq.agents.registry import agent_class, agent_names
 from seedq.envs import EnvError
 from seedq.envs.config import MAX_SEED
-from seedq.envs.gym import (
-    ACTION_SPACES,
-    continuous_actions,
-    env_actions,
-    joint_actions,
-    single_action_space,
-)
+from seedq.envs.gym_ids import single_action_space
+from seedq.envs.gym_spaces import ACTION_SPACES, continuous_actions, env_actions, joint_actions
 from seedq.envs.registry import KINDS, backend
 from seedq.learner.checkpoint import CheckpointError, read_checkpoint
 from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
@@ -103,7 +98,7 @@ class Policy:
 
     def __call__(self, obs: np.ndarray) -> Any:
         """The env's action for ``obs``: :meth:`act`'s, mapped into ``self.action_space`` as
-        training's env batch maps it (``seedq.envs.gym.env_actions``): an int of a Discrete
+        training's env batch maps it (``seedq.envs.gym_spaces.env_actions``): an int of a Discrete
         (its ``start`` added), the entries of a MultiDiscrete or MultiBinary, a Box's vector
         clipped to its bounds in its dtype."""
         if self._to_env is None:
@@ -148,7 +143,7 @@ class Policy:
         into the env's action space.
 
         ``obs`` is laid out as training's env batch delivered it (``self.obs_shape``);
-        ``seedq.envs.gym.obs_transform`` turns a gymnasium env's raw ones into that layout."""
+        ``seedq.envs.gym_spaces.obs_transform`` turns a gymnasium env's raw ones into that layout."""
         obs = self._checked_obs(obs)
         obs_t = torch.as_tensor(obs)[None, None]
         done = torch.tensor([[self._new_episode]])
@@ -168,7 +163,7 @@ class Policy:
                 "it from seedq.envs.env_config(policy.config['env'])"
             )
         return (
-            "a gymnasium env's raw observations take seedq.envs.gym.obs_transform's layout: "
+            "a gymnasium env's raw observations take seedq.envs.gym_spaces.obs_transform's layout: "
             "one-hots of Discrete states, Dict and Tuple ones flattened into a vector, "
             "channels-first images"
         )

@@ -19,7 +19,7 @@ from seedq.arch.sebulba import SebulbaRun
 from seedq.cli import to_config
 from seedq.core.stats import RunFault
 from seedq.envs import EnvError
-from seedq.envs.gym import gym_spec
+from seedq.envs.gym_ids import gym_spec
 from seedq.evaluate import main as evaluate_main
 from seedq.evaluate import merged_env
 from seedq.learner.checkpoint import find_checkpoint

@@ -17,7 +17,8 @@ from seedq.envs import (
 )
 from seedq.envs.base import env_spec_of
 from seedq.envs.fake import FakeEnvBatch
-from seedq.envs.gym import CartPoleNativeBatch, GymVectorBatch, obs_transform
+from seedq.envs.gym import CartPoleNativeBatch, GymVectorBatch
+from seedq.envs.gym_spaces import obs_transform
 
 
 def _check_batch(out: StepBatch, env: EnvBatch) -> None:

@@ -1,6 +1,6 @@
 """``seedq.load_policy``'s policy gives the env's own actions (a Discrete's start, the entries
 of a MultiDiscrete or MultiBinary, a Box's bounds), mapped as training and seedq-eval map the
-network's actions (``seedq.envs.gym.env_actions``); ``policy.act`` keeps the network's."""
+network's actions (``seedq.envs.gym_spaces.env_actions``); ``policy.act`` keeps the network's."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from seedq.agents.registry import agent_class
 from seedq.cli import to_config
 from seedq.envs import env_spec
 from seedq.envs.base import EnvError
-from seedq.envs.gym import env_actions
+from seedq.envs.gym_spaces import env_actions
 from seedq.learner.checkpoint import plain_config, save_checkpoint
 from seedq.messages import EnvSpec
 from seedq.trained_policy import trained_action_space

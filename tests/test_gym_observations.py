@@ -1,4 +1,4 @@
-"""env=gym's observation layouts (``seedq.envs.gym.obs_transform``), each against a NumPy
+"""env=gym's observation layouts (``seedq.envs.gym_spaces.obs_transform``), each against a NumPy
 reference: one-hots set by index, float observations of any width as float32, Box shapes that
 are neither vectors nor frames flattened, frame stacks folded into channels, and channels-last
 frames found by their shape whatever their dtype; and the torsos that read them."""
@@ -21,7 +21,8 @@ from seedq.agents.common.torsos import MinAtarTorso, MLPTorso, NatureTorso
 from seedq.agents.torsos import auto_torso
 from seedq.agents.vtrace.network import ActorCriticNet
 from seedq.envs.base import EnvError
-from seedq.envs.gym import GymVectorBatch, batch_singles, obs_transform
+from seedq.envs.gym import GymVectorBatch
+from seedq.envs.gym_spaces import batch_singles, obs_transform
 from seedq.schema import ConfigError
 
 TESTS = str(Path(__file__).parent)

@@ -17,13 +17,9 @@ from seedq.config import ConfigError, validate
 from seedq.envs import GymConfig, make_env_batch
 from seedq.envs.atari import _atari_game
 from seedq.envs.base import EnvError
-from seedq.envs.gym import (
-    GymVectorBatch,
-    batch_singles,
-    check_make_kwargs,
-    obs_transform,
-    ram_id_hint,
-)
+from seedq.envs.gym import GymVectorBatch, check_make_kwargs
+from seedq.envs.gym_ids import ram_id_hint
+from seedq.envs.gym_spaces import batch_singles, obs_transform
 
 # ------------------------------------------------------------ composite observation spaces
 
@@ -258,7 +254,7 @@ def test_an_atari_games_ram_steps_through_env_gym() -> None:
 def test_every_atari_id_ale_py_registers_is_known_to_env_gym_in_a_fresh_process(env_id) -> None:
     # Only ALE/ and NoFrameskip ids had ale_py registered first: env=gym env.id=Pong-v4 was an
     # "unknown gymnasium env id" (unless another id had registered them in that process).
-    code = f"from seedq.envs.gym import gym_spec; print(gym_spec({env_id!r}).entry_point)"
+    code = f"from seedq.envs.gym_ids import gym_spec; print(gym_spec({env_id!r}).entry_point)"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
@@ -336,7 +332,7 @@ def test_every_joint_action_reaches_the_env_once(space: spaces.Space) -> None:
 
 
 def test_joint_actions_follow_c_order_over_the_entries() -> None:
-    from seedq.envs.gym import joint_actions
+    from seedq.envs.gym_spaces import joint_actions
 
     n, fn = joint_actions("x", spaces.MultiDiscrete([3, 4], start=[1, 0]))
     assert n == 12

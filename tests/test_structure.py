@@ -114,10 +114,11 @@ def test_no_import_circle_between_seedqs_modules():
 
 def test_the_module_graph_sees_imports_inside_functions_and_under_type_checking():
     graph = module_graph()
-    # seedq/__init__.py imports seedq.trained_policy inside __getattr__; seedq/envs/gym.py imports
-    # gymnasium only under TYPE_CHECKING, and seedq.envs.mujoco_import at the top.
+    # seedq/__init__.py imports seedq.trained_policy inside __getattr__; seedq/envs/gym_spaces.py
+    # imports gymnasium only under TYPE_CHECKING, seedq/envs/gym_ids.py seedq.envs.mujoco_import
+    # at the top.
     assert "seedq.trained_policy" in graph["seedq"]
-    assert "seedq.envs.mujoco_import" in graph["seedq.envs.gym"]
+    assert "seedq.envs.mujoco_import" in graph["seedq.envs.gym_ids"]
 
 
 def test_the_protocol_types_sit_below_the_learner_runtime_and_the_agents():

@@ -33,7 +33,7 @@ def _is_atari(env_id: str) -> bool:
 
 
 def _gym_kind(env_id: str) -> str | None:
-    from seedq.envs.gym import gym_spec
+    from seedq.envs.gym_ids import gym_spec
 
     entry = gym_spec(env_id).entry_point
     if isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco"):

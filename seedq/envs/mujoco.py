@@ -29,7 +29,8 @@ from typing import Any
 
 from seedq.envs.base import EnvError
 from seedq.envs.config import kind_setting
-from seedq.envs.gym import GymConfig, GymVectorBatch, _make_single_env, gym_spec
+from seedq.envs.gym import GymConfig, GymVectorBatch
+from seedq.envs.gym_ids import gym_spec, make_single_env
 from seedq.envs.mujoco_import import import_mujoco
 from seedq.schema import setting
 
@@ -56,7 +57,7 @@ def _make_mujoco_env(env_id: str, max_episode_steps: int | None, **kwargs: Any) 
     warnings to logging. A Box env without MuJoCo (``Pendulum-v1``) needs no ``mujoco``."""
     if is_mujoco_id(env_id):
         import_mujoco()
-    return _make_single_env(env_id, max_episode_steps, **kwargs)
+    return make_single_env(env_id, max_episode_steps, **kwargs)
 
 
 def is_mujoco_id(env_id: str) -> bool:
