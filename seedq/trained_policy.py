@@ -143,7 +143,8 @@ class Policy:
         into the env's action space.
 
         ``obs`` is laid out as training's env batch delivered it (``self.obs_shape``);
-        ``seedq.envs.gym_spaces.obs_transform`` turns a gymnasium env's raw ones into that layout."""
+        ``seedq.envs.gym_spaces.obs_transform`` turns a gymnasium env's raw ones into that
+        layout."""
         obs = self._checked_obs(obs)
         obs_t = torch.as_tensor(obs)[None, None]
         done = torch.tensor([[self._new_episode]])

@@ -252,7 +252,7 @@ def _modules() -> dict[str, list[str]]:
 
 
 def test_every_module_attribute_the_docs_name_exists():
-    """``cli.misspelt_key``, ``learner_ranks.rank_main``, ``seedq.envs.gym_spaces.env_actions``:
+    """``cli.misspelt_key``, ``learner_ranks.rank_main``, ``gym_spaces.env_actions``:
     a function moved to another module leaves no reference to its old home."""
     import importlib
 
