@@ -15,9 +15,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from seedq.envs.base import BatchBase, EnvError, StepBatch, split_done, vector_env_threads
+from seedq.envs.base import (
+    BatchBase,
+    EnvError,
+    StepBatch,
+    other_family_hint,
+    split_done,
+    vector_env_threads,
+)
 from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
-from seedq.envs.families import other_family_hint
 from seedq.envs.gym_ids import import_gymnasium, ram_id_hint
 from seedq.schema import ConfigError, check_positive, in_unit_interval, positive, setting
 

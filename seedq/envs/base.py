@@ -12,6 +12,7 @@ same layout whatever the backend; float64 vectors are cast to float32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
 
@@ -23,6 +24,22 @@ from seedq.messages import CONTINUOUS, DISCRETE, EnvSpec
 
 class EnvError(RuntimeError):
     """An environment cannot be built or stepped; the message says what to change."""
+
+
+def other_family_hint(env_id: str, kind: str) -> str:
+    """For the unknown-id error of ``env=<kind>``: `` '...' is an id of env=minatar: ...``
+    where another family plays ``env_id`` (:mod:`seedq.envs.families`, which
+    :mod:`seedq.envs.registry` installs: it knows every family, as no backend does); ""
+    else."""
+    return _family_hint[0](env_id, kind)
+
+
+_family_hint: list[Callable[[str, str], str]] = [lambda env_id, kind: ""]
+
+
+def install_family_hint(hint: Callable[[str, str], str]) -> None:
+    """Have :func:`other_family_hint` ask ``hint`` (the registry's, at its import)."""
+    _family_hint[0] = hint
 
 
 @dataclass

@@ -17,8 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from seedq.envs.base import EnvError
-from seedq.envs.families import other_family_hint
+from seedq.envs.base import EnvError, other_family_hint
 from seedq.envs.mujoco_import import import_mujoco
 
 

@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from seedq.envs.base import BatchBase, EnvError, StepBatch
+from seedq.envs.base import BatchBase, EnvError, StepBatch, other_family_hint
 from seedq.envs.config import EnvConfig, kind_setting
-from seedq.envs.families import other_family_hint
 from seedq.schema import in_unit_interval, setting
 
 logger = logging.getLogger(__name__)

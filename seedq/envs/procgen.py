@@ -41,9 +41,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from seedq.envs.base import BatchBase, EnvError, StepBatch, vector_env_threads
+from seedq.envs.base import BatchBase, EnvError, StepBatch, other_family_hint, vector_env_threads
 from seedq.envs.config import NUM_THREADS_HELP, EnvConfig, kind_setting
-from seedq.envs.families import other_family_hint
 from seedq.schema import positive, setting
 
 logger = logging.getLogger(__name__)

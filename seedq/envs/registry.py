@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from seedq.envs import atari, catch, fake, football, gym, minatar, mujoco, procgen
-from seedq.envs.base import EnvBatch, EnvError, env_spec_of
+from seedq.envs import atari, catch, fake, families, football, gym, minatar, mujoco, procgen
+from seedq.envs.base import EnvBatch, EnvError, env_spec_of, install_family_hint
 from seedq.envs.config import EnvConfig
 from seedq.messages import EnvSpec
 
@@ -80,6 +80,7 @@ BACKENDS: dict[str, EnvBackend] = {
     ),
 }
 KINDS = tuple(BACKENDS)
+install_family_hint(families.other_family_hint)
 
 
 def backend(kind: str) -> EnvBackend:
