@@ -80,3 +80,12 @@ def test_raw_env_steps_a_continuous_env(env):
     # "an env process failed: actions must be a float array": it sent discrete indices.
     figures = step_batches(dataclasses.asdict(env), 1, 4, 0, 0, seconds=0.05, warmup_s=0.0)
     assert figures["env_steps"] > 0
+
+
+@pytest.mark.parametrize("name", ["raw-env", "anakin", "broker"])
+def test_a_subcommands_help_prints_its_options_and_what_it_measures(capsys, name):
+    # `seedq-bench raw-env --help` was refused: "'--help': arguments are key=value", exit 2.
+    code = main([name, "seconds=1", "--help"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith(f"usage: seedq-bench {name} "), out
+    assert f"``seedq-bench {name}``" in out  # what it measures: its module's docstring

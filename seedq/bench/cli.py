@@ -38,6 +38,17 @@ Every subcommand takes seedq-train's config overrides, prints a table and, last,
 """
 
 
+def usage_of(name: str, doc: str) -> str:
+    """``name``'s lines of :data:`USAGE` (its options), then ``doc`` (its module's docstring)."""
+    block, inside = [], False
+    for line in USAGE.splitlines():
+        if not line.startswith("   "):  # a subcommand's first line, or the text around them
+            inside = line.startswith(f"  {name} ")
+        if inside:
+            block.append(line)
+    return f"usage: seedq-bench {name} [key=value ...]\n\n" + "\n".join(block) + f"\n\n{doc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -62,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if any(arg in ("-h", "--help") for arg in argv[1:]):
+        # Was refused as "'--help': arguments are key=value", exit 2.
+        print(usage_of(argv[0], sys.modules[command.__module__].__doc__ or ""))
+        return 0
     stop_on_sigterm()
     try:
         command(argv[1:])
