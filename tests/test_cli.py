@@ -15,7 +15,8 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from seedq.cli import Command, RunDirRecord, key_refusal, unknown_choice, whole_numbers
+from seedq.cli import Command, RunDirRecord
+from seedq.command_keys import key_refusal, unknown_choice, whole_numbers
 from seedq.config import ConfigError
 from seedq.learner.device import resolve_device
 from seedq.learner.run_lock import LOCK_NAME

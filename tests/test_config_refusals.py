@@ -13,7 +13,7 @@ from cli_helpers import run_cli
 from hydra import compose, initialize_config_dir
 
 from seedq.agents.common.replay import SequenceReplay, SumTree
-from seedq.cli import key_refusal
+from seedq.command_keys import key_refusal
 from seedq.config import register_configs, validate
 from seedq.schema import ConfigError
 

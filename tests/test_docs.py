@@ -66,7 +66,7 @@ def test_no_documented_seedq_train_command_names_a_misspelt_key():
     show being refused for another env family's or algorithm's key are not counted."""
     import shlex
 
-    from seedq.cli import foreign_algorithm_key, foreign_env_key, misspelt_key
+    from seedq.command_keys import foreign_algorithm_key, foreign_env_key, misspelt_key
 
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     pages += sorted((ROOT / "benchmarks").glob("*.md"))
@@ -252,7 +252,7 @@ def _modules() -> dict[str, list[str]]:
 
 
 def test_every_module_attribute_the_docs_name_exists():
-    """``cli.misspelt_key``, ``learner_ranks.rank_main``, ``gym_spaces.env_actions``:
+    """``command_keys.misspelt_key``, ``learner_ranks.rank_main``, ``gym_spaces.env_actions``:
     a function moved to another module leaves no reference to its old home."""
     import importlib
 

@@ -13,14 +13,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import seedq
-from seedq.cli import (
-    foreign_algorithm_key,
-    foreign_env_key,
-    misspelt_key,
-    print_keys,
-    resumed_config,
-    to_config,
-)
+from seedq.cli import resumed_config, to_config
+from seedq.command_keys import foreign_algorithm_key, foreign_env_key, misspelt_key, print_keys
 from seedq.config import ConfigError, register_configs
 from seedq.envs import (
     BACKENDS,

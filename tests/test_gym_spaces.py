@@ -12,7 +12,8 @@ import pytest
 from gymnasium import spaces
 from test_env_config import compose_config
 
-from seedq.cli import misspelt_key, to_config
+from seedq.cli import to_config
+from seedq.command_keys import misspelt_key
 from seedq.config import ConfigError, validate
 from seedq.envs import GymConfig, make_env_batch
 from seedq.envs.atari import _atari_game
