@@ -28,9 +28,14 @@ def test_episode_tracker_starts_over_after_an_episode_ends():
     assert returns == [1.0]
 
 
-def test_actor_without_a_learner_stops_with_a_clear_error(monkeypatch, caplog):
+@pytest.mark.parametrize(
+    ("by_hand", "timeout"), [(True, "--reply-timeout-s=1"), (False, "actor.reply_timeout_s=1")]
+)
+def test_actor_without_a_learner_stops_with_a_clear_error(monkeypatch, caplog, by_hand, timeout):
     # While it waits it says so, naming the endpoint and that nothing connected: a standalone
-    # actor pointed at the wrong port was silent for the whole reply_timeout_s.
+    # actor pointed at the wrong port was silent for the whole reply_timeout_s. Both lines name
+    # the timeout as it was set: seedq-actor's flag by hand (it was actor.reply_timeout_s,
+    # a key such an actor has not got), the run's key when launched.
     monkeypatch.setattr(loop, "FIRST_NOTE_S", 0.3)
     env = make_env_batch(FakeConfig(obs_shape=[4]), 2, seed=0)
 
@@ -44,15 +49,16 @@ def test_actor_without_a_learner_stops_with_a_clear_error(monkeypatch, caplog):
                 env,
                 seed=0,
                 stop=asyncio.Event(),
-                patience=Patience(reply_timeout_s=1.0),
+                patience=Patience(reply_timeout_s=1.0, by_hand=by_hand),
             )
         finally:
             ctx.term()
 
-    with pytest.raises(ActorError, match="no reply from the learner"):
+    with pytest.raises(ActorError, match=f"no reply from the learner for 1 s \\({timeout}\\)"):
         asyncio.run(main())
     assert "actor 0: no answer from the learner at tcp://127.0.0.1:9 after" in caplog.text
     assert "no connection: is the learner running" in caplog.text
+    assert f"waiting up to {timeout} s" in caplog.text
 
 
 def test_an_actor_whose_connection_dropped_while_a_reply_was_due_rejoins(caplog):

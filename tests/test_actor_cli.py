@@ -3,15 +3,24 @@ and a ZeroMQ error while it runs ends it with one line instead of a hang."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
+import zmq
 
 from seedq.actor.arguments import check_endpoints, unresolved_hosts
+from seedq.messages import Actions, Error, encode
+from seedq.messages.control import decode_header
 
 TREE = str(Path(__file__).resolve().parents[1])
+TESTS = str(Path(__file__).resolve().parent)
 CARTPOLE = '{"kind": "cartpole"}'
 
 
@@ -57,6 +66,11 @@ def actor(*args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=60,
         cwd=TREE,
+        # flaky_envs (an env whose reset raises) is importable from this folder.
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])),
+        },
     )
 
 
@@ -114,3 +128,100 @@ def test_a_zeromq_error_while_running_ends_the_actor_with_one_line():
         True,
         False,
     ), result.stderr
+
+
+@pytest.fixture()
+def learner():
+    """A stand-in learner on 127.0.0.1: it takes every message and answers each Step as
+    ``answer["step"]`` says: ``"actions"`` (all zeros), an Error code such as ``"busy"``, or
+    nothing (None). Yields its ``(endpoint, answer)``."""
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    answer: dict[str, str | None] = {"step": None}
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            if not router.poll(50):
+                continue
+            frames = router.recv_multipart()
+            header = decode_header(frames[1])
+            how = answer["step"]
+            if header["kind"] != "step" or how is None:
+                continue
+            actor_id, seq = header["actor_id"], header["seq"]
+            reply = (
+                Actions(actor_id, seq, np.zeros(header["n_envs"], np.int32))
+                if how == "actions"
+                else Error(how, "refused by the test", actor_id, seq)
+            )
+            router.send_multipart([frames[0], *encode(reply)])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{port}", answer
+    stop.set()
+    thread.join()
+    router.close(linger=0)
+    ctx.term()
+
+
+def keys_named(text: str) -> list[str]:
+    """The ``actor.*`` config keys ``text`` names (not loggers such as seedq.actor.main)."""
+    return re.findall(r"(?<![.\w])actor\.[a-z_]+", text)
+
+
+def flaky(**kwargs: object) -> str:
+    """The env section of ``flaky_envs``' env: one that raises or hangs (``kwargs``)."""
+    return json.dumps({"kind": "gym", "id": "flaky_envs:Flaky-v0", "kwargs": kwargs})
+
+
+@pytest.mark.parametrize(
+    ("step", "env_config", "flags", "says"),
+    [
+        # A learner that refuses every step: rejoins until --max-rejoins.
+        ("busy", CARTPOLE, ["--max-rejoins", "1"], "more than --max-rejoins=1"),
+        # A learner that stops answering.
+        (None, CARTPOLE, ["--reply-timeout-s", "2"], "(--reply-timeout-s=2)"),
+        # Envs whose reset raises, rebuilt until --max-rejoins.
+        (None, flaky(fail_reset=True), ["--max-rejoins", "1"], "more than --max-rejoins=1"),
+        # An env that hangs at its third step: no launcher restarts this actor.
+        (
+            "actions",
+            flaky(hang_every=3),
+            ["--env-timeout-s", "1"],
+            "more than --env-timeout-s=1: the env hangs; exiting",
+        ),
+    ],
+)
+def test_an_actor_started_by_hand_names_its_own_flags_not_the_launchers_keys(
+    learner, step, env_config, flags, says
+):
+    # It named actor.max_rejoins, actor.reply_timeout_s and actor.env_timeout_s, keys of a
+    # seedq-train run that a seedq-actor started by hand has not got, and a launcher to
+    # restart it.
+    endpoint, answer = learner
+    answer["step"] = step
+    result = actor(
+        "--endpoint", endpoint, "--envs-per-batch", "2", "--env-config", env_config, *flags
+    )
+    assert (
+        result.returncode,
+        says in result.stderr,
+        keys_named(result.stderr),
+        "launcher" in result.stderr,
+    ) == (1, True, [], False), result.stderr
+
+
+def test_a_launched_actor_names_the_runs_keys(learner):
+    endpoint, answer = learner
+    answer["step"] = "busy"
+    result = actor(
+        "--endpoint", endpoint, "--envs-per-batch", "2", "--env-config", CARTPOLE,
+        "--max-rejoins", "1", "--launched",
+    )  # fmt: skip
+    assert (result.returncode, "more than actor.max_rejoins=1" in result.stderr) == (1, True), (
+        result.stderr
+    )
+    assert "--max-rejoins" not in result.stderr

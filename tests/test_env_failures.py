@@ -51,7 +51,7 @@ def failure(episodes: int, message: str = "boom") -> EnvFailed:
 
 
 def test_failures_count_in_a_row_until_the_env_finishes_an_episode(caplog):
-    failures = EnvFailures("actor 3", limit=2)
+    failures = EnvFailures("actor 3", limit=2, setting="actor.max_rejoins")
     failures.note(failure(0), 4)
     failures.note(failure(0), 4)
     failures.note(failure(5), 4)  # five episodes finished since the last: a new row

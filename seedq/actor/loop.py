@@ -83,12 +83,23 @@ ANSWERED_CODES = frozenset(["non_finite"])
 
 @dataclass
 class Patience:
-    """How long an env batch waits for the learner and how often it rejoins (``actor`` config)."""
+    """How long an env batch waits for the learner and how often it rejoins: the ``actor.*``
+    keys of a run that launches its actors, or ``seedq-actor``'s own flags for one started by
+    hand (``by_hand``), which are what its messages must name."""
 
     reply_timeout_s: float = 600.0
     learner_lost_s: float = 5.0
     max_rejoins: int = 10
     env_timeout_s: float = 300.0
+    by_hand: bool = False
+
+    def name_of(self, field: str) -> str:
+        """What the user set ``field`` by: ``--max-rejoins`` by hand, else ``actor.max_rejoins``."""
+        return f"--{field.replace('_', '-')}" if self.by_hand else f"actor.{field}"
+
+    def named(self, field: str) -> str:
+        """``field`` and its value as the user set them: ``--max-rejoins=10``."""
+        return f"{self.name_of(field)}={getattr(self, field):g}"
 
 
 class Refused(Exception):
@@ -148,7 +159,9 @@ async def run_env_batch(
     patience = patience or Patience()
     in_a_row = 0
     episode_seed = seed
-    failures = EnvFailures(f"actor {actor_id}", patience.max_rejoins)
+    failures = EnvFailures(
+        f"actor {actor_id}", patience.max_rejoins, patience.name_of("max_rejoins")
+    )
     current = env
     link: Link | None = None
     try:
@@ -186,7 +199,8 @@ async def run_env_batch(
                 if in_a_row > patience.max_rejoins:
                     raise ActorError(
                         f"actor {actor_id}: refused {in_a_row} times in a row without one step "
-                        f"taken, last ({exc}); see the learner's log for why"
+                        f"taken, more than {patience.named('max_rejoins')}, last ({exc}); see the "
+                        "learner's log for why"
                     ) from None
                 stats.rejoins += 1
                 what = str(exc) if isinstance(exc, Reconnected) else f"refused ({exc})"
@@ -308,8 +322,7 @@ async def _receive_actions(
             # reply_timeout_s; say what is known while it waits.
             next_note = now + NOTE_EVERY_S
             log.warning(
-                "actor %d: no answer from the learner at %s after %.0f s (%s); waiting up to "
-                "actor.reply_timeout_s=%.0f s",
+                "actor %d: no answer from the learner at %s after %.0f s (%s); waiting up to %s s",
                 actor_id,
                 link.endpoint,
                 now - start,
@@ -317,19 +330,20 @@ async def _receive_actions(
                 "its model), or the port is another program's, or --keys-dir lacks its keys"
                 if link.connected
                 else "no connection: is the learner running, and is this its host and port?",
-                patience.reply_timeout_s,
+                patience.named("reply_timeout_s"),
             )
         if link.lost_since is not None and now - link.lost_since >= patience.learner_lost_s:
             raise ActorError(
                 f"actor {actor_id}: the connection to the learner dropped "
-                f"{now - link.lost_since:.0f} s ago and no reply came since; the learner is "
-                "gone, exiting"
+                f"{now - link.lost_since:.0f} s ago and no reply came since "
+                f"({patience.named('learner_lost_s')}); the learner is gone, exiting"
             )
         if now - start >= patience.reply_timeout_s:
             raise ActorError(
                 f"actor {actor_id}: no reply from the learner for {patience.reply_timeout_s:.0f} "
-                "s; is the learner running and reachable at this endpoint, and (with CURVE) does "
-                "--keys-dir hold this learner's learner.key and an actor key it accepts?"
+                f"s ({patience.named('reply_timeout_s')}); is the learner running and reachable "
+                "at this endpoint, and (with CURVE) does --keys-dir hold this learner's "
+                "learner.key and an actor key it accepts?"
             )
     else:
         return None

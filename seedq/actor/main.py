@@ -183,17 +183,23 @@ async def _report(actor_ids: str, stats: ActorStats) -> None:
         )
 
 
-def watch_env_calls(stats: ActorStats, timeout_s: float, loop_thread: int) -> None:
-    """Thread body: once an env call (a batch's reset or step) has run for ``timeout_s``, log
-    where the loop thread is stuck and end the process, exit status 1: a crash, which the
-    launcher restarts. A hung simulator cannot be interrupted, and the process steps nothing
-    else while it hangs (the learner evicts its batches after broker.silent_timeout_s)."""
+def watch_env_calls(stats: ActorStats, patience: Patience, loop_thread: int) -> None:
+    """Thread body: once an env call (a batch's reset or step) has run for
+    ``patience.env_timeout_s``, log where the loop thread is stuck and end the process, exit
+    status 1: a crash, which a launcher restarts. A hung simulator cannot be interrupted, and
+    the process steps nothing else while it hangs (the learner evicts its batches after
+    broker.silent_timeout_s)."""
+    timeout_s, setting = patience.env_timeout_s, patience.name_of("env_timeout_s")
     while True:
         time.sleep(min(WATCH_EVERY_S, timeout_s / 4))
         call = stats.env_call
         who = f"actor {call[0]}" if call else ""
-        if why := hung_env_call(stats, timeout_s, loop_thread, who):
-            log.error("%s; exiting for the launcher to restart this actor process", why)
+        if why := hung_env_call(stats, timeout_s, loop_thread, who, setting):
+            log.error(
+                "%s; exiting%s",
+                why,
+                "" if patience.by_hand else " for the launcher to restart this actor process",
+            )
             for child in multiprocessing.active_children():  # async env workers, stuck or not
                 child.kill()
             logging.shutdown()
@@ -248,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learner-lost-s", type=float, default=Patience.learner_lost_s)
     parser.add_argument("--max-rejoins", type=int, default=Patience.max_rejoins)
     parser.add_argument("--env-timeout-s", type=float, default=Patience.env_timeout_s)
+    parser.add_argument(
+        "--launched",
+        action="store_true",
+        help="started by seedq-train's launcher, which gives the flags above from its actor.* "
+        "keys: messages name those keys",
+    )
     args = parser.parse_args(argv)
     try:
         setup_logging(args.log_file, role="actor")
@@ -264,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     raise_open_file_limit()
     try:
         patience = Patience(
-            args.reply_timeout_s, args.learner_lost_s, args.max_rejoins, args.env_timeout_s
+            args.reply_timeout_s,
+            args.learner_lost_s,
+            args.max_rejoins,
+            args.env_timeout_s,
+            by_hand=not args.launched,
         )
         check_patience(patience)
         check_endpoints(args.endpoint)
@@ -297,10 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         # Not refused: a cluster's DNS may come up after its actors. It waited in silence,
         # then said only "no connection" every minute for --reply-timeout-s.
         log.warning(
-            "--endpoint: the host name %s does not resolve here; waiting for it up to "
-            "--reply-timeout-s=%.0f s",
+            "--endpoint: the host name %s does not resolve here; waiting for it up to %s s",
             host,
-            patience.reply_timeout_s,
+            patience.named("reply_timeout_s"),
         )
     install_event_loop_policy()
 
@@ -344,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     if patience.env_timeout_s > 0:
         threading.Thread(
             target=watch_env_calls,
-            args=(stats, patience.env_timeout_s, threading.get_ident()),
+            args=(stats, patience, threading.get_ident()),
             name="env-watch",
             daemon=True,
         ).start()
@@ -436,6 +451,7 @@ def actor_command(
         str(patience.max_rejoins),
         "--env-timeout-s",
         str(patience.env_timeout_s),
+        "--launched",
     ]
 
 

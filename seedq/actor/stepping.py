@@ -78,12 +78,14 @@ class EnvFailures:
     a row; more than ``limit`` in a row is an env that does not work (it fails at its reset, or
     at the same point of every episode) and raises :class:`TooManyEnvFailures`, naming the
     env's error. An env that crashes now and then, between finished episodes, is rebuilt each
-    time. ``who`` names the batch in messages.
+    time. ``who`` names the batch in messages, ``setting`` what the user set ``limit`` by
+    (``actor.max_rejoins``, or ``--max-rejoins`` to a ``seedq-actor`` started by hand).
     """
 
-    def __init__(self, who: str, limit: int) -> None:
+    def __init__(self, who: str, limit: int, setting: str) -> None:
         self.who = who
         self.limit = limit
+        self.setting = setting
         self.in_a_row = 0
         self.total = 0
 
@@ -106,15 +108,18 @@ class EnvFailures:
         if over:
             raise TooManyEnvFailures(
                 f"{self.who}: its envs raised {self.in_a_row} times in a row without finishing "
-                f"an episode, more than actor.max_rejoins={self.limit}; the last: {what} (its "
+                f"an episode, more than {self.setting}={self.limit}; the last: {what} (its "
                 "traceback is in the log above)"
             ) from cause
 
 
-def hung_env_call(stats: ActorStats, timeout_s: float, thread: int | None, who: str) -> str:
+def hung_env_call(
+    stats: ActorStats, timeout_s: float, thread: int | None, who: str, setting: str
+) -> str:
     """ "" while the env call ``stats`` notes (``env_call``) is younger than ``timeout_s``;
     else the stack where ``thread`` is stuck goes to the log and the reason comes back, one
-    line naming ``who`` (the actor process's watchdog and Sebulba's run loop end on it)."""
+    line naming ``who`` and ``setting``, what the user set ``timeout_s`` by (the actor
+    process's watchdog and Sebulba's run loop end on it)."""
     call = stats.env_call
     if not timeout_s or call is None or time.monotonic() - call[2] < timeout_s:
         return ""
@@ -123,7 +128,7 @@ def hung_env_call(stats: ActorStats, timeout_s: float, thread: int | None, who: 
     log.error("%s: where its envs' %s is stuck:\n%s", who, call[1], where)
     return (
         f"{who}: its envs' {call[1]} has run for {time.monotonic() - call[2]:.0f} s, more than "
-        f"actor.env_timeout_s={timeout_s:g}: the env hangs"
+        f"{setting}={timeout_s:g}: the env hangs"
     )
 
 

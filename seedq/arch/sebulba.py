@@ -177,7 +177,11 @@ class SebulbaRun(TrainingRun):
         for i, stats in enumerate(self.thread_stats):
             thread = self.actor_threads[i].ident
             if why := hung_env_call(
-                stats, self.cfg.actor.env_timeout_s, thread, f"actor thread {i}"
+                stats,
+                self.cfg.actor.env_timeout_s,
+                thread,
+                f"actor thread {i}",
+                "actor.env_timeout_s",
             ):
                 raise EnvHung(
                     f"{why}, and a thread cannot be stopped; resume the run (resume=auto, or "
@@ -191,7 +195,7 @@ class SebulbaRun(TrainingRun):
         ``actor.max_rejoins`` times in a row without finishing an episode
         (:class:`~seedq.actor.stepping.EnvFailures`)."""
         cfg, envs = self.cfg, self.envs_per_thread
-        failures = EnvFailures(f"actor thread {i}", cfg.actor.max_rejoins)
+        failures = EnvFailures(f"actor thread {i}", cfg.actor.max_rejoins, "actor.max_rejoins")
         seed = self.env_seed
         while True:
             try:
