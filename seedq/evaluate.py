@@ -33,8 +33,9 @@ import dataclasses
 import math
 import os
 import sys
+import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,14 @@ def evaluate(
     epsilon: float | None = None,
     seed: int = 0,
     env_overrides: dict[str, Any] | None = None,
+    on_episode: Callable[[int, float], None] | None = None,
 ) -> tuple[list[float], list[Path]]:
     """Returns of ``episodes`` episodes and the videos written.
 
     ``env_overrides``: env config keys to change for evaluation (e.g. ``{"rewards":
     "scoring"}`` to count goals of a football agent trained with checkpoint rewards, or
     another scenario); the observations must keep the shape the policy was trained on.
+    ``on_episode(k, return)`` is called as each episode ends (k from 1).
     """
     check_arguments(episodes=episodes, epsilon=epsilon, seed=seed)
     policy = load_policy(checkpoint, mode=mode, epsilon=epsilon, seed=seed)
@@ -125,12 +128,38 @@ def evaluate(
     try:
         for total, written in run(policy, env_cfg, episodes, seed, recorder):
             returns.append(total)
+            if on_episode is not None:
+                on_episode(len(returns), total)
             if written is not None:
                 videos.append(written)
     finally:
         if recorder is not None:
             recorder.discard()  # the episode an error ended: a partial video is no video
     return returns, videos
+
+
+class EpisodeProgress:
+    """seedq-eval's line on stderr as an episode ends, once the evaluation has gone on for
+    ``QUIET_S`` since its start or its last line: an Atari evaluation (minutes an episode on a
+    CPU) printed nothing until its last episode ended; a quick one stays quiet."""
+
+    QUIET_S = 10.0
+
+    def __init__(self, episodes: int) -> None:
+        self.episodes, self.start = episodes, time.monotonic()
+        self.said = self.start
+
+    def __call__(self, episode: int, total: float) -> None:
+        now = time.monotonic()
+        if now - self.said < self.QUIET_S or episode == self.episodes:
+            return
+        self.said = now
+        print(
+            f"seedq-eval: episode {episode} of {self.episodes}: return {total:.2f} "
+            f"({now - self.start:.0f} s so far)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def check_arguments(*, episodes: int, epsilon: float | None, seed: int) -> None:
@@ -142,7 +171,7 @@ def check_arguments(*, episodes: int, epsilon: float | None, seed: int) -> None:
 
 def whole_number(value: str) -> int:
     """An int argument's value: an integer, or a whole number in a float's notation (``1e2``,
-    ``100.0``), as seedq-train takes them (``seedq.cli.whole_numbers``)."""
+    ``100.0``), as seedq-train takes them (``seedq.command_keys.whole_numbers``)."""
     if FLOAT_NOTATION.fullmatch(value):
         number = Decimal(value)
         if number != number.to_integral_value():
@@ -257,7 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         checkpoint, _ = read_checkpoint(args.pop("checkpoint"), EVALUATE)
-        returns, videos = evaluate(str(checkpoint), env_overrides=env_overrides, **args)
+        progress = EpisodeProgress(int(args.get("episodes", 10)))
+        returns, videos = evaluate(
+            str(checkpoint), env_overrides=env_overrides, on_episode=progress, **args
+        )
     except EnvCrashed as exc:
         assert exc.__cause__ is not None
         traceback.print_exception(exc.__cause__)

@@ -201,3 +201,21 @@ def test_an_epsilon_for_a_policy_without_one_and_a_misspelt_flag_are_refused(car
     for value in ("maybe", "on", "ture"):
         assert main([f"checkpoint={cartpole_run}", f"video={value}"]) == 2
         assert f"video={value!r} is not true or false" in capsys.readouterr().err
+
+
+def test_a_long_evaluation_says_each_episode_as_it_ends(cartpole_run, capsys, monkeypatch):
+    # An Atari evaluation (minutes an episode on a CPU) printed nothing until its last
+    # episode ended. Once the evaluation has gone on for EpisodeProgress.QUIET_S since its
+    # start or its last line, an ended episode is said on stderr; the last one is the summary's.
+    from types import SimpleNamespace
+
+    import seedq.evaluate as evaluate
+
+    clock = iter([0.0, 3.0, 12.0, 15.0, 30.0, 50.0])
+    monkeypatch.setattr(evaluate, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    assert main([f"checkpoint={cartpole_run}", "episodes=5", "seed=3"]) == 0
+    captured = capsys.readouterr()
+    line = r"seedq-eval: episode (\d) of 5: return [\d.]+ \((\d+) s so far\)"
+    said = re.findall(line, captured.err)
+    assert said == [("2", "12"), ("4", "30")], captured.err
+    assert "5 episodes: return mean" in captured.out
