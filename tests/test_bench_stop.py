@@ -82,3 +82,34 @@ def test_sigterm_ends_the_bench_in_one_line_with_its_processes(args, worker):
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
         bench.wait()
+
+
+@pytest.mark.parametrize("subcommand", ["raw-env", "pipeline"])
+def test_a_worker_killed_mid_run_is_named_at_once(subcommand):
+    # The bench waited out its seconds and two minutes more for the dead process's figures,
+    # then ended in a queue.Empty traceback.
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "seedq.bench.cli", subcommand, "seconds=600", "actor.num_actors=2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    spawned: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while (
+            len(workers := [p for p in descendants(bench.pid) if "spawn_main" in command_of(p)]) < 2
+        ):
+            assert bench.poll() is None and time.monotonic() < deadline, bench.communicate()
+            time.sleep(0.2)
+        spawned = descendants(bench.pid)
+        os.kill(workers[0], signal.SIGKILL)
+        _, err = bench.communicate(timeout=90)
+        assert bench.returncode == 2 and err.strip().count("\n") == 0, err
+        assert "process was killed by SIGKILL before it" in err
+    finally:
+        for pid in {bench.pid, *spawned, *descendants(bench.pid)}:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+        bench.wait()

@@ -7,10 +7,12 @@ import contextlib
 import json
 import os
 import platform
+import queue
 import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,6 +134,35 @@ def split_args(args: Sequence[str], options: dict[str, Any]) -> tuple[dict[str, 
     if "warmup_s" in values and not 0 <= values["warmup_s"] <= MAX_SECONDS:
         raise BenchError(f"warmup_s={values['warmup_s']}: must be >= 0 and at most {MAX_SECONDS:g}")
     return values, overrides
+
+
+def ended(exitcode: int) -> str:
+    """How a process ended, by its multiprocessing exit code: "was killed by SIGKILL"."""
+    if exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    return f"exited with status {exitcode}"
+
+
+def gather(results: Any, procs: Sequence[Any], limit_s: float, what: str) -> list[Any]:
+    """One report from each of ``procs`` (multiprocessing processes) off the ``results`` queue,
+    as they come. One that exits without its report (killed: the OOM killer, a segfault,
+    SIGKILL) is a BenchError at once; the bench waited out ``limit_s`` (its seconds and two
+    minutes more) and ended in a ``queue.Empty`` traceback."""
+    reports: list[Any] = []
+    deadline = time.monotonic() + limit_s
+    while len(reports) < len(procs):
+        try:
+            reports.append(results.get(timeout=0.5))
+            continue
+        except queue.Empty:
+            pass
+        # Reports are put before the process exits: a failure reports one and exits 0.
+        dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+        if dead and len(reports) < len(procs):
+            raise BenchError(f"{what} {ended(dead[0])} before it reported its figures")
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} reported nothing within {limit_s:g} s")
+    return reports
 
 
 def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:

@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 import zmq
 
-from seedq.bench.common import BenchError, compose, print_json, print_table, split_args
+from seedq.bench.common import (
+    BenchError,
+    compose,
+    ended,
+    gather,
+    print_json,
+    print_table,
+    split_args,
+)
 from seedq.broker.batch import RequestBatch
 from seedq.broker.batcher import Batcher
 from seedq.broker.router import Broker
@@ -134,15 +142,15 @@ def actor_process(
         results.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _failure(results: Any) -> str:
-    """What an actor process that exited early reported (its exception), if anything."""
+def _failure(results: Any, proc: Any) -> str:
+    """What an actor process that exited early reported (its exception), or how it ended."""
     try:
         while True:
             status, value = results.get(timeout=5)
             if status == "error":
-                return value
+                return f"an actor process failed: {value}"
     except queue.Empty:
-        return "it exited without a word"
+        return f"an actor process {ended(proc.exitcode)} before it joined the broker"
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -201,8 +209,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         # Measure from when every actor has joined and warmed up until the first one stops.
         deadline = time.monotonic() + 60
         while broker.connected_envs < total_envs:
-            if not all(p.is_alive() for p in procs):
-                raise BenchError(f"an actor process failed: {_failure(results)}")
+            if dead := [p for p in procs if not p.is_alive()]:
+                raise BenchError(_failure(results, dead[0]))
             if time.monotonic() > deadline:
                 raise BenchError(
                     f"{broker.connected_envs} of the {total_envs} actor envs joined the broker "
@@ -225,7 +233,7 @@ def run(argv: list[str]) -> dict[str, Any]:
             broker.stats.batch_envs,
             time.perf_counter(),
         )
-        outcomes = [results.get(timeout=seconds + 60) for _ in procs]
+        outcomes = gather(results, procs, seconds + 60, "an actor process")
     finally:
         for proc in procs:
             # Ended by an exception (Ctrl-C, SIGTERM, an actor that died): the others would

@@ -19,6 +19,7 @@ from seedq.bench.common import (
     BenchError,
     compose,
     frames_per_step,
+    gather,
     print_json,
     print_table,
     split_args,
@@ -115,7 +116,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     outcomes = None
     try:
         limit = options["seconds"] + options["warmup_s"] + 120
-        outcomes = [results.get(timeout=limit) for _ in procs]
+        outcomes = gather(results, procs, limit, "an env process")
     finally:
         for proc in procs:
             if outcomes is None:  # Ctrl-C, SIGTERM: the others would step on to their end
