@@ -35,6 +35,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports free now (a run's broker shards bind port,
+    port + 1, ...): a free port's neighbour may be taken."""
+    while True:
+        first = free_port()
+        if first + count > 65536:
+            continue
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+
+
 def user_key(directory: Path) -> Path:
     key = directory / "id_ed25519"
     if not key.exists():

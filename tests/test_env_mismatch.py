@@ -5,12 +5,12 @@ import subprocess
 
 import pytest
 from fault_helpers import actor_argv, fake_learner, wait_for
-from ssh_hosts import free_port
+from ssh_hosts import free_ports
 
 
 @pytest.mark.parametrize("shards", [1, 2])  # with shards, each shard process checks the Hello
 def test_an_actor_of_other_envs_is_refused_and_the_run_goes_on(tmp_path, shards):
-    port = free_port() if shards == 1 else free_port() & ~1  # shards take port, port + 1
+    port = free_ports(shards)  # shards take port, port + 1
     learner = fake_learner(
         f"broker.shards={shards}", f"broker.port={port}", "max_minutes=2", f"run_dir={tmp_path}"
     )

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 from fault_helpers import fake_learner, wait_for
-from ssh_hosts import free_port
+from ssh_hosts import free_ports
 from test_security import actor_process
 
 from seedq.keys import create_keys
@@ -26,7 +26,7 @@ def refused_in_metrics(run_dir) -> int:
 def test_a_wrongly_keyed_actor_is_counted_in_the_metrics_and_faults_json(
     tmp_path, keys_dir, shards
 ):
-    port = free_port() if shards == 1 else free_port() & ~1  # shards take port, port + 1
+    port = free_ports(shards)  # shards take port, port + 1
     run_dir = tmp_path / "run"
     learner = fake_learner(
         f"broker.shards={shards}",
