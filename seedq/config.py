@@ -226,6 +226,7 @@ def validate(cfg: Any) -> None:
             "when hardware.learners > 1; with hardware.learners=1 the one learner runs here "
             "and they would be ignored: set hardware.learners, or drop the key"
         )
+    check_rank_ports(cfg)
     validate_checkpoint(cfg.checkpoint)
     validate_supervisor(cfg.supervisor)
     validate_logger(cfg.logger)
@@ -241,6 +242,25 @@ def validate(cfg: Any) -> None:
     # check of the algorithm's that the architecture would make moot.
     validate_arch(cfg)
     _algorithm_module(cfg.algorithm.name).validate(cfg.algorithm, cfg)
+
+
+def check_rank_ports(cfg: Any) -> None:
+    """A fixed ``broker.port`` with several learner ranks on a machine: rank k's shards take
+    broker.port + k * broker.shards + i, which must be ports too (rank 1 of
+    ``hardware.learners=2 broker.port=65535`` failed to bind 65536, the run ending 15 s in)."""
+    learners, shards, port = cfg.hardware.learners, cfg.broker.shards, cfg.broker.port
+    hosts = len(cfg.launcher.learner_hosts)
+    here = -(-learners // hosts) if hosts else learners  # the most ranks on one machine
+    if port == 0 or here <= 1:
+        return
+    last = port + here * shards - 1
+    if last > 65535:
+        raise ConfigError(
+            f"broker.port={port}: {here} learner ranks on a machine, each with "
+            f"{shards} broker port{'s' if shards > 1 else ''} from broker.port + rank x "
+            f"broker.shards, reach port {last}; give a broker.port of at most "
+            f"{65536 - here * shards}, or 0 (free ports)"
+        )
 
 
 def _algorithm_module(name: str) -> Any:

@@ -89,6 +89,19 @@ def test_launcher_keys_the_launcher_reads_pass(overrides):
     validate(compose_config(*overrides))
 
 
+def test_learner_ranks_whose_broker_ports_pass_65535_are_refused():
+    # Rank 1 of hardware.learners=2 broker.port=65535 failed to bind 65536: exit 3, 15 s in.
+    says = refusal("hardware.learners=2", "broker.port=65535")
+    assert "reach port 65536" in says and "at most 65534, or 0" in says
+    says = refusal("hardware.learners=2", "broker.shards=2", "broker.port=65533")
+    assert "reach port 65536" in says and "at most 65532" in says
+    validate(compose_config("hardware.learners=2", "broker.shards=2", "broker.port=65532"))
+    # Two learner hosts, one rank each: each host's rank takes broker.port alone.
+    validate(
+        compose_config("hardware.learners=2", "launcher.learner_hosts=[a,b]", "broker.port=65535")
+    )
+
+
 @pytest.mark.parametrize("algorithm", ["vtrace", "ppo"])
 def test_saving_the_replay_of_an_algorithm_without_one_is_refused(algorithm):
     # Accepted without a word: nothing was saved, and a resume refilled nothing either way.
