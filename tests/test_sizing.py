@@ -134,12 +134,26 @@ def test_a_family_without_cpp_threads_sizes_the_workers_only(caplog):
     )
 
 
-@pytest.mark.parametrize("key", ["actor.num_actors", "arch.sebulba.threads", "env.num_threads"])
-def test_a_negative_key_is_left_to_validation_and_nothing_is_sized_or_logged(caplog, key):
-    cfg = compose_config("env=atari", f"{key}=-1")
+@pytest.mark.parametrize(
+    "key",
+    [
+        "actor.num_actors=-1",
+        "arch.sebulba.threads=-1",
+        "env.num_threads=-1",
+        # The sizing line counted "the learner's 1000000002 threads" before the refusal.
+        "broker.shards=1000000000",
+        "broker.shards=0",
+    ],
+)
+def test_a_key_out_of_range_is_left_to_validation_and_nothing_is_sized_or_logged(caplog, key):
+    cfg = compose_config("env=atari", key)
     with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
         changed = size_config(cfg, cores=16)
-    assert (changed, caplog.text, cfg.actor.num_actors == 0) == ({}, "", key != "actor.num_actors")
+    assert (changed, caplog.text, cfg.actor.num_actors == 0) == (
+        {},
+        "",
+        not key.startswith("actor.num_actors"),
+    )
 
 
 def test_the_log_names_the_keys_it_sized_not_those_given(caplog):

@@ -34,6 +34,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from seedq.agents.config import batch_of_envs, sized_minibatches
+from seedq.broker.config import MAX_SHARDS
 from seedq.cores import share_of_cores, usable_cores
 from seedq.launch.sharing import fit_to_share, runs_at_once
 
@@ -139,9 +140,11 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     validation to refuse by name).
     """
     keys = auto_keys(cfg)
-    if any(int(_get(cfg, key)) < 0 for key in keys):
+    shards = int(cfg.broker.shards)
+    if any(int(_get(cfg, key)) < 0 for key in keys) or not 1 <= shards <= MAX_SHARDS:
         # Out of range: validation refuses it by name. Sizing around it would log the bad
-        # value among the chosen ones first.
+        # value among the chosen ones first (broker.shards=1e9: a learner of a billion
+        # threads).
         return {}
     cores = cores or usable_cores()
     warn_oversubscribed(cfg, cores)
