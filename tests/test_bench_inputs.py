@@ -3,6 +3,7 @@ exit 2, before anything is measured), and raw-env steps continuous envs with act
 
 import dataclasses
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -80,6 +81,23 @@ def test_raw_env_steps_a_continuous_env(env):
     # "an env process failed: actions must be a float array": it sent discrete indices.
     figures = step_batches(dataclasses.asdict(env), 1, 4, 0, 0, seconds=0.05, warmup_s=0.0)
     assert figures["env_steps"] > 0
+
+
+def test_raw_env_processes_measure_from_one_start():
+    # Each env process measured from its own start (0.2-0.5 s apart on a loaded box), so the
+    # total summed rates partly measured with fewer processes stepping. Now each waits at a
+    # barrier with its envs built: a process whose peers are not ready does not step.
+    ready, out = threading.Barrier(2), {}
+    env = dataclasses.asdict(FakeConfig())
+    worker = threading.Thread(
+        target=lambda: out.update(step_batches(env, 1, 4, 0, 0, 0.05, 0.0, ready)), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=1.0)
+    assert worker.is_alive() and not out  # waiting for its peer, not stepping
+    ready.wait(timeout=60)
+    worker.join(timeout=60)
+    assert out["env_steps"] > 0
 
 
 @pytest.mark.parametrize("name", ["raw-env", "anakin", "broker"])

@@ -29,6 +29,8 @@ from seedq.envs.base import env_spec_of
 from seedq.messages import EnvSpec
 
 OPTIONS = {"seconds": 5.0, "warmup_s": 1.0}
+# How long an env process waits for the others to build their envs (ROMs, gfootball's engine).
+READY_TIMEOUT_S = 300.0
 
 
 def random_actions(spec: EnvSpec, num_envs: int, rng: np.random.Generator) -> np.ndarray:
@@ -51,8 +53,15 @@ def step_batches(
     first_batch: int,
     seconds: float,
     warmup_s: float,
+    ready: Any = None,
 ) -> dict[str, float]:
-    """Step ``num_batches`` env batches round-robin for ``seconds`` after a warm-up."""
+    """Step ``num_batches`` env batches round-robin for ``seconds`` after a warm-up.
+
+    ``ready``: a barrier the env processes wait at with their envs built and reset, so they
+    warm up and measure over the same seconds. Without it each window began when its own
+    process had started (0.2-0.5 s apart on a loaded 2-core box), and the rates the total
+    sums were partly measured with fewer processes stepping at once: too high.
+    """
     from seedq.envs import make_env_batch
 
     cfg = env_config(env_cfg)
@@ -67,6 +76,8 @@ def step_batches(
         pool = [random_actions(spec, envs_per_batch, rng) for _ in range(64)]
         for env in envs:
             env.reset(seed=seed)
+        if ready is not None:
+            ready.wait(timeout=READY_TIMEOUT_S)
         steps, i = 0, 0
         start = time.perf_counter()
         measured_from, measured_steps = None, 0
@@ -91,6 +102,7 @@ def _worker(args: tuple, results: Any) -> None:
         results.put(("ok", args[4], step_batches(*args)))
     except BaseException as exc:  # noqa: BLE001 - reported by the parent
         results.put(("error", args[4], f"{type(exc).__name__}: {exc}"))
+        args[-1].abort()  # the others, waiting at the barrier, fail after this report
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -99,6 +111,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     actor = cfg.actor
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
+    ready = ctx.Barrier(actor.num_actors)
     procs = []
     for p in range(actor.num_actors):
         args = (
@@ -109,13 +122,14 @@ def run(argv: list[str]) -> dict[str, Any]:
             p * actor.batches_per_actor,
             options["seconds"],
             options["warmup_s"],
+            ready,
         )
         proc = ctx.Process(target=_worker, args=(args, results), daemon=True)
         proc.start()
         procs.append(proc)
     outcomes = None
     try:
-        limit = options["seconds"] + options["warmup_s"] + 120
+        limit = READY_TIMEOUT_S + options["seconds"] + options["warmup_s"] + 120
         outcomes = gather(results, procs, limit, "an env process")
     finally:
         for proc in procs:
