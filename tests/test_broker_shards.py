@@ -205,6 +205,31 @@ def test_what_the_shards_counted_before_the_hub_stopped_is_in_the_run_s_counts()
     )
 
 
+def test_the_link_folders_of_learners_that_died_are_removed_at_the_next_start(
+    tmp_path, monkeypatch
+):
+    # A learner killed with kill -9 left its empty /tmp/seedq-shards-* folder for good.
+    import subprocess
+    import sys
+    import tempfile
+
+    from seedq.broker import shards
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    dead = tmp_path / f"seedq-shards-{gone}-abc"
+    alive = tmp_path / f"seedq-shards-{os.getppid()}-def"  # pytest's parent lives
+    older = tmp_path / "seedq-shards-xyz"  # an older seedq's: no pid to judge by
+    for folder in (dead, alive, older):
+        folder.mkdir()
+    (dead / "shard-0").write_text("")
+    made = shards._link_folder(2)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([alive.name, older.name, os.path.basename(made)])
+    assert os.path.basename(made).startswith(f"seedq-shards-{os.getpid()}-")
+
+
 def test_shards_start_under_a_temporary_folder_too_long_for_a_socket_address(tmp_path, monkeypatch):
     # The links' ipc sockets lay in TMPDIR: under a path longer than a socket address takes
     # (107 bytes), the link's bind failed, and the hub, closing, waited for ever on the socket

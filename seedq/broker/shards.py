@@ -63,13 +63,18 @@ def _link_path(folder: str, index: int) -> str:
     return os.path.join(folder, f"shard-{index}")
 
 
+LINK_PREFIX = "seedq-shards-"
+
+
 def _link_folder(shards: int) -> str:
     """A private folder (mkdtemp's 0700) for the links' ipc sockets: in TMPDIR or, where that
     path is too long for a socket address (zmq.IPC_PATH_MAX_LEN, 107 bytes on Linux; a deep
-    TMPDIR on a cluster), in /tmp."""
+    TMPDIR on a cluster), in /tmp. Named by the learner's pid: the folders of learners that
+    died without removing theirs (kill -9) are removed here."""
     tried = []
     for parent in dict.fromkeys([tempfile.gettempdir(), "/tmp"]):
-        folder = tempfile.mkdtemp(prefix="seedq-shards-", dir=parent)
+        remove_dead_learners_folders(parent)
+        folder = tempfile.mkdtemp(prefix=f"{LINK_PREFIX}{os.getpid()}-", dir=parent)
         if len(_link_path(folder, shards - 1)) <= zmq.IPC_PATH_MAX_LEN:
             return folder
         os.rmdir(folder)
@@ -79,6 +84,24 @@ def _link_folder(shards: int) -> str:
         f"{zmq.IPC_PATH_MAX_LEN} bytes; {' and '.join(tried)} are too deep: set TMPDIR to a "
         "shorter folder"
     )
+
+
+def remove_dead_learners_folders(parent: str) -> None:
+    """Remove the link folders in ``parent`` whose learner (the pid in their name) is gone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(LINK_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name.removeprefix(LINK_PREFIX).partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue  # an older seedq's folder, or this learner's own
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        except OSError:
+            continue  # alive, another user's
 
 
 class _ShardProxy:
