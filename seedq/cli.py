@@ -378,7 +378,11 @@ def _train_job(cfg: DictConfig) -> float | None:
                 # A resumed run's own count, when the command line does not set it.
                 check_ranks_fit(config.hardware.learners, usable_cores())
             COMMAND.started = True
-            return start_learners(config, list(hydra_cfg.overrides.task))
+            return start_learners(
+                config,
+                list(hydra_cfg.overrides.task),
+                quiet_after=hydra_cfg.mode != RunMode.MULTIRUN,
+            )
         # torch comes in here: a config refused above costs no torch import (~2 s).
         from seedq.arch.base import STOPPED
 
@@ -489,9 +493,15 @@ def ended_quietly_on_stop_signals() -> None:
             signal.signal(sig, noted)
 
 
-def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
+def start_learners(
+    config: SeedqConfig, overrides: list[str], *, quiet_after: bool = False
+) -> float | None:
     """``hardware.learners=N``: N ranks on this machine, or on ``launcher.learner_hosts`` over
-    ssh, as one run; exit 3 naming the rank (or host) that failed, 2 when a rank refused."""
+    ssh, as one run; exit 3 naming the rank (or host) that failed, 2 when a rank refused.
+    ``quiet_after``: a stop signal once the ranks ended is noted, as a single run's is
+    (:func:`ended_quietly_on_stop_signals`): torch's launcher had given the signals back to
+    their defaults, and a scheduler's second SIGTERM turned the exit status of a run that
+    stopped with its checkpoint (75) into 143."""
     from seedq.launch.learner_hosts import LearnerHostFailed, run_on_learner_hosts
     from seedq.learner_ranks import LearnersFailed, LearnersRefused, LearnersStopped
     from seedq.learner_ranks import start_learners as start_here
@@ -510,6 +520,9 @@ def start_learners(config: SeedqConfig, overrides: list[str]) -> float | None:
     except LearnersStopped as exc:
         log.warning("%s", stopped_ranks_message(str(exc), config.run_dir))
         sys.exit(EXIT_STOPPED)
+    finally:
+        if quiet_after:
+            ended_quietly_on_stop_signals()
 
 
 def stopped_ranks_message(signal_name: str, run_dir: str) -> str:

@@ -479,3 +479,33 @@ def test_a_rank_stuck_after_losing_the_others_exits_by_itself():
     assert result.returncode == EXIT_RANK_LOST, result.stdout + result.stderr
     assert "lost the other ranks during a test (peer gone)" in result.stdout
     assert "did not stop within 1 s of losing the others" in result.stderr
+
+
+def test_a_stop_signal_after_the_ranks_stopped_is_noted_not_a_kill(monkeypatch, caplog):
+    # torch's launcher gave SIGTERM back to its default as the ranks ended: a scheduler's second
+    # SIGTERM, as seedq-train exited 75 with the ranks' checkpoint, made its status 143.
+    import logging
+    import os
+    import signal
+
+    from seedq.learner_ranks import LearnersStopped
+
+    def stopped(config):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as torch's launcher leaves it
+        raise LearnersStopped("SIGTERM")
+
+    monkeypatch.setattr("seedq.learner_ranks.start_learners", stopped)
+    config = SimpleNamespace(launcher=SimpleNamespace(learner_hosts=[]), run_dir="/runs/x")
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)
+    try:
+        with pytest.raises(SystemExit) as exited, caplog.at_level(logging.INFO, logger="seedq"):
+            try:
+                cli.start_learners(config, [], quiet_after=True)
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # noted, not this process's end
+        assert exited.value.code == 75
+        assert "SIGTERM after the run ended: it exits as it is" in caplog.text
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGUSR1, before[1])
+        signal.signal(signal.SIGINT, signal.default_int_handler)
