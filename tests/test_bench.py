@@ -75,7 +75,9 @@ def test_null_env_and_policy_cost_nothing_and_keep_shapes():
 
 
 def test_raw_env_reports_steps_per_process_and_total(tmp_path):
-    figures = last_json(bench("raw-env", "seconds=0.5", "warmup_s=0.2", tmp=tmp_path))
+    result = bench("raw-env", "seconds=0.5", "warmup_s=0.2", tmp=tmp_path)
+    figures = last_json(result)
+    assert "random actions, 0.5 s" in result.stdout  # its title said "0 s"
     # Its config's scratch run dir is gone with the process: a bench of figures leaves no files.
     assert left_in(tmp_path) == []
     assert figures["env"] == "CartPole-v1" and len(figures["per_process_steps_per_s"]) == 2

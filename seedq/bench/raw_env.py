@@ -150,8 +150,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         f"{actor.envs_per_batch} envs"
     )
     print_table(
-        f"raw-env: {cfg.env.kind} {cfg.env.id}, {layout}, random actions, "
-        f"{options['seconds']:.0f} s",
+        f"raw-env: {cfg.env.kind} {cfg.env.id}, {layout}, random actions, {options['seconds']:g} s",
         ["", "env steps/s", "frames/s"],
         rows,
     )

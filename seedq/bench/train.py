@@ -120,7 +120,7 @@ def _train(
     figures.update({f"cpu_{name}": value for name, value in cores.items()})
     print_table(
         f"train: {alg.name} on {cfg.env.id} ({cfg.hardware.device}), {figures['actor_envs']} "
-        f"actor envs, {dt:.0f} s after a {warmup_s:.0f} s warm-up",
+        f"actor envs, {dt:.3g} s after a {warmup_s:g} s warm-up",
         ["env steps/s", "frames/s", "updates/s", "batch fill", "learner waits"],
         [
             [
