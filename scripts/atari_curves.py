@@ -48,6 +48,7 @@ from pathlib import Path
 import yaml
 
 from seedq.exit_status import EXIT_STOPPED
+from seedq.metrics import read_whole_rows, rows_left_out
 
 # Scores worth naming per game: the issue's targets and the usual reading points.
 MILESTONES = {
@@ -176,19 +177,22 @@ def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
     as frames / returns) and its episode log (None for runs from before it). A curve another
     system wrote (``scripts/sf_curve.py --csv``: env_steps, frames, return_mean) reads the
     same."""
-    with open(metrics) as f:
-        reader = csv.DictReader(f)
-        every_row = list(reader)
-    if not {"env_steps", "return_mean"} <= set(reader.fieldnames or ()):
+    columns, whole, torn = read_whole_rows(metrics)
+    if not {"env_steps", "return_mean"} <= set(columns):
         raise SystemExit(
             f"{metrics}: not a curve (no env_steps/return_mean columns): give a seedq "
             "metrics.csv or the CSV of scripts/sf_curve.py --csv"
         )
-    rows = [r for r in every_row if r.get("return_mean") not in ("", None)]
+    every_row = [r for r in whole if numbers(r, "env_steps") and numbers(r, "return_mean", "")]
+    if len(whole) > len(every_row) or torn:
+        print(f"{metrics}: {rows_left_out(len(whole) - len(every_row), torn)}", file=sys.stderr)
+    rows = [r for r in every_row if r["return_mean"] != ""]
     games = None
     if episodes.exists():
-        with open(episodes) as f:
-            games = list(csv.DictReader(f))
+        _, whole, torn = read_whole_rows(episodes)
+        games = [g for g in whole if all(numbers(g, k) for k in ("env_steps", "length", "return"))]
+        if len(whole) > len(games) or torn:
+            print(f"{episodes}: {rows_left_out(len(whole) - len(games), torn)}", file=sys.stderr)
     return {
         "frames": [int(float(r["env_steps"])) * frame_skip for r in rows],
         "returns": [float(r["return_mean"]) for r in rows],
@@ -197,11 +201,24 @@ def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
         "games": None
         if games is None
         else [
-            (int(g["env_steps"]) * frame_skip, int(g["length"]), float(g["return"])) for g in games
+            (int(float(g["env_steps"])) * frame_skip, int(float(g["length"])), float(g["return"]))
+            for g in games
         ],
         "rows": every_row,
         "frame_skip": frame_skip,
     }
+
+
+def numbers(row: dict[str, str], column: str, *allowed: str) -> bool:
+    """Whether the row's ``column`` reads as a number (or is one of ``allowed``)."""
+    value = row.get(column, "")
+    if value in allowed:
+        return True
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def first_frames(run: dict, score: float) -> int | None:
@@ -281,7 +298,7 @@ def series(run: dict, tag: str) -> list[tuple[int, float]]:
     return [
         (int(float(r["env_steps"])) * run["frame_skip"], float(r[column]) * scale)
         for r in run["rows"]
-        if r.get(column) not in ("", None)
+        if r.get(column, "") != "" and numbers(r, column)
     ]
 
 

@@ -18,29 +18,28 @@ as in the run's stop rule).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
 
+from seedq.metrics import read_whole_rows, rows_left_out
+
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
-    """The run's metrics rows; a row that does not read as numbers (torn by a killed writer)
-    is left out and counted on stderr."""
+    """The run's metrics rows; a row cut short (the last line of a writer killed or still
+    writing) or that does not read as numbers is left out and counted on stderr."""
     path = run_dir / "metrics.csv"
     if not path.exists():
         raise SystemExit(f"{run_dir}: no metrics.csv; is this a seedq run directory?")
     rows, skipped = [], 0
-    with open(path, newline="", errors="replace") as f:
-        for row in csv.DictReader(f):
-            try:
-                rows.append(
-                    {key: float(value) for key, value in row.items() if value not in ("", None)}
-                )
-            except (TypeError, ValueError):
-                skipped += 1
-    if skipped:
-        print(f"{path}: {skipped} rows left out (not numbers)", file=sys.stderr)
+    _, whole, torn = read_whole_rows(path)
+    for row in whole:
+        try:
+            rows.append({key: float(value) for key, value in row.items() if value != ""})
+        except ValueError:
+            skipped += 1
+    if skipped or torn:
+        print(f"{path}: {rows_left_out(skipped, torn)}", file=sys.stderr)
     return rows
 
 

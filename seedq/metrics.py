@@ -26,6 +26,36 @@ EPISODE_COLUMNS = ("env_steps", "return", "length")
 log = logging.getLogger(__name__)
 
 
+def read_whole_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]], int]:
+    """The header and the whole rows of a CSV file a run writes (``metrics.csv``,
+    ``episodes.csv``), with the count of rows left out.
+
+    The writer appends each row with its newline in one write, so a last line without its
+    newline is a row cut short (a writer killed part way, or one still writing): read as a row,
+    ``1.9,300`` of ``1.947,30080,...`` was a run at 300 env steps with no return. A line of
+    another number of fields than the header (two rows glued together) is no row either.
+    """
+    with open(path, newline="", errors="replace") as f:
+        text = f.read()
+    torn = 0
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+        torn = 1
+    lines = [line for line in csv.reader(io.StringIO(text)) if line]
+    header = lines[0] if lines else []
+    rows = [dict(zip(header, line, strict=True)) for line in lines[1:] if len(line) == len(header)]
+    return header, rows, torn + sum(len(line) != len(header) for line in lines[1:])
+
+
+def rows_left_out(not_numbers: int, cut_short: int) -> str:
+    """ "3 rows left out (1 not numbers, 2 cut short)", or "" when none was."""
+    reasons = [(n, why) for n, why in ((not_numbers, "not numbers"), (cut_short, "cut short")) if n]
+    if not reasons:
+        return ""
+    why = reasons[0][1] if len(reasons) == 1 else ", ".join(f"{n} {why}" for n, why in reasons)
+    return f"{not_numbers + cut_short} rows left out ({why})"
+
+
 def _continue_header(path: str, columns: list[str]) -> list[str]:
     """The columns to append to the existing ``path`` with: its own header, plus any of
     ``columns`` it lacks (a resumed run whose seedq logs more than the one that started it).

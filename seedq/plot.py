@@ -11,13 +11,14 @@ with their eval-episode return, V-trace runs with the return of all episodes.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from seedq.metrics import read_whole_rows, rows_left_out
 
 # Keys that do not change what is learned: runs differing only in these share a group.
 IGNORED_OVERRIDES = (
@@ -84,18 +85,18 @@ def group_key(run_dir: Path) -> str:
 
 
 def read_curve(run_dir: Path) -> RunCurve:
-    """The run's return curve. Rows that do not read as numbers (a row torn by a killed
-    writer, a damaged file) are left out and counted on stderr; a file without seedq's
+    """The run's return curve. Rows cut short (the last line of a writer killed or still
+    writing) and rows that do not read as numbers (a damaged file) are left out and counted on
+    stderr; a file without seedq's
     columns, or whose env steps go back (the rows of two runs), is a ValueError naming it."""
     path = run_dir / "metrics.csv"
-    with open(path, newline="", errors="replace") as f:
-        rows = list(csv.DictReader(f))
-    header = set(rows[0]) if rows else set()
+    columns, rows, torn = read_whole_rows(path)
+    header = set(columns)
     # R2D2 runs are judged by their eval episodes ("eval_return_mean" in runs before 0.2).
     evals = [k for k in ("eval/return_mean", "eval_return_mean") if k in header]
     key = evals[0] if evals else "return_mean"
     missing = [k for k in ("wall_time", "env_steps", key) if k not in header]
-    if rows and missing:
+    if columns and missing:
         raise ValueError(f"{path} has no {', '.join(missing)} column: not a seedq metrics file")
     points, skipped = [], 0
     for row in rows:
@@ -105,8 +106,8 @@ def read_curve(run_dir: Path) -> RunCurve:
             points.append(tuple(float(row[k]) for k in ("env_steps", "wall_time", key)))
         except (TypeError, ValueError):
             skipped += 1
-    if skipped:
-        print(f"seedq-plot: {path}: {skipped} rows left out (not numbers)", file=sys.stderr)
+    if skipped or torn:
+        print(f"seedq-plot: {path}: {rows_left_out(skipped, torn)}", file=sys.stderr)
     table = np.array(points, dtype=float).reshape(-1, 3)  # env steps, seconds, return
     steps, seconds, returns = table.T
     back = np.flatnonzero(np.diff(steps) < 0)

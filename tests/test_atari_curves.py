@@ -492,3 +492,25 @@ def test_published_refuses_unknown_agents_and_runs_it_cannot_draw(
     with pytest.raises(SystemExit):
         curves.main(["published", str(pong), *extra])
     assert says in capsys.readouterr().err
+
+
+def test_rows_cut_short_or_not_numbers_are_left_out_and_counted(curves, tmp_path, capsys):
+    # A value that is not a number ended the table in a ValueError traceback; a last line
+    # without its newline (a writer killed, or still writing) was read as a row: "90.0,5" a
+    # run at 5 env steps, "100,-2" an episode of return -2.
+    run = fake_run(
+        tmp_path / "pong",
+        {"id": "ALE/Pong-v5"},
+        [(1_000, -20.0), (2_000, "abc"), (3_000, -19.0)],
+        episodes=[-21.0, -20.0],
+    )
+    with open(run / "metrics.csv", "a") as f:
+        f.write("120.0,5")
+    with open(run / "episodes.csv", "a") as f:
+        f.write("300,-2")
+    read = curves.read_run(run)
+    assert (read["frames"], read["returns"]) == ([4_000, 12_000], [-20.0, -19.0])
+    assert read["episode_returns"] == [-21.0, -20.0]
+    err = capsys.readouterr().err
+    assert "metrics.csv: 2 rows left out (1 not numbers, 1 cut short)" in err
+    assert "episodes.csv: 1 rows left out (cut short)" in err

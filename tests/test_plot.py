@@ -82,7 +82,7 @@ def test_rows_that_are_not_numbers_are_left_out_and_counted(tmp_path, capsys):
         f.write("240.0,40")  # a last row torn by a killed writer
     curve = read_curve(run)
     assert (curve.env_steps.tolist(), curve.returns.tolist()) == ([1000, 3000], [1.0, 3.0])
-    assert "1 rows left out (not numbers)" in capsys.readouterr().err
+    assert "2 rows left out (1 not numbers, 1 cut short)" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_file_that_is_not_a_metrics_file_or_has_no_returns_yet(tmp_path, capsys):
@@ -164,3 +164,14 @@ def test_a_run_of_one_env_step_is_drawn_as_a_point(tmp_path):
     blue = np.abs(top - [31, 119, 180]).sum(axis=-1) < 60  # tab10's first colour
     left, right = np.array_split(blue, 2, axis=1)
     assert (left.sum() > 20, right.sum() > 20) == (True, True)
+
+
+def test_a_last_row_cut_short_is_left_out_and_counted(tmp_path, capsys):
+    # A writer killed (or still writing) part way through a row leaves it without its newline:
+    # "180.0,3" of "180.0,3000,9" read as a return at 3 env steps, which goes back, and the
+    # run was refused as "the rows of more than one run".
+    run = fake_run(tmp_path / "r", ["seed=0"], [1, 5])
+    with open(run / "metrics.csv", "a") as f:
+        f.write("180.0,3000,9")
+    assert read_curve(run).returns.tolist() == [1.0, 5.0]
+    assert "1 rows left out (cut short)" in capsys.readouterr().err

@@ -49,3 +49,15 @@ def test_paths_that_hold_no_run_are_one_line_exit_2(tmp_path):
         2,
         "no seedq run (metrics.csv) in the paths given",
     )
+
+
+def test_a_last_row_cut_short_is_left_out_and_counted(tmp_path):
+    # The last line of a run being written (or of a killed writer) without its newline,
+    # "180,3", was read as the run's last row: 3 env steps in 180 s and a final return of nan.
+    fake_job(tmp_path / "run", [], [[60, 1000, 20, 100], [120, 2000, 30, 200]])
+    with open(tmp_path / "run" / "metrics.csv", "a") as f:
+        f.write("180,3")
+    result = script("summarize_runs.py", str(tmp_path / "run"), "--target", "10")
+    assert result.returncode == 0, result.stderr
+    assert "| run | 17 | 1.0 | 1,000 | 30.0 |" in result.stdout
+    assert "1 rows left out (cut short)" in result.stderr
