@@ -257,6 +257,42 @@ def misspelt_key(argv: list[str]) -> str | None:
     return None
 
 
+def entry_without_plus(argv: list[str]) -> str | None:
+    """The refusal of a new entry of a mapping key written without ``+``
+    (``env.kwargs.map_name=8x8``): Hydra's answer was "Key 'map_name' is not in struct" and
+    its config's types, which do not say to write ``+env.kwargs.map_name=8x8``."""
+    from hydra.core.override_parser.types import OverrideType
+
+    from seedq.agents.registry import agent_names
+    from seedq.envs.registry import BACKENDS
+    from seedq.schema import describe
+
+    changes = [
+        o
+        for o in parsed_overrides(argv)
+        if o.type == OverrideType.CHANGE and "." in o.key_or_group and "/" not in o.key_or_group
+    ]
+    if not changes:
+        return None
+    mappings = {
+        d.key: d.default
+        for a in agent_names()
+        for k in BACKENDS
+        for d in describe(schema_for(a, k))
+        if isinstance(d.default, dict)
+    }
+    for override in changes:
+        key = override.key_or_group
+        for mapping, default in mappings.items():
+            entry = key.removeprefix(f"{mapping}.").split(".")[0]
+            if key.startswith(f"{mapping}.") and entry not in default:
+                return (
+                    f"{key}: {mapping} is a mapping with no entry {entry!r}; Hydra adds one "
+                    f"with +: +{override.input_line}"
+                )
+    return None
+
+
 def described_as(name: str, helps: dict[str, str]) -> list[str]:
     """Up to three keys whose help has every word of ``name`` (split at ``_``, words of three
     letters or more): what a user who knows the idea but not seedq's name for it meant
@@ -408,6 +444,7 @@ def key_refusal(argv: list[str]) -> str | None:
         or foreign_env_key(argv)
         or foreign_algorithm_key(argv)
         or misspelt_key(argv)
+        or entry_without_plus(argv)
         or foreign_arch_key(argv)
         or number_for_switch(argv)
     )

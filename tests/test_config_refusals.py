@@ -303,3 +303,11 @@ def test_an_advertise_host_actors_cannot_dial_is_refused(advertised):
 def test_a_host_name_or_ipv4_address_is_advertised():
     for advertised in ("learner.example", "10.0.0.5", "ib-cpu1"):
         validate(compose_config(f"broker.advertise_host={advertised}"))
+
+
+@pytest.mark.parametrize("override", ["env.kwargs.map_name=8x8", "launcher.env.OMP_NUM_THREADS=1"])
+def test_a_new_entry_of_a_mapping_key_without_plus_names_the_plus(override):
+    # Hydra's answer was "Key 'map_name' is not in struct" with its config's types.
+    says = key_refusal(["env=gym", "env.id=FrozenLake-v1", override])
+    assert says is not None and says.endswith(f"Hydra adds one with +: +{override}")
+    assert key_refusal(["env=gym", "env.id=FrozenLake-v1", f"+{override}"]) is None
