@@ -48,6 +48,7 @@ from pathlib import Path
 import yaml
 
 from seedq.exit_status import EXIT_STOPPED
+from seedq.files import unwritable
 from seedq.metrics import read_whole_rows, rows_left_out
 
 # Scores worth naming per game: the issue's targets and the usual reading points.
@@ -71,6 +72,17 @@ ANCHORS = {
     "Breakout": "CleanRL PPO 414.66 ± 28.09 at 40 M; sticky: Dopamine IQN +102.7 at 10 M",
     "BeamRider": "CleanRL PPO 1915.93 ± 484.58 at 40 M; sticky: Dopamine Rainbow +5983 at 10 M",
 }
+
+
+class Refused(SystemExit):
+    """An input the table cannot be made from: said in one line on stderr, exit status 2."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def game_of(env_id: str) -> str:
@@ -126,6 +138,22 @@ def launch(cmd: list[str]) -> int:
         return process.wait()
 
 
+def plot_refusal(path: Path) -> str:
+    """Why a figure cannot be written to ``path`` ("" if it can): a folder missing or not
+    writable, a suffix matplotlib has no writer for. Checked first, so that neither a table
+    nor hours of ``run`` end in a traceback at the figure."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if not path.parent.is_dir():
+        return f"--plot {path}: no folder {path.parent}"
+    if why := unwritable(path.parent):
+        return f"--plot {path}: cannot write in {path.parent} ({why})"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        return f"--plot {path}: give a file ending in .{', .'.join(sorted(formats))}"
+    return ""
+
+
 def without_metrics(paths: list[Path]) -> list[Path]:
     """The paths that are neither a metrics CSV nor a run directory holding one."""
     return [p for p in paths if not p.is_file() and not (p / "metrics.csv").exists()]
@@ -152,6 +180,12 @@ def read_run(run_dir: Path, frame_skip: int = 4, entropy_cost: float = 0.01) -> 
             "overrides": [],
             "entropy_cost": entropy_cost,
         }
+    if not (run_dir / ".hydra" / "config.yaml").is_file():
+        raise Refused(
+            f"{run_dir}: no .hydra/config.yaml to read its game and frame skip from (not a "
+            "folder seedq-train wrote); give its metrics.csv, copied as GAME_metrics.csv, "
+            "with --frame-skip"
+        )
     config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
     env = config["env"]
@@ -179,7 +213,7 @@ def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
     same."""
     columns, whole, torn = read_whole_rows(metrics)
     if not {"env_steps", "return_mean"} <= set(columns):
-        raise SystemExit(
+        raise Refused(
             f"{metrics}: not a curve (no env_steps/return_mean columns): give a seedq "
             "metrics.csv or the CSV of scripts/sf_curve.py --csv"
         )
@@ -288,12 +322,12 @@ def series(run: dict, tag: str) -> list[tuple[int, float]]:
     bonus, ``-entropy_cost x entropy``)."""
     column = "loss/entropy" if tag == "entropy" else tag
     if run["rows"] and column not in run["rows"][0]:
-        raise SystemExit(f"{run['dir']}: metrics.csv has no column {column!r}")
+        raise Refused(f"{run['dir']}: metrics.csv has no column {column!r}")
     scale = 1.0
     if tag == "entropy":
         cost = run["entropy_cost"]
         if not cost:
-            raise SystemExit(f"{run['dir']}: entropy_cost is {cost!r}; read loss/entropy instead")
+            raise Refused(f"{run['dir']}: entropy_cost is {cost!r}; read loss/entropy instead")
         scale = -1.0 / float(cost)
     return [
         (int(float(r["env_steps"])) * run["frame_skip"], float(r[column]) * scale)
@@ -645,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--midpoint-envs needs --marks")
     if args.midpoint_envs < 0:
         parser.error(f"--midpoint-envs must be a number of envs, not {args.midpoint_envs}")
+    if args.plot is not None and (why := plot_refusal(args.plot)):
+        parser.error(why)
 
     if args.command == "run":
         try:
@@ -709,6 +745,8 @@ def published(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("no runs in " + ", ".join(map(str, args.files)))
     if args.beside and args.plot is None:
         parser.error("--beside needs --plot")
+    if args.plot is not None and (why := plot_refusal(args.plot)):
+        parser.error(why)
     missing = without_metrics(args.beside)
     if missing:
         parser.error(f"--beside: no metrics.csv in {', '.join(map(str, missing))}")
@@ -723,4 +761,8 @@ def published(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Refused as refused:
+        print(refused, file=sys.stderr)
+        sys.exit(2)

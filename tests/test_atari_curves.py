@@ -2,6 +2,7 @@
 
 import csv
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -514,3 +515,23 @@ def test_rows_cut_short_or_not_numbers_are_left_out_and_counted(curves, tmp_path
     err = capsys.readouterr().err
     assert "metrics.csv: 2 rows left out (1 not numbers, 1 cut short)" in err
     assert "episodes.csv: 1 rows left out (cut short)" in err
+
+
+def test_a_folder_without_config_and_a_plot_it_cannot_write_are_one_line_exit_2(curves, tmp_path):
+    # Both ended in a traceback (FileNotFoundError for the config, and for the figure after the
+    # table; a suffix matplotlib does not write: ValueError), `run --plot` after its training.
+    run = fake_run(tmp_path / "pong", {"id": "ALE/Pong-v5"}, [(1_000, -20.0)])
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    (copied / "metrics.csv").write_bytes((run / "metrics.csv").read_bytes())
+    for args, says in (
+        (["table", str(copied)], f"{copied}: no .hydra/config.yaml to read its game"),
+        (["table", str(run), "--plot", str(tmp_path / "no" / "x.png")], "no folder"),
+        (["table", str(run), "--plot", str(tmp_path / "x.nosuch")], "give a file ending in"),
+        (["run", "--plot", str(tmp_path / "no" / "x.png")], "no folder"),
+    ):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120
+        )
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert says in result.stderr.splitlines()[-1] and "Traceback" not in result.stderr
