@@ -94,11 +94,13 @@ def report(points: list[tuple[int, float]], frame_skip: int, marks: list[float])
         cells.append(
             f"{mark / 1e6:.1f} M: {before[-1]:+.1f}" if before else f"{mark / 1e6:.1f} M: -"
         )
-    lines.append(" | ".join(cells))
+    if cells:  # none when the curve ends before the first mark
+        lines.append(" | ".join(cells))
     for score in (0.0, 10.0, 18.0):
         first = next((s * frame_skip for s, v in points if v >= score), None)
         lines.append(
-            f"first >= {score:g}: " + (f"{first / 1e6:.2f} M frames" if first else "not reached")
+            f"first >= {score:g}: "
+            + ("not reached" if first is None else f"{first / 1e6:.2f} M frames")
         )
     if points:
         steps, value = points[-1]
@@ -123,11 +125,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also print this TensorBoard tag's mean between marks (repeatable)",
     )
     args = parser.parse_args(argv)
-    points = (
-        curve_from_log(args.log.read_text(errors="replace"))
-        if args.log
-        else curve(args.experiment_dir)
-    )
+    if args.csv is not None and not args.csv.parent.is_dir():
+        parser.error(f"--csv {args.csv}: no folder {args.csv.parent}")
+    if args.log is not None:
+        try:
+            text = args.log.read_text(errors="replace")
+        except OSError as exc:
+            parser.error(f"--log {args.log}: {exc.strerror or exc}")
+        points = curve_from_log(text)
+        if not points:
+            parser.error(
+                f"--log {args.log}: no 'Avg episode reward' after a 'Total num frames' line "
+                "(not Sample Factory's console, or no game has ended yet)"
+            )
+    else:
+        points = curve(args.experiment_dir)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.writer(f)

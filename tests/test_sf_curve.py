@@ -82,3 +82,27 @@ def test_a_scalar_is_printed_as_its_mean_between_marks(sf_curve, tmp_path, capsy
     assert last == "train/entropy: 0.2 M: 1.6 | 0.4 M: 1.2 | 0.5 M: - | 0.6 M: 1"
     with pytest.raises(SystemExit, match="no scalar 'train/kl'.*train/entropy"):
         sf_curve.main([str(experiment), "--scalar", "train/kl"])
+
+
+def test_a_score_reached_at_the_first_frame_is_reached(sf_curve) -> None:
+    # `if first` read 0 frames as "not reached".
+    text = sf_curve.report([(0, 1.0), (1000, -3.0)], 4, [0.4e6])
+    assert "first >= 0: 0.00 M frames" in text.splitlines()
+
+
+def test_a_log_it_cannot_read_or_without_a_curve_and_a_csv_folder_missing_are_refused(
+    sf_curve, tmp_path, capsys
+) -> None:
+    # A missing --log or --csv folder ended in a FileNotFoundError traceback (the csv after the
+    # curve was read); a log without reward lines printed "not reached" for every score, exit 0.
+    log = tmp_path / "sf.log"
+    log.write_text(CONSOLE)
+    (tmp_path / "other.log").write_text("nothing of Sample Factory's\n")
+    for argv, says in (
+        (["x", "--log", str(tmp_path / "none.log")], "none.log: No such file or directory"),
+        (["x", "--log", str(tmp_path / "other.log")], "no 'Avg episode reward'"),
+        (["x", "--log", str(log), "--csv", str(tmp_path / "no" / "c.csv")], "no folder"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            sf_curve.main(argv)
+        assert exit_info.value.code == 2 and says in capsys.readouterr().err
