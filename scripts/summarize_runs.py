@@ -166,6 +166,17 @@ def frame_skip(run_dir: Path) -> int:
     return int(env.get("frame_skip", 1)) if env.get("kind") == "atari" else 1
 
 
+def env_id(run_dir: Path) -> str | None:
+    """The env the run trained on (None for a folder without its Hydra config)."""
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.exists():
+        return None
+    from omegaconf import OmegaConf
+
+    env = OmegaConf.load(path).get("env", {})
+    return str(env.get("id")) if env.get("id") is not None else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -182,6 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     run_dirs = find_runs(args.run_dirs)
     if not run_dirs:
         print("no seedq run (metrics.csv) in the paths given", file=sys.stderr)
+        return 2
+    envs = sorted({e for e in map(env_id, run_dirs) if e is not None})
+    if len(envs) > 1:
+        # One --target read against every env: "not reached" or "0.1 minutes" on an env whose
+        # scores are on another scale says nothing.
+        print(
+            f"runs of {', '.join(envs)} share one --target ({args.target:g}): summarise each "
+            "env's runs apart, each with its own target",
+            file=sys.stderr,
+        )
         return 2
     print(results_table(run_dirs, args.target))
     if args.curve_every_min:

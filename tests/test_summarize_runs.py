@@ -61,3 +61,19 @@ def test_a_last_row_cut_short_is_left_out_and_counted(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "| run | 17 | 1.0 | 1,000 | 30.0 |" in result.stdout
     assert "1 rows left out (cut short)" in result.stderr
+
+
+def test_runs_of_two_envs_under_one_target_are_refused_naming_them(tmp_path):
+    # CartPole's 475 was read against an Acrobot run as well: "not reached" beside it.
+    for name, env in (("cartpole", "CartPole-v1"), ("acrobot", "Acrobot-v1")):
+        fake_job(tmp_path / name, [], [[60, 1000, 20, 100]])
+        (tmp_path / name / ".hydra" / "config.yaml").write_text(f"env:\n  id: {env}\n")
+    result = script("summarize_runs.py", str(tmp_path / "cartpole"), str(tmp_path / "acrobot"))
+    assert (result.returncode, result.stdout, result.stderr.splitlines()) == (
+        2,
+        "",
+        [
+            "runs of Acrobot-v1, CartPole-v1 share one --target (475): summarise each env's "
+            "runs apart, each with its own target"
+        ],
+    )
