@@ -154,7 +154,15 @@ def cut_short(curves: list[RunCurve]) -> list[str]:
     for label, members in groups.items():
         shortest = min(members, key=lambda c: c.env_steps[-1])
         longest = max(c.env_steps[-1] for c in members)
-        if len(members) > 1 and shortest.env_steps[-1] < 0.9 * longest:
+        if len(members) < 2 or shortest.env_steps[-1] >= 0.9 * longest:
+            continue
+        if band(members, "env_steps") is None:
+            # Each seed is drawn whole (the legend says so): no mean is cut.
+            notes.append(
+                f"{label}: no env steps common to all its runs ({shortest.path} ends at "
+                f"{shortest.env_steps[-1]:,.0f}); each is drawn as a line, with no mean"
+            )
+        else:
             notes.append(
                 f"{label}: its mean is drawn to {shortest.env_steps[-1]:,.0f} env steps, where "
                 f"{shortest.path} ends; the others go on to {longest:,.0f} (plot that run "

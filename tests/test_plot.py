@@ -175,3 +175,15 @@ def test_a_last_row_cut_short_is_left_out_and_counted(tmp_path, capsys):
         f.write("180.0,3000,9")
     assert read_curve(run).returns.tolist() == [1.0, 5.0]
     assert "1 rows left out (cut short)" in capsys.readouterr().err
+
+
+def test_a_seed_that_ends_before_the_others_begin_is_not_said_to_cut_a_mean(tmp_path, capsys):
+    # No range is common to all, so each seed is drawn whole; the note said "its mean is
+    # drawn to 1,000 env steps", a mean the figure does not have.
+    fake_run(tmp_path / "sweep" / "0", ["seed=0"], [1])
+    late = fake_run(tmp_path / "sweep" / "1", ["seed=1"], ["", "", 3, 4])  # from 3,000 steps
+    assert [c.env_steps[0] for c in map(read_curve, [late])] == [3000]
+    assert main([str(tmp_path / "sweep"), "-o", str(tmp_path / "s.png")]) == 0
+    err = capsys.readouterr().err
+    assert "its mean is drawn" not in err
+    assert "no env steps common to all its runs" in err
