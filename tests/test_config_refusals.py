@@ -311,3 +311,11 @@ def test_a_new_entry_of_a_mapping_key_without_plus_names_the_plus(override):
     says = key_refusal(["env=gym", "env.id=FrozenLake-v1", override])
     assert says is not None and says.endswith(f"Hydra adds one with +: +{override}")
     assert key_refusal(["env=gym", "env.id=FrozenLake-v1", f"+{override}"]) is None
+
+
+@pytest.mark.parametrize("family", ["cartpole", "gym", "mujoco", "atari"])
+def test_an_empty_env_id_is_refused_as_empty(family):
+    # gymnasium's "Malformed environment ID: ." (or "unknown Atari env id ''") came instead.
+    assert refusal(f"env={family}", "env.id=").startswith(
+        f"env.id is empty: give env={family} the id of an env"
+    )

@@ -219,6 +219,12 @@ def validate_env(env: EnvConfig | Mapping[str, Any], actor: Any) -> None:
         env.check()
     except EnvError as exc:
         raise ConfigError(str(exc)) from None
+    if not str(env.id).strip():
+        # gymnasium's "Malformed environment ID" or an unknown id '' of the family, else.
+        raise ConfigError(
+            f"env.id is empty: give env={kind} the id of an env (seedq-train --keys env={kind} "
+            "env.id says which it takes)"
+        )
     rows = env.rows_per_env()
     if actor.envs_per_batch % rows:
         raise ConfigError(
