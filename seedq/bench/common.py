@@ -235,12 +235,17 @@ def compose(overrides: Sequence[str], run_dir: str | None = None) -> SeedqConfig
 
     from seedq import cli
 
-    # scripts/bench_against.py lays this file over older trees as the measuring code; a cli
-    # from before 2026-12-02 lacks these two checks of the overrides, and runs without them.
+    # scripts/bench_against.py lays this file over older trees as the measuring code: the
+    # checks of the overrides live in seedq.command_keys since 2026-12-07, in seedq.cli before
+    # (from 2026-12-02), and a tree older than that runs without them.
+    try:
+        from seedq import command_keys as checks
+    except ImportError:
+        checks = cli
     overrides = list(overrides)
-    if hasattr(cli, "key_refusal"):
-        overrides = cli.whole_numbers(overrides)
-        if refusal := cli.key_refusal(overrides):
+    if hasattr(checks, "key_refusal"):
+        overrides = checks.whole_numbers(overrides)
+        if refusal := checks.key_refusal(overrides):
             raise ConfigError(refusal)
     register_configs()
     run_dir = run_dir or scratch_dir("seedq-bench-")
