@@ -220,7 +220,13 @@ def read_logs(metrics: Path, episodes: Path, frame_skip: int) -> dict:
     every_row = [r for r in whole if numbers(r, "env_steps") and numbers(r, "return_mean", "")]
     if len(whole) > len(every_row) or torn:
         print(f"{metrics}: {rows_left_out(len(whole) - len(every_row), torn)}", file=sys.stderr)
-    rows = [r for r in every_row if r["return_mean"] != ""]
+    # A mean over fewer than 100 episodes is no 100-episode mean (summarize_runs.py skips it
+    # too); a curve without an episodes column (sf_curve.py's) has only such means.
+    rows = [
+        r
+        for r in every_row
+        if r["return_mean"] != "" and (not numbers(r, "episodes") or float(r["episodes"]) >= 100)
+    ]
     games = None
     if episodes.exists():
         _, whole, torn = read_whole_rows(episodes)

@@ -535,3 +535,21 @@ def test_a_folder_without_config_and_a_plot_it_cannot_write_are_one_line_exit_2(
         )
         assert (result.returncode, result.stdout) == (2, ""), result.stderr
         assert says in result.stderr.splitlines()[-1] and "Traceback" not in result.stderr
+
+
+def test_a_mean_over_fewer_than_100_episodes_reaches_no_score(curves, tmp_path):
+    # Rows logged before 100 episodes had finished counted: a lucky mean of 3 early games
+    # was a run's "best 100-episode mean" and its frames to a score (summarize_runs.py skips
+    # them).
+    run = tmp_path / "pong"
+    (run / ".hydra").mkdir(parents=True)
+    config = {"env": {"id": "ALE/Pong-v5"}, "algorithm": {"name": "vtrace"}}
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (run / ".hydra" / "overrides.yaml").write_text("")
+    (run / "metrics.csv").write_text(
+        "wall_time,env_steps,return_mean,episodes\n"
+        "30,100000,19.0,3\n30,200000,-5.0,120\n90,300000,18.5,250\n"
+    )
+    read = curves.read_run(run)
+    assert curves.first_frames(read, 18) == 1_200_000  # 300 k env steps x 4
+    assert curves.best(read)[0] == "18.5 at 1.20 M"
