@@ -2,6 +2,7 @@
 exit 2, before anything is measured), and raw-env steps continuous envs with actions they take."""
 
 import dataclasses
+import json
 import math
 import threading
 
@@ -107,3 +108,44 @@ def test_a_subcommands_help_prints_its_options_and_what_it_measures(capsys, name
     out = capsys.readouterr().out
     assert code == 0 and out.startswith(f"usage: seedq-bench {name} "), out
     assert f"``seedq-bench {name}``" in out  # what it measures: its module's docstring
+
+
+def test_inference_builds_the_network_for_a_continuous_envs_actions(capsys):
+    # The bench built discrete-action networks whatever the env: SAC on env=mujoco was refused
+    # ("this env has 6 discrete ones") and PPO on Box actions was timed with a discrete head.
+    code = main(["inference", "algorithm=sac", "env=mujoco", "batch_sizes=2", "seconds=0.02"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    figures = json.loads(out.strip().splitlines()[-1])
+    # SAC builds MLPs only: the default models are the ones it builds.
+    assert [r["model"] for r in figures["results"]] == ["mlp"]
+    assert figures["actions"] == "continuous[6]"  # HalfCheetah's Box
+    code = main(["inference", "algorithm=ppo", "env=gym", "env.id=Pendulum-v1", "models=mlp",
+                 "batch_sizes=2", "seconds=0.02"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["actions"] == "continuous[1]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # SAC's MLP on Atari frames, timed under a "nature" label.
+        (
+            ["inference", "algorithm=sac", "env=mujoco", "models=mlp,nature"],
+            "models=nature: algorithm=sac cannot build it (",
+        ),
+        # A continuous env's action length is the env's, not a count to set.
+        (
+            ["inference", "algorithm=ppo", "env=gym", "env.id=Pendulum-v1", "num_actions=4"],
+            "num_actions=4 sets a discrete action count; env.id=Pendulum-v1 has continuous",
+        ),
+        # The config's "Use env=mujoco" came first, for a bench that trains on-policy only.
+        (["learner", "algorithm=sac"], "learner: algorithm=sac is not on-policy"),
+        (["learner", "algorithm=r2d2", "env=mujoco"], "learner: algorithm=r2d2 is not on-policy"),
+    ],
+)
+def test_what_a_bench_cannot_time_is_refused_with_its_own_reason(capsys, argv, message):
+    code = main([*argv, "batch_sizes=1", "seconds=0.02"] if argv[0] == "inference" else argv)
+    err = capsys.readouterr().err
+    assert (code, err.count("\n"), message in err) == (2, 1, True), err

@@ -40,7 +40,7 @@ import torch
 
 from seedq.agents.common.models import RecurrentBody
 from seedq.agents.common.onpolicy import OnPolicyAgent
-from seedq.agents.registry import agent_class, build_agent
+from seedq.agents.registry import agent_class, agent_names, build_agent
 from seedq.bench.common import (
     CONF_DIR,
     BenchError,
@@ -107,15 +107,20 @@ def request_slots(count: int, n_envs: int, spec: EnvSpec) -> list[tuple[ActorSlo
     return slots
 
 
+def check_on_policy(algorithm: str) -> None:
+    """A BenchError unless ``algorithm`` trains on-policy, as the loop does."""
+    if algorithm in agent_names() and not issubclass(agent_class(algorithm), OnPolicyAgent):
+        raise BenchError(
+            f"learner: algorithm={algorithm} is not on-policy; this loop trains each batch of "
+            "fresh unrolls as it completes: algorithm=vtrace or algorithm=ppo"
+        )
+
+
 class LearnerLoop:
     """The learner's per-step work for ``requests`` env batches, driven by one thread."""
 
     def __init__(self, cfg: Any, spec: EnvSpec, model: str, requests: int) -> None:
-        if not issubclass(agent_class(cfg.algorithm.name), OnPolicyAgent):
-            raise BenchError(
-                f"learner: algorithm={cfg.algorithm.name} is not on-policy; this loop trains "
-                "each batch of fresh unrolls as it completes: algorithm=vtrace or algorithm=ppo"
-            )
+        check_on_policy(cfg.algorithm.name)
         hw = cfg.hardware
         if getattr(cfg.algorithm, "pause_acting", False):
             # One thread acts, records and trains in turn, so the sink must not wait for a
@@ -293,6 +298,11 @@ def run(argv: list[str]) -> dict[str, Any]:
         raise BenchError(f"requests={options['requests']}: the env batches a step takes, >= 1")
     if options["mode"] == "run":
         return run_process(options, overrides)
+    # The loop's own reason before the config's: SAC's refusal of env=atari suggested
+    # env=mujoco, for a loop that trains no off-policy algorithm on any env.
+    chosen = [o.partition("=")[2] for o in overrides if o.startswith("algorithm=")]
+    if chosen:
+        check_on_policy(chosen[-1])
     # Atari's presets (tuning/<algorithm>_atari) by default: the data is Pong-shaped.
     cfg = compose(["env=atari", *overrides])
     spec = EnvSpec(tuple(options["obs_shape"]), "uint8", int(options["num_actions"]))
