@@ -94,6 +94,29 @@ def test_usable_cores_cap_the_affinity_mask_by_the_cgroup_quota(tmp_path, v2, v1
     assert usable_cores(affinity=16, cgroup_root=cgroup(tmp_path, v2, v1)) == cores
 
 
+@pytest.mark.parametrize(
+    ("proc_cgroup", "own", "quota_in"),
+    [
+        # systemd-run -p CPUQuota=100%, a Slurm job: a child cgroup of the mount's root.
+        ("1:cpu:/seedq.scope", "cpu/seedq.scope", "cpu/seedq.scope"),
+        ("4:cpu,cpuacct:/slurm/job_7", "cpu/slurm/job_7", "cpu/slurm"),  # a parent's quota
+        ("0::/user.slice/run-1.scope", "user.slice/run-1.scope", "user.slice/run-1.scope"),
+        # A container's own cgroup mounted as the root while /proc names it from the host's.
+        ("1:cpu:/docker/abc", "cpu", "cpu"),
+    ],
+)
+def test_the_quota_of_the_process_s_own_cgroup_is_read(tmp_path, proc_cgroup, own, quota_in):
+    (tmp_path / own).mkdir(parents=True)
+    folder = tmp_path / quota_in
+    if quota_in.startswith("cpu"):
+        (folder / "cpu.cfs_quota_us").write_text("100000\n")
+        (folder / "cpu.cfs_period_us").write_text("100000\n")
+    else:
+        (folder / "cpu.max").write_text("100000 100000\n")
+    (tmp_path / "self-cgroup").write_text(f"{proc_cgroup}\n")
+    assert usable_cores(16, tmp_path, tmp_path / "self-cgroup") == 1
+
+
 def test_no_quota_reads_as_none(tmp_path):
     assert cgroup_quota_cores(cgroup(tmp_path, "max 100000")) is None
 
