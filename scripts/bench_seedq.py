@@ -6,7 +6,9 @@
 
 Each case is one ``seedq-bench`` command; its table goes into the ``seedq-bench`` section of
 ``benchmarks/RESULTS.md`` (between markers, the rest of the file is kept) with the command,
-the date and the machine, and the JSON lines go to ``benchmarks/seedq_bench.jsonl``.
+the date and the machine, and the JSON lines go to ``benchmarks/seedq_bench.jsonl``. With
+``--only`` the section keeps the other subcommands' tables and notes which were run again.
+SIGTERM (or Ctrl-C) stops the running case, as ``seedq-bench`` stops, and writes nothing.
 """
 
 from __future__ import annotations
@@ -15,15 +17,22 @@ import argparse
 import datetime
 import importlib.util
 import json
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from seedq.bench.common import stop_on_sigterm, stopped_status
+from seedq.files import replace_text
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 JSONL = ROOT / "benchmarks" / "seedq_bench.jsonl"
 BEGIN, END = "<!-- seedq-bench:begin -->", "<!-- seedq-bench:end -->"
+# One case's table in the section: its command, then what it printed.
+BLOCK = re.compile(r"^```\n\$ seedq-bench (\S+)([^\n]*)\n.*?^```$", re.MULTILINE | re.DOTALL)
+RERUN = "Run again with `--only "
 
 CASES: list[tuple[str, str]] = [
     ("raw-env", "raw-env seconds=10"),
@@ -52,14 +61,47 @@ CASES: list[tuple[str, str]] = [
 def run_case(args: str) -> tuple[str, dict]:
     cmd = [sys.executable, "-m", "seedq.bench.cli", *shlex.split(args)]
     print(f"$ seedq-bench {args}", flush=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise SystemExit(f"seedq-bench {args} failed:\n{out.stdout}\n{out.stderr}")
-    lines = out.stdout.strip().splitlines()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=900)
+        except BaseException:
+            # SIGTERM or Ctrl-C here: the case stops as seedq-bench does, its own processes
+            # with it (subprocess.run's SIGKILL left them running, and SIGTERM's default
+            # action the whole case).
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    if proc.returncode != 0:
+        raise SystemExit(f"seedq-bench {args} failed:\n{stdout}\n{stderr}")
+    lines = stdout.strip().splitlines()
     figures = json.loads(lines[-1])
     table = "\n".join(lines[:-1]).strip()
     print(table, flush=True)
     return table, figures
+
+
+def old_section(text: str) -> tuple[list[str], dict[str, str]]:
+    """The paragraphs before the first table of ``text``'s seedq-bench section (the run's
+    line, the notes of ``--only`` runs) and its tables by command; nothing without one."""
+    if BEGIN not in text or END not in text:
+        return [], {}
+    body = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    first = BLOCK.search(body)
+    head = body[: first.start() if first else len(body)]
+    notes = [p.strip() for p in head.split("\n\n") if p.strip() and not p.startswith("## ")]
+    tables = {m.group(1) + m.group(2): m.group(0) for m in BLOCK.finditer(body)}
+    return notes, tables
+
+
+def merged_tables(run: dict[str, str], kept: dict[str, str]) -> list[str]:
+    """The tables of an ``--only`` run in the cases' order: those ``run`` again, and every
+    other ``kept`` from the section (another subcommand's, a case not run this time)."""
+    order = [case for _, case in CASES]
+    commands = [c for c in order if c in run or c in kept] + [c for c in kept if c not in order]
+    return [run.get(command) or kept[command] for command in commands]
 
 
 def replace_section(text: str, section: str) -> str:
@@ -81,30 +123,40 @@ def main(argv: list[str]) -> int:
     cases = [
         c for c in CASES if (args.only in (None, c[0])) and (football or "env=football" not in c[1])
     ]
-    blocks, records = [], []
-    for _, case in cases:
-        table, figures = run_case(case)
-        blocks.append(f"```\n$ seedq-bench {case}\n{table}\n```")
-        records.append(figures)
+    stop_on_sigterm()
+    blocks, records = {}, []
+    try:
+        for _, case in cases:
+            table, figures = run_case(case)
+            blocks[case] = f"```\n$ seedq-bench {case}\n{table}\n```"
+            records.append(figures)
+    except KeyboardInterrupt as exc:
+        return stopped_status("bench_seedq.py", exc)
     machine = records[0]["machine"] if records else {}
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    section = "\n\n".join(
-        [
-            BEGIN,
-            "## seedq-bench",
-            f"{when}, `python scripts/bench_seedq.py`"
-            + (f" `{' '.join(argv)}`" if argv else "")
-            + f". Machine: {machine.get('cpu')}, {machine.get('cores')} cores, torch "
-            f"{machine.get('torch')}"
-            + (f", GPU {machine['gpu']}" if "gpu" in machine else "")
-            + ". Each block is one command as a user runs it; the JSON lines are in "
-            "`benchmarks/seedq_bench.jsonl`.",
-            *blocks,
-            END,
-        ]
+    ran = (
+        f"{when}, `python scripts/bench_seedq.py`"
+        + (f" `{' '.join(argv)}`" if argv else "")
+        + f". Machine: {machine.get('cpu')}, {machine.get('cores')} cores, torch "
+        f"{machine.get('torch')}" + (f", GPU {machine['gpu']}" if "gpu" in machine else "") + "."
     )
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks\n"
-    RESULTS.write_text(replace_section(text, section))
+    notes, kept = old_section(text)
+    if args.only and (notes or kept):
+        # The section's own line stays that of the run its other tables came from; this run's
+        # line replaces an earlier one of the same subcommand's.
+        mine = f"{RERUN}{args.only}`"
+        notes = [n for n in notes if not n.startswith(mine)]
+        notes.append(f"{mine} ({args.only}'s tables): {ran}")
+        tables = merged_tables(blocks, kept)
+    else:
+        notes = [
+            f"{ran} Each block is one command as a user runs it; the JSON lines are in "
+            "`benchmarks/seedq_bench.jsonl`."
+        ]
+        tables = list(blocks.values())
+    section = "\n\n".join([BEGIN, "## seedq-bench", *notes, *tables, END])
+    replace_text(str(RESULTS), replace_section(text, section))
     with open(JSONL, "a") as f:
         for record in records:
             f.write(json.dumps({"date": when, **record}) + "\n")
