@@ -143,9 +143,14 @@ def test_inference_builds_the_network_for_a_continuous_envs_actions(capsys):
         # The config's "Use env=mujoco" came first, for a bench that trains on-policy only.
         (["learner", "algorithm=sac"], "learner: algorithm=sac is not on-policy"),
         (["learner", "algorithm=r2d2", "env=mujoco"], "learner: algorithm=r2d2 is not on-policy"),
+        # The null env stayed null; env=atari sized its actors as Atari's (2 x 2 x 4 envs).
+        (["pipeline", "env=atari"], "env=atari: pipeline steps a null env"),
+        (["pipeline", "env.id=ALE/Breakout-v5"], "env.id=ALE/Breakout-v5: pipeline steps a null"),
+        (["pipeline", "+env.kwargs.x=1", "env=gym"], "+env.kwargs.x=1 env=gym: pipeline steps"),
     ],
 )
 def test_what_a_bench_cannot_time_is_refused_with_its_own_reason(capsys, argv, message):
-    code = main([*argv, "batch_sizes=1", "seconds=0.02"] if argv[0] == "inference" else argv)
+    short = {"inference": ["batch_sizes=1", "seconds=0.02"], "pipeline": ["seconds=0.2"]}
+    code = main([*argv, *short.get(argv[0], [])])
     err = capsys.readouterr().err
     assert (code, err.count("\n"), message in err) == (2, 1, True), err

@@ -8,7 +8,8 @@ cost of moving observations and actions: the ceiling of the whole system for tha
 Layout and batching come from the usual config keys (``actor.num_actors``,
 ``actor.batches_per_actor``, ``actor.envs_per_batch``, ``broker.max_batch``,
 ``broker.deadline_ms``); the observation from ``obs_shape=4`` / ``obs_shape=4,84,84`` and
-``obs_dtype=``.
+``obs_dtype=``. ``env`` keys are refused: the env is null whatever they say (``env=atari`` only
+sized the actors as Atari's); ``seedq-bench raw-env`` times an env itself.
 """
 
 from __future__ import annotations
@@ -153,8 +154,21 @@ def _failure(results: Any, proc: Any) -> str:
         return f"an actor process {ended(proc.exitcode)} before it joined the broker"
 
 
+def refuse_env_keys(overrides: list[str]) -> None:
+    """A BenchError for overrides of the ``env`` group or its keys, which the null env ignores
+    (``env=atari`` changed only the actors' sizing: 2 x 2 x 4 envs where 2 x 2 x 64 were)."""
+    given = [o for o in overrides if o.partition("=")[0].lstrip("+~").split(".")[0] == "env"]
+    if given:
+        raise BenchError(
+            f"{' '.join(given)}: pipeline steps a null env (obs_shape= and obs_dtype= set its "
+            "observation, actor.* keys its layout); leave env keys out, or time an env with "
+            "seedq-bench raw-env"
+        )
+
+
 def run(argv: list[str]) -> dict[str, Any]:
     options, overrides = split_args(argv, OPTIONS)
+    refuse_env_keys(overrides)
     cfg = compose(overrides)
     actor, broker_cfg = cfg.actor, cfg.broker
     obs_shape = tuple(options["obs_shape"])
