@@ -24,9 +24,9 @@ from seedq.schema import ConfigError
         (16, 14, 1),  # the H100 machine: 14 actors was the hand-found best there
         (64, 62, 1),
         (4, 2, 1),
-        (3, 2, 0),  # fewer spare cores than actors: one thread per core in each env, as before
-        (2, 2, 0),  # this box: today's 2 actors
-        (1, 2, 0),
+        (3, 2, 3),  # fewer spare cores than actors: one thread per core in each env, as before
+        (2, 2, 2),  # this box: today's 2 actors
+        (1, 2, 1),
     ],
 )
 def test_actors_take_the_cores_the_learner_leaves(cores, actors, env_threads):
@@ -222,7 +222,7 @@ def test_ppo_atari_preset_runs_the_16_envs_it_was_measured_on_whatever_the_cores
     actor = to_config(cfg).actor
     envs = actor.num_actors * actor.batches_per_actor * actor.envs_per_batch
     assert (actor.num_actors, envs) == (2, 16)
-    assert cfg.env.num_threads == (0 if cores == 2 else 4)
+    assert cfg.env.num_threads == (2 if cores == 2 else 4)
     assert "at most actor.max_envs=16 envs" in caplog.text
 
 
@@ -267,6 +267,16 @@ def test_runs_at_once_size_each_run_to_its_share():
     cfg = compose_config("env=procgen", "hardware.runs_at_once=2")
     size_run(cfg, ["hardware.runs_at_once=2"], cores=16)
     assert (cfg.actor.num_actors, cfg.env.num_threads) == (6, 1)  # 8 cores each, 2 learner
+
+
+@pytest.mark.parametrize(("runs", "env_threads"), [(8, 2), (16, 1)])
+def test_a_share_of_few_cores_gives_each_vector_env_the_share_not_the_machine(runs, env_threads):
+    # 8 runs on 16 cores: 2 each, fewer than the learner's threads and the 2 actors. The env
+    # threads stayed 0, which each actor read as one per core of the machine: 16 threads in
+    # every vector env of every run, 512 (or 1,024 at 16 runs) on 16 cores.
+    cfg = compose_config("env=atari", f"hardware.runs_at_once={runs}")
+    size_run(cfg, [f"hardware.runs_at_once={runs}"], cores=16)
+    assert cfg.env.num_threads == env_threads
 
 
 def test_a_config_built_in_code_is_sized_in_a_copy():

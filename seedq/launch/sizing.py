@@ -7,8 +7,8 @@ it may use (``seedq.cores``: the affinity mask and a container's CPU quota; with
 once, its share, ``seedq.launch.sharing``), keeps :data:`LEARNER_THREADS` of them (plus one per
 broker shard process) for the learner's own busy threads, and gives the rest to env stepping:
 one actor process (or Sebulba env thread) per core left, at least :data:`MIN_WORKERS`, and to
-each vector env as many C++ threads as that leaves per actor. A value set anywhere (command
-line, preset) is kept.
+each vector env as many C++ threads as that leaves per actor (one per core of the run's share
+when fewer cores are left than actors). A value set anywhere (command line, preset) is kept.
 
 Why these numbers: on one H100 with 16 cores (2026-11-25) every actor's ``AtariVectorEnv`` took
 a thread per core, 448 threads on 16 cores, while 14 actors was the hand-found best; the learner
@@ -93,10 +93,13 @@ def plan_sizes(
     if not env_threads:
         stepping = sebulba_threads if arch == "sebulba" else num_actors if local_actors else 0
         # Fewer cores left than workers (the floor on a small machine): the workers share
-        # cores with the learner whatever their thread count, so each vector env keeps one
-        # thread per core (0), as before sizing.
-        if stepping and spare >= stepping:
-            env_threads = min(spare // stepping, envs_per_vector_env)
+        # cores with the learner whatever their thread count, so each vector env takes one
+        # thread per core, as before sizing. Of the run's cores, not the machine's (what 0
+        # means to an actor): a share of 2 cores in a sweep of 8 runs on 16 gave every vector
+        # env of every run 16 threads.
+        if stepping:
+            per_worker = spare // stepping if spare >= stepping else cores
+            env_threads = min(per_worker, envs_per_vector_env)
     return Sizes(cores, learner, num_actors, sebulba_threads, env_threads)
 
 
@@ -189,7 +192,10 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
             "" if cores == 1 else "s",
             learner,
             ", ".join(f"{k}={_get(cfg, k)}" for k in shown),
-            f"{env_key}=0: one per core in each vector env; " if env_key else "",
+            f"{env_key}: the cores left per {'Sebulba thread' if arch == 'sebulba' else 'actor'}"
+            ", or one per core when fewer are left than that; "
+            if env_key in changed
+            else "",
             f"at most actor.max_envs={cfg.actor.max_envs} envs; " if max_actors else "",
         )
         key, worker, per_worker = (
