@@ -198,6 +198,14 @@ def test_nothing_is_logged_when_only_a_key_the_arch_does_not_run_was_sized(caplo
     assert [r.message for r in caplog.records if r.message.startswith("sized to")] == []
 
 
+def test_sebulba_s_line_names_its_threads_not_the_actor_processes_it_does_not_start(caplog):
+    cfg = compose_config("env=atari", "arch=sebulba")
+    with caplog.at_level(logging.INFO, logger="seedq.launch.sizing"):
+        size_config(cfg, cores=16)
+    sized_line = next(r.message for r in caplog.records if r.message.startswith("sized to"))
+    assert "arch.sebulba.threads=14" in sized_line and "actor.num_actors" not in sized_line
+
+
 @pytest.mark.parametrize(("actors", "warned"), [(8, False), (9, True), (40, True)])
 def test_many_more_local_actor_processes_than_cores_are_warned(caplog, actors, warned):
     cfg = compose_config("env=atari", f"actor.num_actors={actors}")

@@ -177,8 +177,10 @@ def size_config(cfg: Any, cores: int | None = None) -> dict[str, int]:
     changed = {key: value for key, value in values.items() if not _get(cfg, key) and value}
     for key, value in changed.items():
         _set(cfg, key, value)
-    # The keys chosen here that the run uses; those the command line set are as given.
-    shown = [k for k in changed if k != "arch.sebulba.threads" or arch == "sebulba"]
+    # The keys chosen here that the run uses (Sebulba starts no actor processes, the others no
+    # Sebulba threads); those the command line set are as given.
+    unused = "actor.num_actors" if arch == "sebulba" else "arch.sebulba.threads"
+    shown = [k for k in changed if k != unused]
     if shown and arch != "anakin":
         learner = (
             f"{sizes.learner_threads} of them for the learner's threads"
