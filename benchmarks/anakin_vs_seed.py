@@ -15,6 +15,7 @@ JSON line last.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -23,9 +24,33 @@ from typing import Any
 from seedq.agents.registry import AGENTS, config_class
 from seedq.arch import run_class
 from seedq.arch.config import ARCH_NEEDS
-from seedq.bench.common import compose, print_json, print_table, script_main, split_args
+from seedq.bench.common import (
+    BenchError,
+    compose,
+    print_json,
+    print_table,
+    script_main,
+    split_args,
+)
 
 OPTIONS = {"seconds": 60.0, "seeds": [0], "target": None, "envs": [], "algorithms": []}
+
+
+def target_of(raw: str | None) -> float | None:
+    """``target=``'s return as a number (None: each env's own): a word went on as
+    ``stop_at_return=abc`` and was refused by that name, a key the user never typed."""
+    if raw is None:
+        return None
+    try:
+        target = float(raw)
+    except ValueError:
+        target = math.nan
+    if not math.isfinite(target):
+        raise BenchError(
+            f"target={raw}: give the 100-episode mean return to reach as a number, e.g. "
+            "target=475 (leave it out for each env's gymnasium reward_threshold)"
+        )
+    return target
 
 
 def reward_threshold(env_id: str) -> float | None:
@@ -86,6 +111,7 @@ def main(argv: list[str]) -> None:
     from seedq.envs.tensor import tensor_env_ids
 
     options, overrides = split_args(argv, OPTIONS)
+    options["target"] = target_of(options["target"])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     envs = options["envs"] or tensor_env_ids()
     algorithms = options["algorithms"] or [

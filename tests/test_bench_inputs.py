@@ -154,3 +154,11 @@ def test_what_a_bench_cannot_time_is_refused_with_its_own_reason(capsys, argv, m
     code = main([*argv, *short.get(argv[0], [])])
     err = capsys.readouterr().err
     assert (code, err.count("\n"), message in err) == (2, 1, True), err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_anakins_target_is_refused_by_its_own_name(capsys, value):
+    # target=nan was refused as "stop_at_return=nan is not a number", a key never typed.
+    code = main(["anakin", "mode=time-to-target", "seeds=0", f"target={value}", "max_minutes=0.01"])
+    err = capsys.readouterr().err
+    assert (code, err.startswith(f"seedq-bench anakin: target={value}: ")) == (2, True), err

@@ -55,3 +55,13 @@ def test_a_benchmarks_bad_argument_is_one_line_exit_2():
             benchmark("learner_update_parts.py", "big"),
         )
     ] == [(2, 2, False), (2, 1, False), (2, 2, False)]
+
+
+def test_anakin_vs_seeds_target_is_refused_by_its_own_name():
+    """``target=abc`` was "Error merging override stop_at_return=abc", a key the user never
+    typed (and target=nan "stop_at_return=nan is not a number")."""
+    for value in ("abc", "nan"):
+        result = benchmark("anakin_vs_seed.py", f"target={value}", "seconds=1")
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"anakin_vs_seed.py: target={value}: "), result.stderr
+        assert "stop_at_return" not in result.stderr, result.stderr

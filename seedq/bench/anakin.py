@@ -13,10 +13,12 @@ Any ``seedq-train`` override applies (``hardware=gpu``, ``algorithm.lr=...``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
 from seedq.bench.common import (
+    BenchError,
     check_not_stopped,
     compose,
     kept_dir,
@@ -109,6 +111,12 @@ def run(argv: list[str]) -> dict[str, Any]:
     )
     # An empty list measured nothing and ended in a TypeError of the table.
     positive_sizes("num_envs", options["num_envs"], "256,1024")
+    if not math.isfinite(options["target"]):
+        # It goes on as stop_at_return=, and was refused by that name, a key never typed.
+        raise BenchError(
+            f"target={options['target']}: give the 100-episode mean return to reach as a "
+            "number, e.g. target=475"
+        )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if options["mode"] == "time-to-target":
         rows = [_time_to_target(seed, options, overrides) for seed in options["seeds"]]
