@@ -448,3 +448,33 @@ def key_refusal(argv: list[str]) -> str | None:
         or foreign_arch_key(argv)
         or number_for_switch(argv)
     )
+
+
+# Hydra launchers seedq's extras install, by the name of their option in hydra/launcher.
+LAUNCHER_PLUGINS = {
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+}
+
+
+def missing_launcher(argv: list[str]) -> str | None:
+    """The refusal of a ``hydra/launcher=`` whose plugin an extra of seedq installs but this
+    environment lacks; None if there is none. Hydra's own answer lists the launchers it has,
+    not how to get the one named."""
+    import importlib.util
+
+    for arg in argv:
+        key, _, option = arg.partition("=")
+        if key.lstrip("+") != "hydra/launcher" or option not in LAUNCHER_PLUGINS:
+            continue
+        module, extra = LAUNCHER_PLUGINS[option]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # no hydra_plugins package at all
+            found = False
+        if not found:
+            return (
+                f"hydra/launcher={option} needs Hydra's submitit launcher, which is not "
+                f"installed: pip install 'seedq[{extra}]'"
+            )
+    return None

@@ -15,11 +15,12 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from seedq.cli import Command, RunDirRecord
 from seedq.command_keys import key_refusal, unknown_choice, whole_numbers
 from seedq.config import ConfigError
+from seedq.launch.sweep_jobs import Command
 from seedq.learner.device import resolve_device
 from seedq.learner.run_lock import LOCK_NAME
+from seedq.run_dirs import RunDirRecord
 
 
 def train(*overrides: str, tmp_path) -> tuple[int, str]:
@@ -286,7 +287,7 @@ def test_a_terminal_gets_a_progress_bar_and_the_log_file_keeps_the_lines(tmp_pat
 
 
 def test_a_run_dir_that_cannot_hold_a_run_is_refused_in_one_line(tmp_path):
-    from seedq.cli import unusable_run_dir
+    from seedq.run_dirs import unusable_run_dir
 
     afile = tmp_path / "afile"
     afile.write_text("not a folder")

@@ -283,7 +283,7 @@ def test_a_sweep_on_a_launcher_plugin_not_installed_names_the_extra(monkeypatch)
     and joblib, with nothing on how to get it."""
     import importlib.util
 
-    from seedq.cli import missing_launcher
+    from seedq.command_keys import missing_launcher
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     said = missing_launcher(["-m", "hydra/launcher=submitit_slurm", "seed=0,1,2"])

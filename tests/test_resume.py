@@ -866,7 +866,7 @@ def test_a_metrics_file_with_a_damaged_header_is_kept_beside_and_started_again(t
 def test_a_run_dir_no_file_can_be_made_in_is_refused_before_hydra(tmp_path, monkeypatch):
     import tempfile
 
-    from seedq.cli import unusable_run_dir
+    from seedq.run_dirs import unusable_run_dir
 
     assert unusable_run_dir([f"run_dir={tmp_path}"]) is None
     save_checkpoint(str(tmp_path), state(100), keep=3)
