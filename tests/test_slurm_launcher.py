@@ -382,6 +382,42 @@ def test_a_two_job_sweep_runs_as_slurm_jobs_through_submitit(tmp_path):
     ), result.stderr[-3000:]
 
 
+@needs_slurm
+@pytest.mark.skipif(bool(_submitit_missing()), reason=_submitit_missing() or "ok")
+def test_a_sweep_job_warned_of_its_time_limit_stops_with_a_checkpoint(tmp_path):
+    """submitit's jobs ask Slurm for SIGUSR2 before their time limit (--signal=USR2@120), sent
+    to every process of the job. seedq's job took it as submitit's own handler did: an
+    UncompletedJobError raised mid-training, no stop checkpoint of its own, and the sweep ended
+    in a traceback ("A temporary saved file already exists"). It stops as for SIGUSR1."""
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "seedq.cli", "-m", "hydra/launcher=submitit_slurm"]
+        + ["total_env_steps=5000,1000000000000", "max_minutes=3", "actor.num_actors=1"]
+        + ["actor.envs_per_batch=8", "hydra.launcher.cpus_per_task=1", "log_interval_s=1"]
+        + ["hydra.launcher.timeout_min=5", f"hydra.sweep.dir={tmp_path}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**outside_slurm(), "PYTHONPATH": TREE},
+    )
+    try:
+        learner_pid(tmp_path / "1", timeout=180)
+        (job,) = [p.name for p in (tmp_path / ".submitit").glob("*_1")]
+        subprocess.run(["scancel", "--signal=USR2", job], check=True)
+        output, _ = sweep.communicate(timeout=180)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    summaries = [json.loads((tmp_path / j / "summary.json").read_text()) for j in ("0", "1")]
+    assert (
+        sweep.returncode,
+        "1 job of the sweep stopped" in output,
+        "Traceback" in output,
+        [s["stop_reason"] for s in summaries],
+        bool(list((tmp_path / "1" / "checkpoints").glob("ckpt-*.pt"))),
+    ) == (75, True, False, ["total_env_steps", "interrupted"], True), output[-3000:]
+
+
 @pytest.mark.slow
 @needs_slurm
 def test_the_example_batch_script_trains_cartpole_to_150(tmp_path):

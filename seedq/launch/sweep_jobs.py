@@ -45,6 +45,7 @@ class Command:
     sweep_stopped: bool = False  # a stop signal ended the sweep: no later job starts
     not_jobs: set[int] = dataclasses.field(default_factory=set)  # child processes, no workers
     sweep_hint: str = ""  # how a stopped sweep goes on (continue_sweep)
+    notice_told: bool = False  # relay_notice said why the job stops
 
 
 COMMAND = Command()
@@ -76,6 +77,33 @@ def job_failed_here(num: int, code: int, log_file: str) -> JobFailed:
 WORKER_LOST = ("TerminatedWorkerError", "BrokenProcessPool")
 
 
+def submitit_notice() -> signal.Signals | None:
+    """The signal a submitit job gets before its time limit (``--signal=USR2@`` the launcher's
+    ``signal_delay_s``) or when preempted, sent by Slurm to every process of the job; None
+    outside a submitit job. submitit's handler of it, inherited by the job's process, raised an
+    UncompletedJobError into the training loop (no stop checkpoint) and ended its own process
+    while the job still ran, and the sweep ended in a traceback; the job stops as for SIGUSR1
+    instead, and the sweep's ``resume=auto`` continues it."""
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")  # submitit's own default
+    notice = getattr(signal, f"SIG{name}", None)
+    return None if notice is None or notice in STOP_SIGNALS else notice
+
+
+def relay_notice(signum: int, frame: object) -> None:
+    """A sweep job's submitit notice (:func:`submitit_notice`): stop as for SIGUSR1. It comes
+    twice, from Slurm and passed on by submitit's process, and is told once."""
+    if not COMMAND.notice_told:
+        COMMAND.notice_told = True
+        log.warning(
+            "%s: Slurm's notice of this job's time limit (hydra.launcher.signal_delay_s before "
+            "it) or of its preemption; the job stops as for SIGUSR1",
+            signal.Signals(signum).name,
+        )
+    signal.raise_signal(signal.SIGUSR1)
+
+
 def in_a_process_of_its_own(
     run: Callable[[DictConfig], float | None], cfg: DictConfig, hydra_cfg: Any
 ) -> float | None:
@@ -91,6 +119,7 @@ def in_a_process_of_its_own(
         log.warning("job %s of the sweep is not started: the sweep was stopped", num)
         raise JobFailed(num, EXIT_STOPPED, log_file)
     main_thread = threading.current_thread() is threading.main_thread()
+    notice = submitit_notice()
     returned, sent = os.pipe()
     job = os.fork()
     if job == 0:
@@ -103,12 +132,13 @@ def in_a_process_of_its_own(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(job, signum)
 
-        for sig in STOP_SIGNALS:
+        # submitit's notice too: its handler here would end this process, the job running on.
+        for sig in (*STOP_SIGNALS, *([notice] if notice else [])):
             signal.signal(sig, pass_on)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     _, status = os.waitpid(job, 0)
     if main_thread:
-        note_stop_signals()
+        note_stop_signals(notice)
     os.set_blocking(returned, False)
     try:
         value = os.read(returned, 64).decode()
@@ -149,6 +179,9 @@ def forked_job(
 
     code, value = EXIT_RUN_FAILED, None
     COMMAND.started = False  # this job's run has not started
+    notice = submitit_notice()
+    if notice and threading.current_thread() is threading.main_thread():
+        signal.signal(notice, relay_notice)
     stop_with_parent()
     # joblib's worker set multiprocessing's start method to its own "loky", which a process
     # the run spawns (a broker shard) cannot set: it died at start and the run failed.
@@ -209,16 +242,17 @@ def stop_the_start(signum: int, frame: object) -> None:
         raise StoppedWhileStarting(signal.Signals(signum).name)
 
 
-def note_stop_signals() -> None:
-    """A launcher's process between a sweep's jobs: a stop signal keeps its later jobs from
-    starting, and the process (a joblib worker) lives on; killed, joblib killed the others."""
+def note_stop_signals(notice: signal.Signals | None = None) -> None:
+    """A launcher's process between a sweep's jobs: a stop signal (or submitit's ``notice``)
+    keeps its later jobs from starting, and the process (a joblib worker) lives on; killed,
+    joblib killed the others."""
 
     def noted(signum: int, frame: object) -> None:
         if not COMMAND.sweep_stopped:
             log.warning("%s: this sweep's later jobs are not started", signal.Signals(signum).name)
         COMMAND.sweep_stopped = True
 
-    for sig in STOP_SIGNALS:
+    for sig in (*STOP_SIGNALS, *([notice] if notice else [])):
         signal.signal(sig, noted)
 
 
