@@ -14,13 +14,18 @@ log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-# The learner's death reaches its actors as SIGUSR2, apart from SIGTERM and SIGINT (a deliberate
-# stop: the launcher's, a user's, a scheduler's) and SIGHUP (which nohup ignores). Linux sends it
-# when the learner *thread* that started the actor exits, which comes before the reparenting that
-# getppid() shows (the other threads of a killed learner are still exiting), so the actor waits
-# up to PARENT_EXIT_WAIT_S for that.
-PARENT_DEATH_SIGNAL = signal.SIGUSR2
+# The learner's death reaches its actors as SIGRTMAX, apart from SIGTERM and SIGINT (a deliberate
+# stop: the launcher's, a user's, a scheduler's), SIGHUP (which nohup ignores) and SIGUSR1/2 (a
+# scheduler's notices: NOTICES). Linux sends it when the learner *thread* that started the actor
+# exits, which comes before the reparenting that getppid() shows (the other threads of a killed
+# learner are still exiting), so the actor waits up to PARENT_EXIT_WAIT_S for that.
+PARENT_DEATH_SIGNAL = signal.SIGRTMAX
 PARENT_EXIT_WAIT_S = 5.0
+# A scheduler's notices to every process of a job: Slurm's --signal=USR1@T without B:, the USR2
+# Hydra's submitit launcher asks for before a time limit. The learner stops its actors and
+# broker shards itself, with a checkpoint; their default action killed them first (a shard's
+# death failed the run), and SIGUSR2, once the parent-death signal, read as the learner's death.
+NOTICES = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 def prctl(option: int, value: int) -> None:
@@ -54,3 +59,10 @@ def exit_with_parent(parent_pid: int) -> bool:
         except OSError as exc:
             log.warning("cannot have the learner's death signalled to this process: %s", exc)
     return os.getppid() == parent_pid
+
+
+def leave_notices_to_the_learner() -> None:
+    """In a process the learner started (an actor, a broker shard; its main thread): ignore
+    :data:`NOTICES`, which the learner acts on for the whole run."""
+    for sig in NOTICES:
+        signal.signal(sig, signal.SIG_IGN)

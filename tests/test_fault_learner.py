@@ -15,7 +15,7 @@ from cli_helpers import run_cli
 from fault_helpers import actor_argv, alive, children, fake_learner, wait_for
 from ssh_hosts import free_port
 
-from seedq.actor.main import PARENT_EXIT_WAIT_S
+from seedq.processes import PARENT_DEATH_SIGNAL, PARENT_EXIT_WAIT_S
 
 # An actor of a fake env whose learner is nowhere: it waits (and retries) until it is stopped.
 ACTOR_ARGV = [
@@ -161,6 +161,34 @@ def test_a_deliberate_stop_with_the_learner_alive_is_clean_and_quick(tmp_path):
     assert (int(code), float(took_s) < PARENT_EXIT_WAIT_S) == (0, True), log.read_text()
 
 
+def test_a_launched_actor_leaves_a_schedulers_notices_to_the_learner(tmp_path):
+    # Slurm's --signal without B: and submitit's USR2 before a time limit reach every process
+    # of the job: SIGUSR2, then the parent-death signal, read as the learner's death (a false
+    # error, a restart); SIGUSR1 killed the actor. The learner stops its actors itself.
+    log = tmp_path / "actor.log"
+    script = tmp_path / "learner.py"
+    script.write_text(
+        "import os, signal, subprocess, sys, time\n"
+        "proc = subprocess.Popen(sys.argv[1:] + [f'--parent-pid={os.getpid()}', '--launched'])\n"
+        f"while not os.path.exists({str(log)!r}): time.sleep(0.02)\n"
+        "time.sleep(1.0)\n"
+        "proc.send_signal(signal.SIGUSR2)\n"
+        "proc.send_signal(signal.SIGUSR1)\n"
+        "time.sleep(2.0)\n"
+        "alive = proc.poll() is None\n"
+        "proc.terminate()\n"
+        "print(alive, proc.wait())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script), *ACTOR_ARGV, f"--log-file={log}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.split() == ["True", "0"], log.read_text() + result.stderr
+    assert "ERROR" not in log.read_text()
+
+
 def test_an_ignored_parent_death_signal_inherited_from_the_shell_is_reset():
     # nohup-like: the signal ignored before exec, so without the reset a broker shard (no
     # handler of its own) would outlive the learner.
@@ -176,7 +204,7 @@ def test_an_ignored_parent_death_signal_inherited_from_the_shell_is_reset():
         capture_output=True,
         text=True,
         timeout=60,
-        preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+        preexec_fn=lambda: signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_IGN),
     )
     assert result.stdout.strip() == "True", result.stderr
 
@@ -201,7 +229,7 @@ def test_a_process_without_a_handler_dies_with_its_parent_even_under_nohup(tmp_p
         [sys.executable, "-c", parent],
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+        preexec_fn=lambda: signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_IGN),
     )
     shard = None
     try:

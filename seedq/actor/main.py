@@ -41,7 +41,12 @@ from seedq.exit_status import EXIT_ACTOR_TAKEN_OVER
 from seedq.limits import raise_open_file_limit
 from seedq.logging_setup import setup_logging
 from seedq.messages import MAX_ENVS, env_json
-from seedq.processes import PARENT_DEATH_SIGNAL, PARENT_EXIT_WAIT_S, exit_with_parent
+from seedq.processes import (
+    PARENT_DEATH_SIGNAL,
+    PARENT_EXIT_WAIT_S,
+    exit_with_parent,
+    leave_notices_to_the_learner,
+)
 from seedq.security import client_options
 
 log = logging.getLogger(__name__)
@@ -270,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.launched:
+        leave_notices_to_the_learner()
     if args.parent_pid and not exit_with_parent(args.parent_pid):
         log.error("the learner (pid %d) that started this actor is gone; exiting", args.parent_pid)
         return 1

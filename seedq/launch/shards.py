@@ -15,11 +15,12 @@ def shard_main(index: int, bind: str, link: str, spec: dict, settings: dict, key
     """The shard process: logging, exit with the learner, then serve."""
     from seedq.broker.shard_process import serve_shard
     from seedq.logging_setup import setup_logging
-    from seedq.processes import exit_with_parent
+    from seedq.processes import exit_with_parent, leave_notices_to_the_learner
 
     log_dir = settings.get("log_dir")
     log_file = os.path.join(log_dir, f"broker-shard-{index}.log") if log_dir else None
     setup_logging(log_file, role=f"broker-shard-{index}")
+    leave_notices_to_the_learner()
     if not exit_with_parent(settings["parent_pid"]):
         return
     serve_shard(index, bind, link, spec, settings, keys_dir)
