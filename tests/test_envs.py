@@ -498,6 +498,19 @@ def test_an_id_of_another_env_family_is_refused_naming_that_family(config, env_i
         make_env_batch(getattr(envs, config)(id=env_id), 2, seed=0)
 
 
+def test_minatars_gymnasium_ids_are_no_atari_games_once_registered():
+    # MinAtar registers MinAtar/Breakout-v1 with a "game" keyword, which env=atari took for
+    # ALE's Breakout once anything had imported minatar (env=gym of a MinAtar id, its entry
+    # point): it played Atari Breakout without a word.
+    pytest.importorskip("ale_py")
+    pytest.importorskip("minatar")
+    from seedq.envs.gym_ids import gym_spec
+
+    gym_spec("MinAtar/Breakout-v1")  # registered, as env=gym registers it
+    with pytest.raises(EnvError, match=r"env=minatar env\.id=MinAtar/Breakout-v1 runs it"):
+        make_env_batch(AtariConfig(id="MinAtar/Breakout-v1"), 2, seed=0)
+
+
 def test_an_id_no_family_has_is_not_given_one():
     from seedq.envs.families import family_of, other_family_hint
 

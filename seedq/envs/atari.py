@@ -126,7 +126,10 @@ def _atari_spec(env_id: str) -> tuple[str, dict]:
         spec = gym.spec(env_id)
     except gym.error.Error:
         spec = None
-    game = spec.kwargs.get("game") if spec is not None else None
+    # ale_py's own registrations only: MinAtar registers MinAtar/Breakout-v1 with a "game" too,
+    # which env=atari took for ALE's Breakout once minatar was imported.
+    ale = spec is not None and str(spec.entry_point).startswith("ale_py")
+    game = spec.kwargs.get("game") if ale else None
     if spec is not None and game is None:
         other = other_family_hint(env_id, "atari") or " Use env=gym (or cartpole) for it."
         raise EnvError(
