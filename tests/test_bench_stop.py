@@ -46,6 +46,17 @@ def command_of(pid: int) -> str:
         return ""
 
 
+def start_bench(*args: str) -> subprocess.Popen:
+    """``seedq-bench ARGS`` in a session of its own (its processes a group to look through)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "seedq.bench.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "worker"),
     [
@@ -55,13 +66,7 @@ def command_of(pid: int) -> str:
     ],
 )
 def test_sigterm_ends_the_bench_in_one_line_with_its_processes(args, worker):
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "seedq.bench.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    bench = start_bench(*args)
     spawned: set[int] = set()
     try:
         deadline = time.monotonic() + 120
@@ -88,13 +93,7 @@ def test_sigterm_ends_the_bench_in_one_line_with_its_processes(args, worker):
 def test_a_worker_killed_mid_run_is_named_at_once(subcommand):
     # The bench waited out its seconds and two minutes more for the dead process's figures,
     # then ended in a queue.Empty traceback.
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "seedq.bench.cli", subcommand, "seconds=600", "actor.num_actors=2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    bench = start_bench(subcommand, "seconds=600", "actor.num_actors=2")
     spawned: set[int] = set()
     try:
         deadline = time.monotonic() + 120

@@ -139,17 +139,17 @@ def test_the_parent_death_signal_is_told_from_a_live_learner(tmp_path, hold_s, s
     assert after_the_learner == (hold_s < PARENT_EXIT_WAIT_S)
 
 
-def test_a_deliberate_stop_with_the_learner_alive_is_clean_and_quick(tmp_path):
+def actor_under_a_learner(tmp_path, then: str, *flags: str) -> tuple[str, str]:
+    """A learner stand-in that starts an actor process (with ``flags``) as its child, waits a
+    second past its log's start, runs the Python lines ``then`` (the actor is ``proc``) and
+    prints what they print; its stdout and the actor's log."""
     log = tmp_path / "actor.log"
     script = tmp_path / "learner.py"
     script.write_text(
         "import os, signal, subprocess, sys, time\n"
-        "proc = subprocess.Popen(sys.argv[1:] + [f'--parent-pid={os.getpid()}'])\n"
+        f"proc = subprocess.Popen(sys.argv[1:] + [f'--parent-pid={{os.getpid()}}', *{flags!r}])\n"
         f"while not os.path.exists({str(log)!r}): time.sleep(0.02)\n"
-        "time.sleep(1.0)\n"
-        "began = time.monotonic()\n"
-        "proc.terminate()\n"
-        "print(proc.wait(), time.monotonic() - began)\n"
+        "time.sleep(1.0)\n" + then
     )
     result = subprocess.run(
         [sys.executable, str(script), *ACTOR_ARGV, f"--log-file={log}"],
@@ -157,21 +157,23 @@ def test_a_deliberate_stop_with_the_learner_alive_is_clean_and_quick(tmp_path):
         text=True,
         timeout=60,
     )
-    code, took_s = result.stdout.split()
-    assert (int(code), float(took_s) < PARENT_EXIT_WAIT_S) == (0, True), log.read_text()
+    return result.stdout + result.stderr, log.read_text()
+
+
+def test_a_deliberate_stop_with_the_learner_alive_is_clean_and_quick(tmp_path):
+    then = (
+        "began = time.monotonic()\nproc.terminate()\nprint(proc.wait(), time.monotonic() - began)\n"
+    )
+    out, log = actor_under_a_learner(tmp_path, then)
+    code, took_s = out.split()[:2]
+    assert (int(code), float(took_s) < PARENT_EXIT_WAIT_S) == (0, True), log + out
 
 
 def test_a_launched_actor_leaves_a_schedulers_notices_to_the_learner(tmp_path):
     # Slurm's --signal without B: and submitit's USR2 before a time limit reach every process
     # of the job: SIGUSR2, then the parent-death signal, read as the learner's death (a false
     # error, a restart); SIGUSR1 killed the actor. The learner stops its actors itself.
-    log = tmp_path / "actor.log"
-    script = tmp_path / "learner.py"
-    script.write_text(
-        "import os, signal, subprocess, sys, time\n"
-        "proc = subprocess.Popen(sys.argv[1:] + [f'--parent-pid={os.getpid()}', '--launched'])\n"
-        f"while not os.path.exists({str(log)!r}): time.sleep(0.02)\n"
-        "time.sleep(1.0)\n"
+    then = (
         "proc.send_signal(signal.SIGUSR2)\n"
         "proc.send_signal(signal.SIGUSR1)\n"
         "time.sleep(2.0)\n"
@@ -179,14 +181,9 @@ def test_a_launched_actor_leaves_a_schedulers_notices_to_the_learner(tmp_path):
         "proc.terminate()\n"
         "print(alive, proc.wait())\n"
     )
-    result = subprocess.run(
-        [sys.executable, str(script), *ACTOR_ARGV, f"--log-file={log}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.stdout.split() == ["True", "0"], log.read_text() + result.stderr
-    assert "ERROR" not in log.read_text()
+    out, log = actor_under_a_learner(tmp_path, then, "--launched")
+    assert out.split()[:2] == ["True", "0"], log + out
+    assert "ERROR" not in log
 
 
 def test_an_ignored_parent_death_signal_inherited_from_the_shell_is_reset():
