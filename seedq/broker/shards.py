@@ -246,8 +246,9 @@ class ShardHub:
             try:
                 sock.send_multipart([link.FLUSH], zmq.NOBLOCK)
                 waiting.add(index)
-            except zmq.ZMQError:
-                pass  # no shard at the other end
+            except zmq.ZMQError as exc:
+                # No shard at the other end (it died): the run keeps the counts it last sent.
+                log.warning("broker shard %d: its last counts cannot be asked for (%s)", index, exc)
         deadline = time.monotonic() + FLUSH_TIMEOUT_S
         while waiting and time.monotonic() < deadline:
             for index in list(waiting):
