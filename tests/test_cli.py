@@ -649,13 +649,7 @@ def test_cfg_with_a_sweep_is_one_line_exit_2():
 
 def test_supervise_with_a_sweep_is_refused_before_any_job(tmp_path):
     # Each job refused it alone, and the sweep left a dated folder of refused jobs behind.
-    result = subprocess.run(
-        [sys.executable, "-m", "seedq.cli", "-m", "seed=0,1", "supervise=true"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    result = run_cli("-m", "seed=0,1", "supervise=true", cwd=tmp_path, apart=True)
     assert (result.returncode, result.stderr, list(tmp_path.iterdir())) == (
         2,
         "seedq-train: supervise=true supervises one run, not a sweep (-m): drop -m, or drop "
@@ -667,13 +661,7 @@ def test_supervise_with_a_sweep_is_refused_before_any_job(tmp_path):
 def test_a_sweep_whose_every_job_is_refused_leaves_nothing_behind(tmp_path):
     # A refused run leaves no trace beside its error; a refused sweep left a dated
     # runs/multirun/<day>/<time>/ of job folders holding Hydra's files, one per try.
-    result = subprocess.run(
-        [sys.executable, "-m", "seedq.cli", "-m", "seed=0,1", "resume=auto", "env=fake"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    result = run_cli("-m", "seed=0,1", "resume=auto", "env=fake", cwd=tmp_path, apart=True)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "resume=auto needs the same run directory at every start" in result.stdout
     assert list(tmp_path.iterdir()) == []
@@ -736,13 +724,7 @@ def test_a_stop_signal_between_a_sweeps_jobs_stops_the_sweep(tmp_path):
 def test_an_empty_run_dir_is_refused_and_nothing_is_written(tmp_path, given):
     # Hydra took it for the working directory (.hydra/, cli.log, the lock written there),
     # then the metrics writer failed on '' with a traceback, exit 1.
-    result = subprocess.run(
-        [sys.executable, "-m", "seedq.cli", given, "total_env_steps=1000"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    result = run_cli(given, "total_env_steps=1000", cwd=tmp_path, apart=True)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "is empty: give a folder for the run" in result.stderr
     assert list(tmp_path.iterdir()) == []
@@ -760,13 +742,7 @@ def test_a_sweep_folder_that_cannot_hold_the_sweep_is_refused(tmp_path, given, s
     # Empty, the sweep trained its jobs into the working directory (0/, 1/, multirun.yaml);
     # a file ended in a FileExistsError traceback from Hydra.
     (tmp_path / "afile").write_text("")
-    result = subprocess.run(
-        [sys.executable, "-m", "seedq.cli", "-m", "seed=0,1", given, "total_env_steps=1000"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    result = run_cli("-m", "seed=0,1", given, "total_env_steps=1000", cwd=tmp_path, apart=True)
     assert (result.returncode, said in result.stderr) == (2, True), result.stdout + result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["afile"]
 
