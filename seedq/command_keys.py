@@ -263,27 +263,16 @@ def entry_without_plus(argv: list[str]) -> str | None:
     its config's types, which do not say to write ``+env.kwargs.map_name=8x8``."""
     from hydra.core.override_parser.types import OverrideType
 
-    from seedq.agents.registry import agent_names
-    from seedq.envs.registry import BACKENDS
-    from seedq.schema import describe
-
     changes = [
         o
         for o in parsed_overrides(argv)
-        if o.type == OverrideType.CHANGE and "." in o.key_or_group and "/" not in o.key_or_group
+        if o.type == OverrideType.CHANGE
+        and o.key_or_group.count(".") >= 2  # section.mapping.entry at the least
+        and "/" not in o.key_or_group
     ]
-    if not changes:
-        return None
-    mappings = {
-        d.key: d.default
-        for a in agent_names()
-        for k in BACKENDS
-        for d in describe(schema_for(a, k))
-        if isinstance(d.default, dict)
-    }
     for override in changes:
         key = override.key_or_group
-        for mapping, default in mappings.items():
+        for mapping, default in mapping_keys().items():
             entry = key.removeprefix(f"{mapping}.").split(".")[0]
             if key.startswith(f"{mapping}.") and entry not in default:
                 return (
@@ -291,6 +280,23 @@ def entry_without_plus(argv: list[str]) -> str | None:
                     f"with +: +{override.input_line}"
                 )
     return None
+
+
+@functools.cache
+def mapping_keys() -> dict[str, dict]:
+    """The keys that hold a mapping (``env.kwargs``, ``launcher.env``) in any algorithm's
+    config on any env family, with their defaults."""
+    from seedq.agents.registry import agent_names
+    from seedq.envs.registry import BACKENDS
+    from seedq.schema import describe
+
+    return {
+        d.key: d.default
+        for a in agent_names()
+        for k in BACKENDS
+        for d in describe(schema_for(a, k))
+        if isinstance(d.default, dict)
+    }
 
 
 def described_as(name: str, helps: dict[str, str]) -> list[str]:
