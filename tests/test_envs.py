@@ -512,8 +512,9 @@ def test_minatars_gymnasium_ids_are_no_atari_games_once_registered():
 
 
 def test_an_id_no_family_has_is_not_given_one():
-    from seedq.envs.families import family_of, other_family_hint
+    from seedq.envs.registry import other_family_hint
 
-    assert family_of("NoSuchEnv-v0", not_kind="atari") is None
+    assert other_family_hint("NoSuchEnv-v0", "atari") == ""
     assert other_family_hint("NoSuchEnv-v0", "minatar") == ""
-    assert family_of("CartPole-v1", not_kind="gym") is None  # gymnasium's ids are env=gym's
+    assert other_family_hint("CartPole-v1", "gym") == ""  # gymnasium's ids are env=gym's
+    assert other_family_hint("CartPole-v1", "mujoco") == ""

@@ -16,7 +16,7 @@ from seedq.cli import to_config
 from seedq.command_keys import misspelt_key
 from seedq.config import ConfigError, validate
 from seedq.envs import GymConfig, make_env_batch
-from seedq.envs.atari import _atari_game
+from seedq.envs.atari import atari_game
 from seedq.envs.base import EnvError
 from seedq.envs.gym import GymVectorBatch, check_make_kwargs
 from seedq.envs.gym_ids import ram_id_hint
@@ -233,7 +233,7 @@ def test_atari_ram_ids_point_to_the_ram_obs_type(env_id: str) -> None:
     hint = "env=gym env.id=ALE/Breakout-v5 +env.kwargs.obs_type=ram"
     assert hint in ram_id_hint(env_id)
     with pytest.raises(EnvError, match=hint.replace("+", r"\+")):
-        _atari_game(env_id)
+        atari_game(env_id)
     with pytest.raises(EnvError, match=hint.replace("+", r"\+")):
         make_env_batch(GymConfig(id=env_id), 1, seed=0)
 

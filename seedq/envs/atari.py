@@ -102,7 +102,7 @@ class AtariConfig(EnvConfig):
 MAX_ALE_FRAMES = 2**31 - 1  # ale_py's max_num_frames_per_episode is a C int
 
 
-def _atari_game(env_id: str) -> str:
+def atari_game(env_id: str) -> str:
     """The snake_case ROM name (``"pong"``) of ``env_id`` (``"ALE/Pong-v5"`` or ``"pong"``)."""
     return _atari_spec(env_id)[0]
 

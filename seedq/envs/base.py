@@ -28,9 +28,8 @@ class EnvError(RuntimeError):
 
 def other_family_hint(env_id: str, kind: str) -> str:
     """For the unknown-id error of ``env=<kind>``: `` '...' is an id of env=minatar: ...``
-    where another family plays ``env_id`` (:mod:`seedq.envs.families`, which
-    :mod:`seedq.envs.registry` installs: it knows every family, as no backend does); ""
-    else."""
+    where another family plays ``env_id`` (:func:`seedq.envs.registry.other_family_hint`,
+    installed by the registry, which knows every family as no backend does); "" else."""
     return _family_hint[0](env_id, kind)
 
 

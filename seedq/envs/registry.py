@@ -11,10 +11,11 @@ built, so importing this module stays cheap for actor processes.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from seedq.envs import atari, catch, fake, families, football, gym, minatar, mujoco, procgen
+from seedq.envs import atari, catch, fake, football, gym, gym_ids, minatar, mujoco, procgen
 from seedq.envs.base import EnvBatch, EnvError, env_spec_of, install_family_hint
 from seedq.envs.config import EnvConfig
 from seedq.messages import EnvSpec
@@ -35,12 +36,16 @@ class EnvBackend:
             steps it (no preprocessing of seedq's own): ``seedq-eval`` plays it so, and a loaded
             policy maps its actions into that env's action space. Otherwise seedq's own env
             batch is the env.
+        plays: ``plays(env_id)`` is true when this family plays ``env_id`` (it may raise
+            EnvError for no); asked only for the refusal of an id given to another family
+            (:func:`other_family_hint`). None: its ids are no one else's to name.
     """
 
     summary: str
     make: Callable[[EnvConfig, int, int, int], EnvBatch]
     config: type[EnvConfig] = EnvConfig
     gymnasium_id: bool = False
+    plays: Callable[[str], object] | None = None
 
 
 BACKENDS: dict[str, EnvBackend] = {
@@ -48,9 +53,15 @@ BACKENDS: dict[str, EnvBackend] = {
         "gymnasium's native CartPole vector env", gym.make_cartpole, gymnasium_id=True
     ),
     "gym": EnvBackend(
-        "any gymnasium id, vectorised in Python", gym.make_gym, gym.GymConfig, gymnasium_id=True
+        "any gymnasium id, vectorised in Python",
+        gym.make_gym,
+        gym.GymConfig,
+        gymnasium_id=True,
+        plays=lambda env_id: gymnasium_family(env_id) == "gym",
     ),
-    "atari": EnvBackend("ale_py's C++ AtariVectorEnv", atari.AtariBatch, atari.AtariConfig),
+    "atari": EnvBackend(
+        "ale_py's C++ AtariVectorEnv", atari.AtariBatch, atari.AtariConfig, plays=atari.atari_game
+    ),
     "football": EnvBackend(
         "Google Research Football, one row per controlled player",
         football.FootballBatch,
@@ -60,17 +71,20 @@ BACKENDS: dict[str, EnvBackend] = {
         "MinAtar's 10x10 Atari-like games, fast on a CPU",
         minatar.make_minatar,
         minatar.MinAtarConfig,
+        plays=minatar.minatar_game,
     ),
     "procgen": EnvBackend(
         "OpenAI Procgen games through procgen's C++ vector env",
         procgen.make_procgen,
         procgen.ProcgenConfig,
+        plays=procgen.procgen_game,
     ),
     "mujoco": EnvBackend(
         "gymnasium's MuJoCo tasks, continuous (Box) actions",
         mujoco.make_mujoco,
         mujoco.MujocoConfig,
         gymnasium_id=True,
+        plays=lambda env_id: gymnasium_family(env_id) == "mujoco",
     ),
     "catch": EnvBackend(
         "bsuite's Catch as faint objects on a textured frame", catch.make_catch, catch.CatchConfig
@@ -80,7 +94,49 @@ BACKENDS: dict[str, EnvBackend] = {
     ),
 }
 KINDS = tuple(BACKENDS)
-install_family_hint(families.other_family_hint)
+
+
+def gymnasium_family(env_id: str) -> str | None:
+    """``mujoco`` or ``gym`` for a gymnasium id of theirs; None for one another family plays
+    (ale_py's, MinAtar's: env=gym plays them raw, their own family is theirs to name)."""
+    entry = str(gym_ids.gym_spec(env_id).entry_point)
+    if entry.startswith("gymnasium.envs.mujoco"):
+        return "mujoco"
+    return None if entry.startswith(("ale_py", "minatar")) else "gym"
+
+
+_asking = threading.local()  # the families' own checks raise their unknown-id errors
+# The families that name ids, the narrowest id space first: an id two of them play
+# ('space_invaders': a MinAtar game and an ALE ROM) is named by the one it is likelier meant for.
+ASKED_FIRST = ("minatar", "procgen", "atari", "gym", "mujoco")
+assert set(ASKED_FIRST) == {k for k, b in BACKENDS.items() if b.plays is not None}
+
+
+def other_family_hint(env_id: str, kind: str) -> str:
+    """`` '...' is an id of env=minatar: env=minatar env.id=... runs it.`` where a family other
+    than ``kind`` plays ``env_id`` (its backend's ``plays``), for ``env=<kind>``'s unknown-id
+    error; "" else. A gymnasium family's unknown id is no other gymnasium family's."""
+    if getattr(_asking, "now", False):
+        return ""
+    _asking.now = True
+    try:
+        gymnasium = BACKENDS[kind].gymnasium_id if kind in BACKENDS else False
+        for other in ASKED_FIRST:
+            backend_ = BACKENDS[other]
+            if other == kind or backend_.plays is None or (gymnasium and backend_.gymnasium_id):
+                continue
+            try:
+                if backend_.plays(env_id):
+                    runs = f"env={other} env.id={env_id} runs it"
+                    return f" {env_id!r} is an id of env={other}: {runs}."
+            except EnvError:
+                continue
+        return ""
+    finally:
+        _asking.now = False
+
+
+install_family_hint(other_family_hint)
 
 
 def backend(kind: str) -> EnvBackend:
